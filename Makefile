@@ -1,0 +1,49 @@
+# Attention Lab: `make run` serves the app, `make test` runs every test.
+# Both create .venv on first use (Python 3.11+).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8501
+PYTEST_ARGS ?=
+
+.PHONY: run test test-fast lint bench image-check screenshot clean help
+
+help:
+	@echo "make run          serve the app on http://localhost:$(PORT)"
+	@echo "make test         unit + AppTest + browser + Dockerfile lint (sets up .venv, checks Chromium)"
+	@echo "make test-fast    everything except the real-browser tests"
+	@echo "make lint         ruff"
+	@echo "make bench        print the benchmarks (ratios against baselines)"
+	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
+
+$(VENV)/.app-ok: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+$(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+run: $(VENV)/.app-ok
+	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.headless true
+
+test: $(VENV)/.dev-ok
+	@bash scripts/ensure-chromium
+	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.dev-ok
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not browser" $(PYTEST_ARGS)
+
+lint: $(VENV)/.dev-ok
+	$(VENV)/bin/ruff check .
+
+bench: $(VENV)/.dev-ok
+	@for m in bench/*.py; do case $$m in */__init__.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+
+image-check:
+	bash scripts/image-check
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts

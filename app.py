@@ -1,0 +1,33 @@
+"""Attention Lab: home page. The other pages live in pages/ (classic multipage)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui.nav import PAGES
+from ui.page import PageContext, run_page
+
+def body(ctx: PageContext) -> None:
+    st.title("Attention Lab")
+    st.markdown(
+        "See scaled dot-product attention at work, and where it breaks. Every number on these "
+        "pages is computed live by **attncore**, a small torch package, on "
+        f"**{ctx.device_label}**; every plot has its theory beside it, and every view lives in "
+        "the URL, so a copied link reproduces it."
+    )
+    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
+    st.markdown(
+        "Queries $Q\\in\\mathbb{R}^{L\\times d_k}$ score keys $K\\in\\mathbb{R}^{S\\times d_k}$; "
+        "the mask $M$ (0 or $-\\infty$) hides keys; each row of weights sums to 1 and mixes the "
+        "values $V$. The division by $\\sqrt{d_k}$ keeps the scores' spread independent of the "
+        "dimension, since $\\operatorname{Var}(q\\cdot k)=d_k$ for unit-variance entries."
+    )
+    st.subheader("Pages")
+    cols = st.columns(min(3, len(PAGES)))
+    for i, entry in enumerate(PAGES):
+        with cols[i % len(cols)].container(border=True):
+            st.page_link(entry.path, label=entry.label, icon=entry.icon)
+            st.caption(entry.summary)
+
+
+run_page(title="Home", icon=":material/visibility:", params=(), body=body)

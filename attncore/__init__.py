@@ -1,0 +1,25 @@
+"""attncore: the compute core of Attention Lab (no UI imports).
+
+Shape legend used across the package: ``B`` batch, ``H`` heads, ``L`` queries,
+``S`` keys, ``E`` query/key dim, ``Ev`` value dim.
+"""
+
+from attncore.attention import AttentionStages, attention, attention_stages
+from attncore.device import describe_device, resolve_device
+from attncore.errors import AttnInputError, ResourceLimitError
+from attncore.normalizers import NORMALIZER_NAMES, Normalizer, get_normalizer
+
+__all__ = [
+    "NORMALIZER_NAMES",
+    "AttentionStages",
+    "AttnInputError",
+    "Normalizer",
+    "ResourceLimitError",
+    "attention",
+    "attention_stages",
+    "describe_device",
+    "get_normalizer",
+    "resolve_device",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,123 @@
+"""Boolean attention masks. ``True`` means the query may attend to the key.
+
+Shape legend: ``B`` batch, ``L`` queries, ``S`` keys. Every builder creates its
+tensor on the ``device`` it is given; combine masks with :func:`combine`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attncore.errors import AttnInputError
+
+__all__ = [
+    "MASK_KINDS",
+    "block_diagonal_mask",
+    "causal_mask",
+    "combine",
+    "float_to_bool",
+    "sliding_window_mask",
+    "valid_lens_mask",
+]
+
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "window", "blocks")
+
+
+def causal_mask(L: int, S: int, device: torch.device | str | None = None) -> Tensor:
+    """Lower-triangular ``(L, S)`` mask aligned top-left, as torch's ``is_causal``.
+
+    Query ``i`` sees keys ``0..i``. With ``L != S`` the diagonal starts at the
+    top-left corner (torch's convention), not the bottom-right.
+    """
+    _check_sizes(L, S)
+    return torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=0)
+
+
+def sliding_window_mask(
+    L: int, S: int, window: int, device: torch.device | str | None = None
+) -> Tensor:
+    """Causal sliding window ``(L, S)``: query ``i`` sees keys ``i-window+1 .. i``.
+
+    ``window >= 1``. A window of at least ``L`` keys equals :func:`causal_mask`
+    (so does ``window >= S`` when ``L <= S``); with ``L > S`` a window of ``S``
+    still hides the early keys from queries ``i >= S``.
+    """
+    _check_sizes(L, S)
+    if int(window) < 1:
+        raise AttnInputError(f"the sliding window must be at least 1 key; got {window}.")
+    return causal_mask(L, S, device) & ~torch.ones(
+        L, S, dtype=torch.bool, device=device
+    ).tril(diagonal=-int(window))
+
+
+def block_diagonal_mask(
+    L: int, S: int, block: int, device: torch.device | str | None = None
+) -> Tensor:
+    """Packed-documents mask ``(L, S)``: query ``i`` sees keys in the same block of size ``block``.
+
+    Models the "document packing" mask used when several sequences share one row.
+    """
+    _check_sizes(L, S)
+    if int(block) < 1:
+        raise AttnInputError(f"the block size must be at least 1; got {block}.")
+    qi = torch.arange(L, device=device) // int(block)
+    kj = torch.arange(S, device=device) // int(block)
+    return qi[:, None] == kj[None, :]
+
+
+def valid_lens_mask(valid_lens: Tensor, L: int, S: int, query_ndim: int) -> Tensor:
+    """Padding mask from d2l's ``valid_lens``: key ``j`` is kept when ``j < valid_len``.
+
+    Args:
+        valid_lens: ``(B,)`` one length per sequence, or ``(B, L)`` one per query.
+        L, S: query and key lengths.
+        query_ndim: ``query.dim()``; the batch dim ``B`` is the query's first dim.
+
+    Returns:
+        Boolean mask ``(B, 1, ..., 1, L or 1, S)`` with ``query_ndim`` dims, ready
+        to broadcast against scores ``(B, ..., L, S)``.
+    """
+    if query_ndim < 3:
+        raise AttnInputError(
+            "valid_lens needs a batch dimension: query must be (B, ..., L, E)."
+        )
+    vl = torch.as_tensor(valid_lens)
+    if vl.dtype.is_floating_point:
+        vl = vl.round()
+    vl = vl.long()
+    if vl.dim() == 1:
+        keep = torch.arange(S, device=vl.device)[None, :] < vl[:, None]  # (B, S)
+        keep = keep[:, None, :]  # (B, 1, S)
+    elif vl.dim() == 2:
+        if vl.shape[1] != L:
+            raise AttnInputError(
+                f"valid_lens of shape (B, L) must have L = {L} columns; got {tuple(vl.shape)}."
+            )
+        keep = torch.arange(S, device=vl.device)[None, None, :] < vl[:, :, None]  # (B, L, S)
+    else:
+        raise AttnInputError(f"valid_lens must be (B,) or (B, L); got shape {tuple(vl.shape)}.")
+    middle = [1] * (query_ndim - 3)
+    return keep.reshape(keep.shape[0], *middle, keep.shape[1], S)
+
+
+def float_to_bool(mask: Tensor) -> Tensor:
+    """Boolean view of an additive float mask: ``-inf`` entries are disallowed."""
+    return mask != float("-inf")
+
+
+def combine(*masks: Tensor | None) -> Tensor | None:
+    """Logical AND of boolean masks (broadcasting); ``None`` entries are skipped."""
+    out: Tensor | None = None
+    for m in masks:
+        if m is None:
+            continue
+        if m.dtype != torch.bool:
+            raise AttnInputError("only boolean masks can be combined.")
+        out = m if out is None else out & m
+    return out
+
+
+def _check_sizes(L: int, S: int) -> None:
+    if int(L) < 1 or int(S) < 1:
+        raise AttnInputError(f"query and key lengths must be at least 1; got L={L}, S={S}.")

@@ -1,0 +1,248 @@
+"""Heatmaps: attention weights and the stages that make them, for synthetic Q, K, V."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attncore.explore import SyntheticSpec, float16_overflow, row_stats
+from attncore.masks import MASK_KINDS
+from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
+from attncore.scoring import SCORING_NAMES
+from attncore.theory import scaled_logit_std, uniform_entropy
+from ui import figures, widgets
+from ui.cached import heatmap_stages
+from ui.page import PageContext, run_page
+from ui.state import Param
+
+D_K_OPTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+SCORING_LABELS = {"scaled_dot": "scaled dot  q·k/√d", "dot": "dot  q·k (unscaled)",
+                  "additive": "additive (Bahdanau)"}
+MASK_LABELS = {"none": "none", "causal": "causal", "padding": "padding (valid_lens)",
+               "window": "sliding window", "blocks": "packed documents"}
+NORM_LABELS = {n: get_normalizer(n).label for n in NORMALIZER_NAMES}
+
+P_L = Param("L", 16, lo=1, hi=1024)
+P_S = Param("S", 16, lo=1, hi=1024)
+P_DK = Param("dk", 64, options=D_K_OPTIONS)
+P_HEADS = Param("heads", 4, lo=1, hi=16)
+P_KV = Param("kv", 4, lo=1, hi=16)
+P_HEAD = Param("head", 0, lo=0, hi=15)
+P_SCORING = Param("scoring", "scaled_dot", options=SCORING_NAMES)
+P_TEMP = Param("temp", 1.0, lo=0.05, hi=10.0)
+P_MASK = Param("mask", "none", options=MASK_KINDS)
+P_VLEN = Param("vlen", 12, lo=0, hi=1024)
+P_WIN = Param("win", 4, lo=1, hi=1024)
+P_BLOCK = Param("block", 8, lo=1, hi=1024)
+P_NORM = Param("norm", "softmax", options=NORMALIZER_NAMES)
+P_SS = Param("ss", 0.43, lo=0.05, hi=2.0)
+P_STD = Param("std", 1.0, lo=0.1, hi=32.0)
+P_CMP = Param("cmp", False)
+P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
+P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
+P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
+PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_WIN,
+          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM)
+
+STAGE_SIDE = 128  # cells per side for the four stage maps
+MAIN_SIDE = 512  # cells per side for the selected head
+THUMB_SIDE = 64  # cells per side for head thumbnails
+
+
+def controls(where) -> SyntheticSpec:
+    """Draw the page's controls and return the spec they describe."""
+    where.markdown("#### Inputs")
+    L = widgets.slider(P_L, "Queries L", where=where)
+    S = widgets.slider(P_S, "Keys S", where=where)
+    d_k = widgets.select_slider(P_DK, "Head dim d_k", where=where)
+    heads = widgets.slider(P_HEADS, "Heads", where=where)
+    divisors = [g for g in range(1, heads + 1) if heads % g == 0]
+    if st.session_state.get(P_KV.key) not in divisors:
+        st.session_state[P_KV.key] = heads
+    where.selectbox("Key/value heads (GQA groups)", divisors, key=P_KV.key,
+                    help="Fewer key/value heads than query heads = grouped-query attention: "
+                         "each key/value head is shared by heads / kv heads query heads.")
+    if st.session_state.get(P_HEAD.key, 0) >= heads:
+        st.session_state[P_HEAD.key] = heads - 1
+    std = widgets.slider(P_STD, "Input std σ", step=0.1, where=where,
+                         help="Entries of Q, K and V are drawn from N(0, σ²).")
+    where.markdown("#### Scores and mask")
+    scoring = widgets.radio(P_SCORING, "Scoring function", labels=SCORING_LABELS, horizontal=False,
+                            where=where)
+    temp = widgets.slider(P_TEMP, "Temperature τ", step=0.05, where=where,
+                          help="Scores are divided by τ before normalising: τ < 1 sharpens, τ > 1 flattens.")
+    mask = widgets.select(P_MASK, "Mask", labels=MASK_LABELS, where=where)
+    if mask == "padding":
+        widgets.slider(P_VLEN, "Valid length (keys ≥ it are padding)", where=where)
+    elif mask == "window":
+        widgets.slider(P_WIN, "Window w (query i sees keys i−w+1…i)", where=where)
+    elif mask == "blocks":
+        widgets.slider(P_BLOCK, "Document length", where=where)
+    where.markdown("#### Normaliser")
+    norm = widgets.select(P_NORM, "Normaliser", labels=NORM_LABELS, where=where)
+    if norm == "ssmax":
+        widgets.slider(P_SS, "SSMax s", step=0.01, where=where)
+    return SyntheticSpec(L=L, S=S, d_k=d_k, heads=heads, kv_heads=int(st.session_state[P_KV.key]),
+                         scoring=scoring, temperature=temp, mask=mask,
+                         valid_len=int(st.session_state.get(P_VLEN.key, P_VLEN.default)),
+                         window=int(st.session_state.get(P_WIN.key, P_WIN.default)),
+                         block=int(st.session_state.get(P_BLOCK.key, P_BLOCK.default)),
+                         normalizer=norm, ssmax_s=float(st.session_state.get(P_SS.key, P_SS.default)),
+                         input_std=std)
+
+
+def explain() -> None:
+    st.markdown(
+        "Every query scores every key, the scores are scaled and masked, and a normaliser turns "
+        "each row into weights that mix the values. Move a control and watch which stage changes. "
+        "With unscaled dot products the scores grow like √d, so at large d the rows collapse onto "
+        "one key; dividing by √d keeps their spread near σ² whatever the dimension."
+    )
+    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}\,\tau}"
+             r"+M\right)V,\qquad \operatorname{Var}(q\cdot k)=d_k\,\sigma^4")
+
+
+def stage_row(stages, head: int) -> None:
+    """Raw, scaled, masked scores and weights of one head, side by side."""
+    raw = stages.raw[head].cpu().numpy()
+    scaled = stages.scaled[head].cpu().numpy()
+    masked = stages.masked[head].cpu().numpy()
+    weights = stages.weights[head].cpu().numpy()
+    finite = np.abs(scaled[np.isfinite(scaled)])
+    lim = float(finite.max()) if finite.size else 1.0
+    raw_lim = float(np.abs(raw).max()) or 1.0
+    cols = st.columns(4)
+    specs = [("1 · raw scores a(q, k)", raw, True, raw_lim, "score"),
+             (f"2 · scaled ×{stages.scale:.3g}/τ", scaled, True, lim, "score"),
+             ("3 · masked (blank = −∞)", masked, True, lim, "score"),
+             ("4 · weights", weights, False, None, "weight")]
+    for col, (title, z, div, zl, name) in zip(cols, specs, strict=True):
+        fig = figures.heatmap(z, title=title, diverging=div, value_name=name, max_side=STAGE_SIDE,
+                              zmin=-zl if zl else 0.0, zmax=zl, height=300, x_title="", y_title="")
+        fig.update_layout(meta={"view": f"stage-{title[0]}"})
+        col.plotly_chart(fig, key=f"chart_stage{title[0]}")
+
+
+def head_metrics(stages, spec: SyntheticSpec, head: int) -> None:
+    rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
+    scaled = stages.scaled[head]
+    measured = float(scaled.std()) if scaled.numel() > 1 else 0.0
+    c = st.columns(4)
+    c[0].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
+                help="Uniform over S keys would be log S = "
+                     f"{uniform_entropy(spec.S):.3f}.")
+    c[1].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}",
+                help=f"Uniform would be 1/S = {1 / spec.S:.4f}.")
+    if spec.scoring == "additive":
+        c[2].metric("std of scaled scores", f"{measured:.3f}")
+    else:
+        theory = scaled_logit_std(spec.d_k, spec.input_std**2, spec.input_std**2, scale=spec.scale(),
+                                  temperature=spec.temperature)
+        c[2].metric("std of scaled scores", f"{measured:.3f}", f"theory {theory:.3f}",
+                    delta_color="off",
+                    help="Theory: √d·σ²·scale/τ for independent Gaussian entries.")
+    c[3].metric("Mean row sum", f"{float(rs.row_sum.mean()):.3f}",
+                help="1 for softmax and SSMax; softmax1 and sigmoid may spend less (or more).")
+
+
+def main_view(stages, spec: SyntheticSpec, head: int) -> None:
+    w = stages.weights[head]
+    allowed = None if stages.allowed is None else stages.allowed[head]
+    rs = row_stats(w, allowed)
+    vis = rs.visible.cpu().numpy().astype(np.float64)
+    fig = figures.weights_with_row_stats(
+        w.cpu().numpy(), rs.entropy.cpu().numpy(), rs.max_weight.cpu().numpy(),
+        max_entropy=np.log(np.maximum(vis, 1)), max_side=MAIN_SIDE,
+        title=f"Head {head} (key/value head {head // (spec.heads // spec.kv_heads)})",
+    )
+    fig.update_layout(meta={"view": "weights"})
+    st.plotly_chart(fig, key="chart_weights")
+    if max(spec.L, spec.S) > MAIN_SIDE:
+        st.caption(f"Shown at ≤{MAIN_SIDE}×{MAIN_SIDE} cells: each cell averages a block of weights; "
+                   "the CSV has every value.")
+    widgets.csv_download(lambda: weights_frame(w.cpu().numpy()), f"attention_weights_head{head}.csv",
+                         label="Download weights (CSV)", key="dl_weights")
+
+
+def weights_frame(w: np.ndarray) -> pd.DataFrame:
+    """Weights (L, S) as a wide table: one row per query, one column per key."""
+    df = pd.DataFrame(w.astype(np.float64), columns=[f"key_{j}" for j in range(w.shape[1])])
+    df.insert(0, "query", np.arange(w.shape[0]))
+    return df
+
+
+def heads_grid(stages, spec: SyntheticSpec) -> None:
+    if spec.heads == 1:
+        return
+    group = spec.heads // spec.kv_heads
+    maps = [stages.weights[h].cpu().numpy() for h in range(spec.heads)]
+    titles = [f"head {h} · kv {h // group}" for h in range(spec.heads)]
+    fig = figures.heatmap_grid(maps, titles, cols=min(8, spec.heads), max_side=THUMB_SIDE, zmin=0.0)
+    fig.update_layout(meta={"view": "heads"})
+    st.markdown("##### All heads")
+    st.plotly_chart(fig, key="chart_heads")
+    if spec.kv_heads < spec.heads:
+        st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by "
+                   f"{group} query heads. Heads in a group see the same keys but differ in their queries.")
+
+
+def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
+    where.markdown("#### Compare with setting B")
+    b_scoring = widgets.radio(P_CMP_SCORING, "B: scoring", labels=SCORING_LABELS, horizontal=False,
+                              where=where)
+    b_temp = widgets.slider(P_CMP_TEMP, "B: temperature τ", step=0.05, where=where)
+    b_norm = widgets.select(P_CMP_NORM, "B: normaliser", labels=NORM_LABELS, where=where)
+    spec_b = replace(spec, scoring=b_scoring, temperature=b_temp, normalizer=b_norm)
+    res_a = heatmap_stages(spec, ctx.device)
+    res_b = heatmap_stages(spec_b, ctx.device)
+    st.markdown("##### Compare A and B (same Q, K, V)")
+    cols = st.columns(2)
+    for col, name, s, res in ((cols[0], "A", spec, res_a), (cols[1], "B", spec_b, res_b)):
+        w = res.value.weights[head]
+        rs = row_stats(w, None if res.value.allowed is None else res.value.allowed[head])
+        title = f"{name}: {SCORING_LABELS[s.scoring].split('  ')[0]}, τ={s.temperature:g}, {s.normalizer}"
+        fig = figures.heatmap(w.cpu().numpy(), title=title, max_side=256, zmin=0.0, height=380)
+        fig.update_layout(meta={"view": f"compare-{name}"})
+        col.plotly_chart(fig, key=f"chart_compare{name}")
+        col.caption(f"mean entropy {float(rs.entropy.mean()):.3f} nats · mean max weight "
+                    f"{float(rs.max_weight.mean()):.3f} · computed in {res.seconds * 1e3:.0f} ms")
+
+
+def body(ctx: PageContext) -> None:
+    st.title("Heatmaps")
+    explain()
+    spec = replace(controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
+    cmp_on = widgets.toggle(P_CMP, "Compare two settings", where=ctx.controls)
+    spec.validate()
+    res = heatmap_stages(spec, ctx.device)
+    stages = res.value
+    head = 0
+    if spec.heads > 1:
+        head = st.slider("Selected head", 0, spec.heads - 1, key=P_HEAD.key,
+                         help="The head shown large and in the stage row.")
+    if spec.dtype == "float16":
+        over = float16_overflow(stages.raw)
+        if over:
+            st.warning(f"{over} raw scores exceed float16's largest value 65504 and would be ±inf if "
+                       "stored in float16. attncore scores half inputs in float32 (as fused kernels "
+                       "accumulate), so the weights below stay finite.")
+    if spec.mask == "padding" and spec.valid_len == 0:
+        st.info("Valid length 0 hides every key: each row is fully masked, so its weights and "
+                "output are zero (not NaN).")
+    if spec.mask == "window" and spec.window >= spec.S:
+        st.info(f"The window ({spec.window}) is at least S ({spec.S}): it equals the causal mask.")
+    head_metrics(stages, spec, head)
+    st.markdown("##### Stages of one head")
+    stage_row(stages, head)
+    main_view(stages, spec, head)
+    widgets.caption_compute(ctx.device_label, res.seconds,
+                            f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")
+    heads_grid(stages, spec)
+    if cmp_on:
+        compare(spec, ctx, head, ctx.controls)
+
+
+run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body)

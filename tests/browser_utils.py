@@ -1,0 +1,108 @@
+"""Playwright helpers for the real-browser tests (Chromium against `streamlit run`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from playwright.sync_api import Page
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+DOCS = ROOT / "docs"
+
+# A cheap fingerprint of every chart's data: changes whenever any trace is redrawn with new data.
+FINGERPRINT_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g =>
+  (g.data || []).map(t => { const s = JSON.stringify(t.z || t.y || t.x || null) || '';
+    return s.length + ':' + s.slice(0, 96) + s.slice(-96); }).join(';')).join('|')"""
+
+
+def url_path(script: str) -> str:
+    """URL path of a page script: 'pages/1_Heatmaps.py' -> 'Heatmaps'."""
+    stem = Path(script).stem
+    head, _, rest = stem.partition("_")
+    return rest if head.isdigit() and rest else stem
+
+
+def wait_idle(page: Page, timeout_s: float = 90.0) -> None:
+    """Wait until Streamlit has finished the current script run."""
+    page.wait_for_selector("[data-testid=stApp]", timeout=timeout_s * 1000)
+    deadline = time.monotonic() + timeout_s
+    # The status widget shows "Running..." while the script runs.
+    while time.monotonic() < deadline:
+        running = page.locator("[data-testid=stStatusWidget]").count() > 0 and \
+            page.locator("[data-testid=stStatusWidget]").is_visible()
+        if not running:
+            time.sleep(0.3)
+            if not (page.locator("[data-testid=stStatusWidget]").count() > 0 and
+                    page.locator("[data-testid=stStatusWidget]").is_visible()):
+                return
+        time.sleep(0.1)
+    raise AssertionError("the page kept running")
+
+
+def open_page(page: Page, url: str, *, charts: bool = True, timeout_s: float = 120.0) -> None:
+    page.goto(url, timeout=timeout_s * 1000)
+    if charts:
+        page.wait_for_selector(".js-plotly-plot", timeout=timeout_s * 1000)
+    wait_idle(page, timeout_s)
+
+
+def assert_clean(page: Page) -> None:
+    """No exception box and no error alert on the page."""
+    exc = page.locator("[data-testid=stException]")
+    assert exc.count() == 0, exc.first.inner_text()
+    err = page.locator("[data-testid=stAlertContentError]")
+    assert err.count() == 0, err.first.inner_text()
+
+
+def fingerprint(page: Page) -> str:
+    return str(page.evaluate(FINGERPRINT_JS))
+
+
+def slider(page: Page, label: str):
+    """The range input of the slider whose label is ``label``."""
+    box = page.locator("[data-testid=stSlider]").filter(
+        has=page.locator("[data-testid=stWidgetLabel]", has_text=label))
+    assert box.count() >= 1, f"no slider labelled {label!r}"
+    return box.first.locator("input[type=range]")
+
+
+def nudge_and_time(page: Page, label: str, key: str = "ArrowRight", presses: int = 1,
+                   timeout_s: float = 60.0) -> float:
+    """Press a key on a slider and return seconds until some chart's data changed."""
+    before = fingerprint(page)
+    thumb = slider(page, label)
+    thumb.focus()
+    t0 = time.perf_counter()
+    for _ in range(presses):
+        thumb.press(key)
+    page.wait_for_function(f"() => ({FINGERPRINT_JS})() !== {before!r}", timeout=timeout_s * 1000,
+                           polling=50)
+    elapsed = time.perf_counter() - t0
+    wait_idle(page)
+    return elapsed
+
+
+def screenshot(page: Page, name: str, *, height: int | None = None) -> Path:
+    """Save a screenshot to test-artifacts/ (and docs/ when ATTNLAB_UPDATE_SCREENSHOTS=1)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    if height is not None:
+        page.set_viewport_size({"width": page.viewport_size["width"], "height": height})
+        wait_idle(page)
+        time.sleep(0.5)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    if os.environ.get("ATTNLAB_UPDATE_SCREENSHOTS") == "1":
+        DOCS.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS / f"{name}.png"))
+    return path
+
+
+def report(line: str) -> None:
+    """Print a benchmark-style line (not an assertion) to the test output and a log file."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with open(ARTIFACTS / "browser-timings.txt", "a") as f:
+        f.write(line + "\n")
+    print(line)

@@ -1,0 +1,70 @@
+"""Helpers for reading Plotly figures back out of AppTest elements.
+
+Plotly 7 stores arrays in the figure JSON as ``{"bdata": base64, "dtype": "f4", "shape": "L, S"}``;
+these helpers decode them so tests can compare chart data with attncore's numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+
+def decode(value: Any) -> np.ndarray:
+    """A Plotly array (plain list or base64 ``bdata`` dict) as a numpy array."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            dims = [int(s) for s in str(shape).split(",")]
+            arr = arr.reshape(dims)
+        return arr
+    return np.asarray(value)
+
+
+def figures(at: Any) -> list[dict]:
+    """Every plotly chart on an AppTest page as figure JSON."""
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def figure(at: Any, view: str) -> dict:
+    """The one figure whose ``layout.meta.view`` equals ``view``."""
+    found = [f for f in figures(at) if (f.get("layout", {}).get("meta") or {}).get("view") == view]
+    views = [(f.get("layout", {}).get("meta") or {}).get("view") for f in figures(at)]
+    assert len(found) == 1, f"expected one chart with view={view!r}; charts: {views}"
+    return found[0]
+
+
+def trace(fig: dict, index: int = 0) -> dict:
+    return fig["data"][index]
+
+
+def traces_named(fig: dict, name: str) -> list[dict]:
+    return [t for t in fig["data"] if t.get("name") == name]
+
+
+def no_errors(at: Any) -> None:
+    """Assert the page rendered without an exception or error box."""
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def run_app(script: str, timeout: float = 120, **query: str) -> Any:
+    """Run a page (path relative to the repo root) in AppTest with URL query values.
+
+    The app is entered through app.py, as in the browser, so page links resolve.
+    """
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    if script != "app.py":
+        at.switch_page(script)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()

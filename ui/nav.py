@@ -1,0 +1,23 @@
+"""The page registry: one entry per page, used by the sidebar navigation and the home cards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PAGES", "PageEntry"]
+
+
+@dataclass(frozen=True)
+class PageEntry:
+    path: str  # script path relative to the app root
+    label: str
+    icon: str
+    summary: str
+
+
+PAGES: tuple[PageEntry, ...] = (
+    PageEntry("pages/1_Heatmaps.py", "Heatmaps", ":material/grid_on:",
+              "Attention weights and the stages that make them: raw, scaled and masked scores, "
+              "weights. Masks (causal, padding, sliding window, packed documents), scoring "
+              "functions, normalisers, heads and grouped-query attention, and a compare mode."),
+)

@@ -1,0 +1,111 @@
+"""The frame every page runs in: page config, shared sidebar, URL state, error boundary.
+
+A page declares its :class:`~ui.state.Param` list and a ``body`` function and calls
+:func:`run_page`. Everything the body raises is caught here and shown as a plain
+message: input errors verbatim, anything unexpected as one line with its type,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+import torch
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
+
+from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
+from attncore.explore import DTYPES
+from attncore.errors import AttnInputError
+from ui import state, widgets
+from ui.nav import PAGES
+
+__all__ = ["GLOBAL_PARAMS", "PageContext", "run_page"]
+
+log = logging.getLogger("attnlab")
+
+# Denormal floats (e.g. the tails of a saturated softmax) make CPU matmuls up to 30x
+# slower; flushing them to zero changes no value the app shows.
+torch.set_flush_denormal(True)
+
+DEVICE = state.Param("device", "auto", options=("auto", *available_devices()))
+SEED = state.Param("seed", 0, lo=0, hi=2**31 - 1)
+DTYPE = state.Param("dtype", "float32", options=tuple(DTYPES))
+GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE)
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What the shared sidebar decided, passed to every page body."""
+
+    device: str  # e.g. "cpu", "cuda:0"; plain string so cached functions can hash it
+    device_label: str
+    seed: int
+    dtype: str
+    controls: Any  # sidebar container for the page's own controls, above the compute section
+
+
+def _sidebar(controls: Any) -> PageContext:
+    side = st.sidebar
+    side.divider()
+    side.markdown("#### Compute")
+    widgets.select(DEVICE, "Device", where=side,
+                   labels={"auto": "auto (CUDA if present)"},
+                   help="Where attncore computes. ATTNCORE_DEVICE in the environment overrides it.")
+    widgets.number(SEED, "Seed", step=1, where=side,
+                   help="Seeds every random draw; the same seed reproduces the same view.")
+    widgets.select(DTYPE, "Precision", where=side,
+                   help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
+    try:
+        dev = resolve_device(state.value(DEVICE))
+    except DeviceUnavailableError as exc:
+        side.warning(f"{exc} Using the CPU.")
+        dev = torch.device("cpu")
+    label = describe_device(dev)
+    side.caption(f"Computing on **{label}** · torch {torch.__version__}")
+    return PageContext(device=str(dev), device_label=label, seed=int(state.value(SEED)),
+                       dtype=str(state.value(DTYPE)), controls=controls)
+
+
+def _nav() -> None:
+    side = st.sidebar
+    side.page_link("app.py", label="Home", icon=":material/home:")
+    for entry in PAGES:
+        side.page_link(entry.path, label=entry.label, icon=entry.icon)
+    side.divider()
+
+
+def run_page(
+    *,
+    title: str,
+    icon: str,
+    params: Sequence[state.Param],
+    body: Callable[[PageContext], None],
+) -> None:
+    """Render one page: config, sidebar, URL-restored controls, then ``body`` inside a boundary."""
+    st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide")
+    all_params = (*GLOBAL_PARAMS, *params)
+    notices = state.init(all_params)
+    try:
+        _nav()
+        controls = st.sidebar.container()
+        ctx = _sidebar(controls)
+        for note in notices:
+            st.warning(note, icon=":material/link:")
+        body(ctx)
+    except ScriptControlException:
+        raise
+    except AttnInputError as exc:
+        st.error(str(exc), icon=":material/block:")
+    except MemoryError:
+        st.error("That request needs more memory than this machine has; reduce the sizes.",
+                 icon=":material/memory:")
+    except Exception as exc:  # the page boundary: never show a traceback
+        log.exception("page %s failed", title)
+        st.error(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
+                 "Try other settings; the message has been logged.", icon=":material/error:")
+    finally:
+        state.sync_url(all_params)
