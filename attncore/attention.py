@@ -143,8 +143,13 @@ def attention_stages(
         attn_mask = attn_mask.to(q.device)
         if attn_mask.dtype == torch.bool:
             bool_mask = attn_mask
-        else:
+        elif attn_mask.dtype.is_floating_point:
             float_mask = attn_mask.to(ct)
+        else:
+            raise AttnInputError(
+                f"attn_mask must be boolean (True = may attend) or floating point (added to the "
+                f"scores); got {attn_mask.dtype}. Convert a 0/1 keep-mask with mask.bool()."
+            )
     structural = None
     if is_causal or window is not None:
         structural = (
@@ -162,7 +167,9 @@ def attention_stages(
         masked = masked.masked_fill(~allowed, float("-inf"))
     weights = norm(masked, allowed)  # (..., L, S)
     if dropout_p > 0.0:
-        keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= dropout_p
+        rng_device = weights.device if generator is None else generator.device
+        keep = torch.rand(weights.shape, generator=generator, device=rng_device) >= dropout_p
+        keep = keep.to(weights.device)  # (..., L, S)
         weights = weights * keep / (1.0 - dropout_p)
     output = weights @ v  # (..., L, Ev)
     return AttentionStages(
@@ -211,7 +218,7 @@ def attention(
         normalizer: ``"softmax"``, ``"softmax1"``, ``"ssmax"``, ``"sigmoid"`` or a
             :class:`~attncore.normalizers.Normalizer`.
         return_weights: also return the weights (..., L, S).
-        generator: random source for dropout.
+        generator: random source for dropout (it may live on another device than the inputs).
 
     Returns:
         output (..., L, Ev) in the query's dtype and device, or ``(output, weights)``

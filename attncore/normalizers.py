@@ -99,7 +99,16 @@ class Softmax(Normalizer):
     source = "Vaswani et al. 2017, 'Attention Is All You Need'"
 
     def __call__(self, scores: Tensor, allowed: Tensor | None = None) -> Tensor:
-        return _masked_softmax(scores, effective_allowed(scores, allowed), None)
+        if allowed is not None and allowed.dtype != torch.bool:
+            raise AttnInputError("the 'allowed' mask must be boolean (True = may attend).")
+        # Fast path: torch's fused softmax, then zero the rows that see no key at all
+        # (torch would give NaN there: exp(-inf) / 0).
+        x = scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(x, dim=-1)  # (..., L, S)
+        empty = x.amax(dim=-1, keepdim=True) == float("-inf")  # (..., L, 1)
+        if bool(empty.any()):
+            weights = weights.masked_fill(empty, 0.0)
+        return weights
 
 
 @dataclass(frozen=True)

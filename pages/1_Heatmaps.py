@@ -232,8 +232,9 @@ def body(ctx: PageContext) -> None:
     if spec.mask == "padding" and spec.valid_len == 0:
         st.info("Valid length 0 hides every key: each row is fully masked, so its weights and "
                 "output are zero (not NaN).")
-    if spec.mask == "window" and spec.window >= spec.S:
-        st.info(f"The window ({spec.window}) is at least S ({spec.S}): it equals the causal mask.")
+    if spec.mask == "window" and spec.window >= spec.L:
+        st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
+                "it equals the causal mask.")
     head_metrics(stages, spec, head)
     st.markdown("##### Stages of one head")
     stage_row(stages, head)

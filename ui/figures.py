@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike, NDArray
-from plotly.subplots import make_subplots
 
 __all__ = [
     "DIVERGING",
@@ -162,6 +161,15 @@ def heatmap(
     return style(fig, title=title, height=height)
 
 
+def _axis_name(i: int) -> str:
+    return "" if i == 0 else str(i + 1)
+
+
+def _title_annotation(text: str, x0: float, x1: float, y: float) -> dict:
+    return {"text": text, "x": (x0 + x1) / 2, "y": y, "xref": "paper", "yref": "paper",
+            "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 12}}
+
+
 def heatmap_grid(
     maps: Sequence[ArrayLike],
     titles: Sequence[str],
@@ -180,24 +188,33 @@ def heatmap_grid(
     n = len(maps)
     cols = max(1, min(cols, n))
     rows = -(-n // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles),
-                        horizontal_spacing=0.02, vertical_spacing=0.08 / max(1, rows - 1) if rows > 1 else 0.05)
+    height = cell_height * rows + 30
+    hgap, vgap = 0.02, min(0.08, 40 / height)
+    cw = (1 - hgap * (cols - 1)) / cols
+    ch = (1 - vgap * (rows - 1)) / rows
+    traces, layout, notes = [], {}, []
     for i, z in enumerate(maps):
-        fig.add_trace(_heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
-                                     x_labels=None, y_labels=None, coloraxis="coloraxis"),
-                      row=i // cols + 1, col=i % cols + 1)
-    axis = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
+        r, c = divmod(i, cols)
+        x0 = c * (cw + hgap)
+        y1 = 1 - r * (ch + vgap)
+        name = _axis_name(i)
+        tr = _heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
+                            x_labels=None, y_labels=None, coloraxis="coloraxis")
+        tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
+        traces.append(tr)
+        layout[f"xaxis{name}"] = {"domain": [x0, x0 + cw], "anchor": f"y{name}", "showticklabels": False}
+        layout[f"yaxis{name}"] = {"domain": [y1 - ch, y1], "anchor": f"x{name}", "showticklabels": False,
+                                  "autorange": "reversed"}
+        notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
+    axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
     if diverging:
         axis["cmid"] = 0.0
     if zmin is not None:
         axis["cmin"] = zmin
     if zmax is not None:
         axis["cmax"] = zmax
-    fig.update_layout(coloraxis=axis)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_annotations(font_size=12)
-    return style(fig, height=cell_height * rows + 30)
+    fig = go.Figure(data=traces, layout={**layout, "coloraxis": axis, "annotations": notes})
+    return style(fig, height=height)
 
 
 def weights_with_row_stats(
@@ -219,31 +236,33 @@ def weights_with_row_stats(
     w = np.asarray(weights)
     ent = _f32(row_entropy)
     mx = _f32(row_max)
-    L = w.shape[0]
-    fig = make_subplots(rows=1, cols=3, shared_yaxes=True, column_widths=[0.7, 0.15, 0.15],
-                        horizontal_spacing=0.02,
-                        subplot_titles=("weights", "entropy (nats)", "max weight"))
-    fig.add_trace(_heatmap_trace(w, max_side=max_side, diverging=False, value_name="weight",
-                                 x_labels=x_labels, y_labels=y_labels, zmin=0.0,
-                                 zmax=None), row=1, col=1)
-    fig.data[0].showscale = False
-    y = list(fig.data[0].y) if fig.data[0].y is not None else np.arange(L)
-    fig.add_trace(go.Bar(x=ent, y=y, orientation="h", name="entropy", marker_color=PALETTE[0],
-                         hovertemplate="query %{y}<br>entropy %{x:.4f} nats<extra></extra>"),
-                  row=1, col=2)
+    hm = _heatmap_trace(w, max_side=max_side, diverging=False, value_name="weight",
+                        x_labels=x_labels, y_labels=y_labels, zmin=0.0)
+    hm.update(showscale=False)
+    y = list(hm.y) if hm.y is not None else np.arange(w.shape[0])
+    traces = [
+        hm,
+        go.Bar(x=ent, y=y, orientation="h", name="entropy", marker_color=PALETTE[0], xaxis="x2",
+               yaxis="y", hovertemplate="query %{y}<br>entropy %{x:.4f} nats<extra></extra>"),
+    ]
     if max_entropy is not None:
-        fig.add_trace(go.Scatter(x=_f32(max_entropy), y=y, mode="lines", name="log(visible keys)",
-                                 line={"color": PALETTE[7], "dash": "dash"},
-                                 hovertemplate="query %{y}<br>log n %{x:.4f}<extra></extra>"),
-                      row=1, col=2)
-    fig.add_trace(go.Bar(x=mx, y=y, orientation="h", name="max weight", marker_color=PALETTE[1],
-                         hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"),
-                  row=1, col=3)
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(side="top", row=1, col=1, title="key")
-    fig.update_xaxes(range=[0, 1.0], row=1, col=3)
-    fig.update_layout(showlegend=False, bargap=0.05)
-    return style(fig, title=title, height=height)
+        traces.append(go.Scatter(x=_f32(max_entropy), y=y, mode="lines", name="log(visible keys)",
+                                 xaxis="x2", yaxis="y", line={"color": PALETTE[7], "dash": "dash"},
+                                 hovertemplate="query %{y}<br>log n %{x:.4f}<extra></extra>"))
+    traces.append(go.Bar(x=mx, y=y, orientation="h", name="max weight", marker_color=PALETTE[1],
+                         xaxis="x3", yaxis="y",
+                         hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"))
+    d1, d2, d3 = (0.0, 0.68), (0.70, 0.84), (0.86, 1.0)
+    layout = {
+        "xaxis": {"domain": list(d1), "anchor": "y", "side": "bottom", "title": {"text": "key"}},
+        "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": "entropy (nats)"}},
+        "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": [0, 1.0],
+                   "title": {"text": "max weight"}},
+        "yaxis": {"autorange": "reversed", "title": {"text": "query"}},
+        "showlegend": False,
+        "bargap": 0.05,
+    }
+    return style(go.Figure(data=traces, layout=layout), title=title, height=height)
 
 
 @dataclass
