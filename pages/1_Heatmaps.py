@@ -121,7 +121,8 @@ def stage_row(stages, head: int) -> None:
              ("4 · weights", weights, False, None, "weight")]
     for col, (title, z, div, zl, name) in zip(cols, specs, strict=True):
         fig = figures.heatmap(z, title=title, diverging=div, value_name=name, max_side=STAGE_SIDE,
-                              zmin=-zl if zl else 0.0, zmax=zl, height=300, x_title="", y_title="")
+                              zmin=-zl if zl else 0.0, zmax=zl, height=330, x_title="", y_title="",
+                              colorbar="bottom")
         fig.update_layout(meta={"view": f"stage-{title[0]}"})
         col.plotly_chart(fig, key=f"chart_stage{title[0]}")
 
@@ -221,8 +222,8 @@ def body(ctx: PageContext) -> None:
     stages = res.value
     head = 0
     if spec.heads > 1:
-        head = st.slider("Selected head", 0, spec.heads - 1, key=P_HEAD.key,
-                         help="The head shown large and in the stage row.")
+        head = st.columns([2, 3])[0].slider("Selected head", 0, spec.heads - 1, key=P_HEAD.key,
+                                            help="The head shown large and in the stage row.")
     if spec.dtype == "float16":
         over = float16_overflow(stages.raw)
         if over:

@@ -104,6 +104,7 @@ def _heatmap_trace(
     coloraxis: str | None = None,
     zmin: float | None = None,
     zmax: float | None = None,
+    colorbar: str = "right",
 ) -> go.Heatmap:
     small, fr, fc = downsample(z, max_side)
     kw: dict = {"z": small}
@@ -130,7 +131,11 @@ def _heatmap_trace(
             kw["zmin"] = zmin
         if zmax is not None:
             kw["zmax"] = zmax
-        kw["colorbar"] = {"thickness": 12, "len": 0.9}
+        if colorbar == "bottom":
+            kw["colorbar"] = {"thickness": 8, "orientation": "h", "y": -0.04, "yanchor": "top",
+                              "len": 1.0}
+        else:
+            kw["colorbar"] = {"thickness": 12, "len": 0.9}
     return go.Heatmap(hovertemplate=hover, hoverongaps=False, **kw)
 
 
@@ -148,16 +153,19 @@ def heatmap(
     height: int = 420,
     x_title: str = "key",
     y_title: str = "query",
+    colorbar: str = "right",
 ) -> go.Figure:
     """One attention map (L, S): query rows top to bottom, keys left to right.
 
     ``diverging`` centres a red-blue scale at 0 (for signed scores). NaN or
     infinite cells (masked keys) are blank. Hover shows query, key and value.
+    ``colorbar``: ``"right"`` or ``"bottom"`` (horizontal, for narrow columns).
     """
     fig = go.Figure(_heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
-                                   x_labels=x_labels, y_labels=y_labels, zmin=zmin, zmax=zmax))
-    fig.update_yaxes(autorange="reversed", title=y_title)
-    fig.update_xaxes(title=x_title, side="top")
+                                   x_labels=x_labels, y_labels=y_labels, zmin=zmin, zmax=zmax,
+                                   colorbar=colorbar))
+    fig.update_yaxes(autorange="reversed", title=y_title, showgrid=False, zeroline=False)
+    fig.update_xaxes(title=x_title, side="top", showgrid=False, zeroline=False)
     return style(fig, title=title, height=height)
 
 
@@ -202,9 +210,10 @@ def heatmap_grid(
                             x_labels=None, y_labels=None, coloraxis="coloraxis")
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
         traces.append(tr)
-        layout[f"xaxis{name}"] = {"domain": [x0, x0 + cw], "anchor": f"y{name}", "showticklabels": False}
+        layout[f"xaxis{name}"] = {"domain": [x0, x0 + cw], "anchor": f"y{name}", "showticklabels": False,
+                                  "showgrid": False, "zeroline": False}
         layout[f"yaxis{name}"] = {"domain": [y1 - ch, y1], "anchor": f"x{name}", "showticklabels": False,
-                                  "autorange": "reversed"}
+                                  "autorange": "reversed", "showgrid": False, "zeroline": False}
         notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
     axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
     if diverging:
@@ -254,11 +263,12 @@ def weights_with_row_stats(
                          hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"))
     d1, d2, d3 = (0.0, 0.68), (0.70, 0.84), (0.86, 1.0)
     layout = {
-        "xaxis": {"domain": list(d1), "anchor": "y", "side": "bottom", "title": {"text": "key"}},
+        "xaxis": {"domain": list(d1), "anchor": "y", "side": "bottom", "title": {"text": "key"},
+                  "showgrid": False, "zeroline": False},
         "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": "entropy (nats)"}},
         "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": [0, 1.0],
                    "title": {"text": "max weight"}},
-        "yaxis": {"autorange": "reversed", "title": {"text": "query"}},
+        "yaxis": {"autorange": "reversed", "title": {"text": "query"}, "showgrid": False},
         "showlegend": False,
         "bargap": 0.05,
     }

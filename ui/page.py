@@ -45,29 +45,35 @@ class PageContext:
     device_label: str
     seed: int
     dtype: str
-    controls: Any  # sidebar container for the page's own controls, above the compute section
+    controls: Any  # sidebar container for the page's own controls, below the compute section
 
 
-def _sidebar(controls: Any) -> PageContext:
-    side = st.sidebar
-    side.divider()
-    side.markdown("#### Compute")
-    widgets.select(DEVICE, "Device", where=side,
-                   labels={"auto": "auto (CUDA if present)"},
-                   help="Where attncore computes. ATTNCORE_DEVICE in the environment overrides it.")
-    widgets.number(SEED, "Seed", step=1, where=side,
-                   help="Seeds every random draw; the same seed reproduces the same view.")
-    widgets.select(DTYPE, "Precision", where=side,
-                   help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
+def _resolve() -> tuple[torch.device, str | None]:
     try:
-        dev = resolve_device(state.value(DEVICE))
+        return resolve_device(state.value(DEVICE)), None
     except DeviceUnavailableError as exc:
-        side.warning(f"{exc} Using the CPU.")
-        dev = torch.device("cpu")
+        return torch.device("cpu"), f"{exc} Using the CPU."
+
+
+def _sidebar() -> PageContext:
+    """The Compute expander (device, seed, precision) under the navigation."""
+    side = st.sidebar
+    dev, problem = _resolve()
     label = describe_device(dev)
-    side.caption(f"Computing on **{label}** · torch {torch.__version__}")
-    return PageContext(device=str(dev), device_label=label, seed=int(state.value(SEED)),
-                       dtype=str(state.value(DTYPE)), controls=controls)
+    seed, dtype = int(state.value(SEED)), str(state.value(DTYPE))
+    box = side.expander(f"Compute · {label} · seed {seed} · {dtype}", icon=":material/memory:")
+    widgets.select(DEVICE, "Device", where=box, labels={"auto": "auto (CUDA if present)"},
+                   help="Where attncore computes. ATTNCORE_DEVICE in the environment overrides it.")
+    widgets.number(SEED, "Seed", step=1, where=box,
+                   help="Seeds every random draw; the same seed reproduces the same view.")
+    widgets.select(DTYPE, "Precision", where=box,
+                   help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
+    box.caption(f"torch {torch.__version__}")
+    if problem:
+        side.warning(problem)
+    side.divider()
+    return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
+                       controls=side.container())
 
 
 def _nav() -> None:
@@ -75,7 +81,6 @@ def _nav() -> None:
     side.page_link("app.py", label="Home", icon=":material/home:")
     for entry in PAGES:
         side.page_link(entry.path, label=entry.label, icon=entry.icon)
-    side.divider()
 
 
 def run_page(
@@ -91,8 +96,7 @@ def run_page(
     notices = state.init(all_params)
     try:
         _nav()
-        controls = st.sidebar.container()
-        ctx = _sidebar(controls)
+        ctx = _sidebar()
         for note in notices:
             st.warning(note, icon=":material/link:")
         body(ctx)
