@@ -1,0 +1,54 @@
+"""The wall between compute and UI, checked on the source: attncore never imports UI code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UI_LIBS = {"streamlit", "plotly"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+ATTNCORE = sorted((ROOT / "attncore").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", ATTNCORE, ids=[p.name for p in ATTNCORE])
+def test_attncore_imports_no_ui_library(path: Path) -> None:
+    bad = imported_roots(path) & (UI_LIBS | {"ui", "pages"})
+    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_figures_never_call_streamlit() -> None:
+    assert "streamlit" not in imported_roots(ROOT / "ui" / "figures.py")
+
+
+def test_every_attncore_module_has_a_docstring_and_typed_public_functions() -> None:
+    for path in ATTNCORE:
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), f"{path.name} has no module docstring"
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"
+                assert node.returns is not None, f"{path.name}:{node.name} has no return type"
+                for arg in node.args.args + node.args.kwonlyargs:
+                    assert arg.annotation is not None, f"{path.name}:{node.name}({arg.arg}) untyped"
+
+
+def test_pages_register_in_the_navigation() -> None:
+    from ui.nav import PAGES
+
+    on_disk = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))
+    assert sorted(e.path for e in PAGES) == on_disk
