@@ -203,16 +203,16 @@ def heatmap_grid(
     traces, layout, notes = [], {}, []
     for i, z in enumerate(maps):
         r, c = divmod(i, cols)
-        x0 = c * (cw + hgap)
-        y1 = 1 - r * (ch + vgap)
+        x0 = min(1.0, max(0.0, c * (cw + hgap)))
+        y1 = min(1.0, max(0.0, 1 - r * (ch + vgap)))
         name = _axis_name(i)
         tr = _heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
                             x_labels=None, y_labels=None, coloraxis="coloraxis")
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
         traces.append(tr)
-        layout[f"xaxis{name}"] = {"domain": [x0, x0 + cw], "anchor": f"y{name}", "showticklabels": False,
+        layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", "showticklabels": False,
                                   "showgrid": False, "zeroline": False}
-        layout[f"yaxis{name}"] = {"domain": [y1 - ch, y1], "anchor": f"x{name}", "showticklabels": False,
+        layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}", "showticklabels": False,
                                   "autorange": "reversed", "showgrid": False, "zeroline": False}
         notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
     axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}

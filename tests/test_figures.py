@@ -1,0 +1,85 @@
+"""Figure builders: shapes, float32 payloads, block averaging, valid layouts for every grid size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.chart_data import decode
+from ui import figures
+
+
+def test_downsample_is_the_block_mean_and_ignores_masked_cells() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.random((1000, 37)).astype(np.float32)
+    a[:16, 0] = -np.inf  # a fully masked block stays blank
+    a[20, 1] = np.nan
+    small, fr, fc = figures.downsample(a, 64)
+    assert (fr, fc) == (16, 1) and small.shape == (63, 37) and small.dtype == np.float32
+    assert np.isnan(small[0, 0])
+    assert np.isclose(small[1, 1], np.nanmean(a[16:32, 1]))
+    assert np.isclose(small[-1, 5], a[992:, 5].mean())
+    same, fr, fc = figures.downsample(a[:50, :30], 64)
+    assert (fr, fc) == (1, 1) and np.isnan(same[0, 0])
+    np.testing.assert_allclose(same[21:], a[21:50, :30])
+
+
+def test_heatmap_sends_float32_and_hover_has_indices_and_value() -> None:
+    z = np.arange(12, dtype=np.float64).reshape(3, 4)
+    fig = json.loads(figures.heatmap(z, title="t").to_json())
+    tr = fig["data"][0]
+    assert tr["z"]["dtype"] == "f4"
+    np.testing.assert_array_equal(decode(tr["z"]), z.astype(np.float32))
+    assert "query %{y}" in tr["hovertemplate"] and "key %{x}" in tr["hovertemplate"]
+    assert "%{z:.6g}" in tr["hovertemplate"]
+    assert fig["layout"]["yaxis"]["autorange"] == "reversed"
+
+
+def test_heatmap_diverging_is_centred_at_zero_and_labels_are_used() -> None:
+    fig = figures.heatmap(np.array([[-1.0, 2.0]]), diverging=True, x_labels=["a", "b"], y_labels=["q"])
+    tr = fig.data[0]
+    assert tr.zmid == 0.0 and tr.colorscale[0][1] != tr.colorscale[-1][1]
+    assert list(tr.x) == ["0:a", "1:b"] and list(tr.y) == ["0:q"]
+
+
+def test_heatmap_of_a_large_map_is_block_averaged_with_a_block_hover() -> None:
+    z = np.ones((1024, 1024), dtype=np.float32)
+    tr = figures.heatmap(z, max_side=256).data[0]
+    assert np.asarray(tr.z).shape == (256, 256) and tr.dx == 4 and tr.dy == 4
+    assert "mean weight" in tr.hovertemplate
+
+
+@pytest.mark.parametrize("n", range(1, 17))
+@pytest.mark.parametrize("cols", [1, 3, 4, 8])
+def test_heatmap_grid_layout_is_valid_for_every_size(n: int, cols: int) -> None:
+    maps = [np.full((5, 6), float(i)) for i in range(n)]
+    fig = figures.heatmap_grid(maps, [f"head {i}" for i in range(n)], cols=cols)
+    assert len(fig.data) == n
+    for i, tr in enumerate(fig.data):
+        assert np.allclose(np.asarray(tr.z), i) and tr.coloraxis == "coloraxis"
+        suffix = "" if i == 0 else str(i + 1)
+        for axis in (f"xaxis{suffix}", f"yaxis{suffix}"):
+            lo, hi = fig.layout[axis].domain
+            assert 0.0 <= lo < hi <= 1.0
+    assert [a.text for a in fig.layout.annotations] == [f"head {i}" for i in range(n)]
+
+
+def test_weights_with_row_stats_traces() -> None:
+    w = np.full((4, 4), 0.25)
+    fig = figures.weights_with_row_stats(w, np.log(np.full(4, 4.0)), w.max(1), max_entropy=np.log([1, 2, 3, 4]))
+    names = [t.name for t in fig.data]
+    assert names[1:] == ["entropy", "log(visible keys)", "max weight"]
+    np.testing.assert_allclose(np.asarray(fig.data[1].x), np.log(4.0), rtol=1e-6)
+
+
+def test_line_chart_draws_theory_dashed_and_measurements_with_error_bars() -> None:
+    fig = figures.line_chart([
+        figures.Curve("measured", [1, 2], [3, 4], err=[0.1, 0.2]),
+        figures.Curve("theory", [1, 2], [3, 4], theory=True),
+    ], log_x=True)
+    m, t = fig.data
+    assert m.error_y.visible and np.allclose(np.asarray(m.error_y.array), [0.1, 0.2])
+    assert t.line.dash == "dash" and t.mode == "lines"
+    assert fig.layout.xaxis.type == "log"
