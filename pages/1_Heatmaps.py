@@ -106,25 +106,22 @@ def explain() -> None:
 
 
 def stage_row(stages, head: int) -> None:
-    """Raw, scaled, masked scores and weights of one head, side by side."""
+    """Raw, scaled, masked scores and weights of one head, side by side in one figure."""
     raw = stages.raw[head].cpu().numpy()
     scaled = stages.scaled[head].cpu().numpy()
     masked = stages.masked[head].cpu().numpy()
     weights = stages.weights[head].cpu().numpy()
     finite = np.abs(scaled[np.isfinite(scaled)])
     lim = float(finite.max()) if finite.size else 1.0
-    raw_lim = float(np.abs(raw).max()) or 1.0
-    cols = st.columns(4)
-    specs = [("1 · raw scores a(q, k)", raw, True, raw_lim, "score"),
-             (f"2 · scaled ×{stages.scale:.3g}/τ", scaled, True, lim, "score"),
-             ("3 · masked (blank = −∞)", masked, True, lim, "score"),
-             ("4 · weights", weights, False, None, "weight")]
-    for col, (title, z, div, zl, name) in zip(cols, specs, strict=True):
-        fig = figures.heatmap(z, title=title, diverging=div, value_name=name, max_side=STAGE_SIDE,
-                              zmin=-zl if zl else 0.0, zmax=zl, height=330, x_title="", y_title="",
-                              colorbar="bottom")
-        fig.update_layout(meta={"view": f"stage-{title[0]}"})
-        col.plotly_chart(fig, key=f"chart_stage{title[0]}")
+    raw_lim = float(np.abs(raw[np.isfinite(raw)]).max()) if np.isfinite(raw).any() else 1.0
+    fig = figures.heatmap_row(
+        [raw, scaled, masked, weights],
+        ["1 · raw scores a(q, k)", f"2 · scaled ×{stages.scale:.3g}/τ", "3 · masked (blank = −∞)",
+         "4 · weights"],
+        diverging=[True, True, True, False], limits=[raw_lim or 1.0, lim or 1.0, lim or 1.0, None],
+        value_names=["score", "score", "score", "weight"], max_side=STAGE_SIDE)
+    fig.update_layout(meta={"view": "stages"})
+    st.plotly_chart(fig, key="chart_stages")
 
 
 def head_metrics(stages, spec: SyntheticSpec, head: int) -> None:

@@ -50,9 +50,9 @@ def check_charts(at: AppTest) -> None:
     # Per-row entropy bars equal attncore.stats.entropy.
     bars = decode(trace(figure(at, "weights"), 1)["x"])
     np.testing.assert_allclose(bars, entropy(st.weights[head]).numpy(), rtol=1e-5, atol=1e-6)
-    for view, tensor in (("stage-1", st.raw), ("stage-2", st.scaled), ("stage-3", st.masked),
-                         ("stage-4", st.weights)):
-        z = decode(trace(figure(at, view))["z"])
+    stages = figure(at, "stages")
+    for i, tensor in enumerate((st.raw, st.scaled, st.masked, st.weights)):
+        z = decode(trace(stages, i)["z"])
         expect, _, _ = downsample(tensor[head].numpy(), 128)
         np.testing.assert_allclose(z, expect, rtol=1e-5, atol=1e-5, equal_nan=True)
     if spec.heads > 1:

