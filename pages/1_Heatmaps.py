@@ -13,7 +13,7 @@ from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import figures, widgets
+from ui import figures, realtext, widgets
 from ui.cached import heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -45,7 +45,8 @@ P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
 P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
 P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_WIN,
-          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM)
+          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM,
+          *realtext.HEATMAP_PARAMS)
 
 STAGE_SIDE = 128  # cells per side for the four stage maps
 MAIN_SIDE = 512  # cells per side for the selected head
@@ -211,6 +212,8 @@ def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Heatmaps")
+    if realtext.heatmaps_source(ctx):  # the "real text" source renders its own view
+        return
     explain()
     spec = replace(controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
     cmp_on = widgets.toggle(P_CMP, "Compare two settings", where=ctx.controls)

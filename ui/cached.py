@@ -55,3 +55,61 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
     spec.validate()
     pool = _input_pool(spec.heads, spec.kv_heads, spec.d_k, spec.seed, spec.dtype, device)
     return timed(lambda: synthetic_stages(spec, device, pool))
+
+
+# ---------------------------------------------------------------------------- Attention sinks page
+
+from dataclasses import replace as _replace  # noqa: E402
+
+import numpy as _np  # noqa: E402
+
+from attncore import models as _models  # noqa: E402
+from attncore import sinks as _sinks  # noqa: E402
+
+SWEEP_POINTS = 41
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
+def language_model(source: str, device: str) -> _models.LoadedModel:
+    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process."""
+    return _models.load_model(source, device)
+
+
+@st.cache_resource(max_entries=6, show_spinner="Running the model…")
+def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
+    lm = language_model(source, device)
+    return timed(lambda: _models.run_text(lm, text))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def sink_zoo(spec: _sinks.SinkSpec, device: str) -> Timed[dict[str, _sinks.ZooEntry]]:
+    """The synthetic head through every normaliser of :data:`attncore.sinks.ZOO`."""
+    return timed(lambda: _sinks.normaliser_zoo(spec, device))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _strength_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
+    grid = _np.linspace(*_sinks.STRENGTH_RANGE, SWEEP_POINTS)
+    return timed(lambda: _sinks.strength_sweep(spec, grid, device))
+
+
+def sink_strength_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
+    """Sink weight and output RMS over the strength range; cached on the fields that matter."""
+    d = _sinks.SinkSpec()
+    key = _replace(spec, sink=True, strength=d.strength, sink_logit=d.sink_logit, gate_bias=d.gate_bias,
+                   gate=d.gate)
+    return _strength_sweep(key, device)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
+    grid = _np.linspace(*_sinks.CONTENT_RANGE, SWEEP_POINTS)
+    return timed(lambda: _sinks.content_sweep(spec, grid, device))
+
+
+def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
+    """Every normaliser over the content range (no sink); cached on the fields that matter."""
+    d = _sinks.SinkSpec()
+    key = _replace(spec, sink=False, strength=d.strength, sink_value=d.sink_value, content=d.content)
+    return _content_sweep(key, device)

@@ -364,3 +364,163 @@ def line_chart(
     fig.update_xaxes(title=x_title, type="log" if log_x else "linear")
     fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
     return style(fig, title=title, height=height)
+
+
+# ---------------------------------------------------------------------------- Attention sinks page
+
+
+def layer_head_grid(
+    attn: ArrayLike,
+    tokens: Sequence[str] | None = None,
+    *,
+    selected: tuple[int, int] | None = None,
+    max_side: int = 40,
+    zmax: float | None = 1.0,
+    width_px: int = 1100,
+) -> go.Figure:
+    """Every head of every layer as one tiled heatmap: rows = layers, columns = heads.
+
+    ``attn`` (N, H, L, S). Each map is block-averaged to at most ``max_side`` cells
+    per side and the tiles are separated by one blank (NaN) row and column, so
+    the whole grid is a single trace (fast to build and to draw). Hover names the
+    layer, head, query and key. ``selected`` = (layer, head) is outlined.
+    ``layout.meta`` carries ``tile_rows``/``tile_cols`` (cells per tile, gap included).
+    """
+    a = np.asarray(attn, dtype=np.float32)
+    if a.ndim != 4:
+        raise ValueError(f"layer_head_grid needs (layers, heads, L, S); got shape {a.shape}.")
+    N, H = a.shape[:2]
+    tiles = [[downsample(a[l, h], max_side) for h in range(H)] for l in range(N)]
+    small0, fr, fc = tiles[0][0]
+    th, tw = small0.shape
+    z = np.full((N * (th + 1) - 1, H * (tw + 1) - 1), np.nan, dtype=np.float32)
+    for l in range(N):
+        for h in range(H):
+            z[l * (th + 1): l * (th + 1) + th, h * (tw + 1): h * (tw + 1) + tw] = tiles[l][h][0]
+
+    def names(n_cells: int, factor: int, kind: str, blocks: int, block_kind: str) -> list[str]:
+        out: list[str] = []
+        for b in range(blocks):
+            for i in range(n_cells):
+                j = i * factor
+                if factor == 1 and tokens is not None and j < len(tokens):
+                    out.append(f"{block_kind} {b} · {kind} {j}: {tokens[j]}")
+                else:
+                    out.append(f"{block_kind} {b} · {kind}s {j}…{j + factor - 1}")
+            if b < blocks - 1:
+                out.append(f"{block_kind} {b} gap")
+        return out
+
+    x = names(tw, fc, "key", H, "head")
+    y = names(th, fr, "query", N, "layer")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=x, y=y, colorscale=SEQUENTIAL, zmin=0.0, zmax=zmax, hoverongaps=False,
+        colorbar={"thickness": 12, "len": 0.9, "title": {"text": "weight", "side": "right"}},
+        hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>"))
+    for h in range(H):
+        fig.add_annotation(x=h * (tw + 1) + (tw - 1) / 2, y=1.0, yref="paper", yanchor="bottom",
+                           text=f"h{h}", showarrow=False, font={"size": 11})
+    for l in range(N):
+        fig.add_annotation(x=0.0, xref="paper", xanchor="right", y=l * (th + 1) + (th - 1) / 2,
+                           text=f"L{l}", showarrow=False, font={"size": 11})
+    if selected is not None:
+        l, h = selected
+        fig.add_shape(type="rect", x0=h * (tw + 1) - 0.5, x1=h * (tw + 1) + tw - 0.5,
+                      y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
+                      line={"color": PALETTE[5], "width": 3})
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="")
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange="reversed")
+    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1})
+    # Square tiles on a chart about `width_px` wide.
+    row_px = width_px / H * (th + 1) / (tw + 1)
+    style(fig, height=int(min(900, max(240, N * row_px + 40))))
+    fig.update_layout(margin={"l": 36, "r": 10, "t": 28, "b": 10})
+    return fig
+
+
+def labelled_heatmap(
+    z: ArrayLike,
+    x_labels: Sequence[str],
+    y_labels: Sequence[str],
+    *,
+    title: str | None = None,
+    x_title: str = "",
+    y_title: str = "",
+    value_name: str = "value",
+    zmin: float | None = 0.0,
+    zmax: float | None = 1.0,
+    text_format: str | None = ".2f",
+    height: int = 300,
+) -> go.Figure:
+    """A small labelled matrix (e.g. layers x heads), values printed in the cells.
+
+    ``z`` (rows, cols) with one label per row and column; ``text_format`` (a d3
+    format such as ``.2f``) prints each value in its cell, None prints nothing.
+    """
+    a = _f32(z)
+    if a.ndim != 2 or a.shape != (len(y_labels), len(x_labels)):
+        raise ValueError(f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
+    kw: dict = {}
+    if text_format is not None:
+        kw.update(texttemplate=f"%{{z:{text_format}}}", textfont={"size": 10})
+    fig = go.Figure(go.Heatmap(
+        z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
+        colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
+        hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>", **kw))
+    fig.update_yaxes(autorange="reversed", title=y_title, type="category")
+    fig.update_xaxes(title=x_title, type="category", tickangle=0 if len(x_labels) <= 16 else -60)
+    return style(fig, title=title, height=height)
+
+
+def mark_x(fig: go.Figure, x: float, label: str) -> go.Figure:
+    """A dotted vertical line at ``x`` with a short label (the current slider value)."""
+    fig.add_vline(x=x, line={"color": PALETTE[7], "dash": "dot", "width": 1.5},
+                  annotation_text=label, annotation_position="top left",
+                  annotation_font={"size": 11, "color": PALETTE[7]})
+    return fig
+
+
+def bars_with_theory(
+    names: Sequence[str],
+    values: ArrayLike,
+    *,
+    errors: ArrayLike | None = None,
+    theory: ArrayLike | None = None,
+    title: str | None = None,
+    y_title: str = "",
+    log_y: bool = False,
+    height: int = 300,
+) -> go.Figure:
+    """One bar per item (measured mean, error bar = spread over queries) and a dashed theory tick.
+
+    ``theory`` may hold NaN where no closed form exists.
+    """
+    v = _f32(values)
+    fig = go.Figure(go.Bar(
+        x=list(names), y=v, name="measured", marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(v))],
+        error_y=None if errors is None else {"type": "data", "array": _f32(errors), "visible": True,
+                                              "thickness": 1.2},
+        hovertemplate="%{x}<br>measured %{y:.4g}<extra></extra>"))
+    if theory is not None:
+        fig.add_trace(go.Scatter(
+            x=list(names), y=_f32(theory), mode="markers", name="theory (mean field)",
+            marker={"symbol": "line-ew-open", "size": 38, "color": PALETTE[7], "line": {"width": 3}},
+            hovertemplate="%{x}<br>theory %{y:.4g}<extra></extra>"))
+    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    if log_y:
+        log_ticks(fig)
+    fig.update_layout(bargap=0.35, showlegend=False)
+    return style(fig, title=title, height=height)
+
+
+def legend_below(fig: go.Figure) -> go.Figure:
+    """Move the legend under the plot, so it never collides with a title."""
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0, "font": {"size": 11}},
+                      margin={"b": 10})
+    return fig
+
+
+def log_ticks(fig: go.Figure) -> go.Figure:
+    """Powers of ten only, written as 10^k, on a log y axis."""
+    fig.update_yaxes(dtick=1, exponentformat="power")
+    return fig

@@ -21,3 +21,11 @@ PAGES: tuple[PageEntry, ...] = (
               "weights. Masks (causal, padding, sliding window, packed documents), scoring "
               "functions, normalisers, heads and grouped-query attention, and a compare mode."),
 )
+
+# ---------------------------------------------------------------------------- Attention sinks page
+PAGES += (
+    PageEntry("pages/4_Attention_sinks.py", "Attention sinks", ":material/anchor:",
+              "Why a head dumps its weight on a meaningless token: a synthetic sink, softmax against "
+              "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, and the "
+              "sinks of a real transformer (all-MiniLM-L6-v2, offline) on your own text."),
+)
