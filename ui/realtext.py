@@ -214,7 +214,7 @@ def _heatmaps_real(ctx: PageContext) -> None:
     c = st.columns(4)
     c[0].metric("Tokens", f"{L}", help="Including the special tokens the tokenizer adds.")
     c[1].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
-                f"uniform log n = {float(np.log(rs.visible.double()).mean()):.3f}", delta_color="off", delta_arrow="off")
+                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off", delta_arrow="off")
     c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
                 delta_color="off", delta_arrow="off")
     c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
