@@ -18,6 +18,7 @@ executed (``trust_remote_code=False``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -128,10 +129,8 @@ def discover_models(limit: int = 50) -> list[Path]:
             continue
         candidates += level1
         for d in level1:
-            try:
+            with contextlib.suppress(OSError):  # an unreadable folder is simply skipped
                 candidates += sorted(p for p in d.iterdir() if p.is_dir())[:50]
-            except OSError:
-                pass
         found += [c for c in candidates if (c / "config.json").is_file()]
         if len(found) >= limit:
             break
@@ -288,7 +287,8 @@ def _is_punctuation(token: str) -> bool:
     return bool(core) and all(unicodedata.category(c).startswith("P") for c in core)
 
 
-def token_kinds(tokens: Sequence[str], special_ids: Sequence[int], ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+def token_kinds(tokens: Sequence[str], special_ids: Sequence[int],
+                ids: Sequence[int]) -> tuple[Tensor, Tensor]:
     """(special, punctuation): two (L,) boolean masks for the tokens of one text.
 
     A special token has an id in ``special_ids``; a punctuation token is made only of

@@ -416,7 +416,8 @@ def sink_head_share(attn: Tensor, eps: float = 0.3, allowed: Tensor | None = Non
     ``alpha_k > eps`` (:func:`sink_scores`). ``eps`` is 0.3 in Gu et al. 2024.
     """
     if attn.dim() != 4:
-        raise AttnInputError(f"the sink metric needs attentions (layers, heads, L, S); got {tuple(attn.shape)}.")
+        raise AttnInputError(
+            f"the sink metric needs attentions (layers, heads, L, S); got {tuple(attn.shape)}.")
     if not (math.isfinite(eps) and 0.0 <= eps < 1.0):
         raise AttnInputError(f"the sink threshold eps must lie in [0, 1); got {eps}.")
     alpha = sink_scores(attn, allowed)  # (N, H, S)

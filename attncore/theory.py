@@ -6,7 +6,6 @@ so the UI can evaluate a curve on a grid without touching torch.
 
 from __future__ import annotations
 
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -53,9 +52,10 @@ def uniform_entropy(n: ArrayLike) -> NDArray[np.float64] | float:
     return float(out) if out.ndim == 0 else out
 
 
-
-
 # ---------------------------------------------------------------------------- Attention sinks page
+
+from collections.abc import Callable  # noqa: E402
+
 # Mean-field closed forms for one query over n real keys whose scaled logits are
 # content + spread * Z (Z standard normal), optionally with a sink key of logit
 # `strength` and an extra denominator logit b (softmax1: b = 0). The sum of the
@@ -65,7 +65,8 @@ def uniform_entropy(n: ArrayLike) -> NDArray[np.float64] | float:
 _HERMITE_ORDER = 80
 
 
-def gaussian_expectation(f, mean: ArrayLike = 0.0, std: ArrayLike = 1.0) -> NDArray[np.float64] | float:
+def gaussian_expectation(f: Callable[[NDArray[np.float64]], NDArray[np.float64]], mean: ArrayLike = 0.0,
+                         std: ArrayLike = 1.0) -> NDArray[np.float64] | float:
     """``E[f(mean + std * Z)]`` for standard normal Z, by Gauss-Hermite quadrature (80 nodes).
 
     ``f`` maps a numpy array elementwise; ``mean`` and ``std`` broadcast.

@@ -164,7 +164,8 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     x = sweep.x
     n, cc, sd, nu = spec.n, spec.content, spec.spread, spec.sink_value
     fig = figures.line_chart([
-        Curve("measured (mean ± sd over queries)", x, sweep.mean("sink_weight"), err=sweep.std("sink_weight")),
+        Curve("measured (mean ± sd over queries)", x, sweep.mean("sink_weight"),
+              err=sweep.std("sink_weight")),
         Curve("theory", x, np.asarray(sink_weight_theory(x, n, cc, sd)), theory=True),
     ], title="softmax weight on the sink vs strength s", x_title="sink strength s", y_title="weight on sink",
         height=380)
@@ -188,14 +189,16 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
         figures.mark_x(fig, spec.strength, f"s = {spec.strength:g}")
     right.plotly_chart(fig, key="chart_snk_rms")
     widgets.csv_download(lambda: pd.DataFrame({
-        "strength": x, "sink_weight_mean": sweep.mean("sink_weight"), "sink_weight_sd": sweep.std("sink_weight"),
+        "strength": x, "sink_weight_mean": sweep.mean("sink_weight"),
+        "sink_weight_sd": sweep.std("sink_weight"),
         "sink_weight_theory": sink_weight_theory(x, n, cc, sd), "output_rms_mean": sweep.mean("output_rms"),
         "output_rms_theory": softmax_output_rms_theory(n, cc, sd, strength=x, sink_value=nu)}),
         "sink_strength_sweep.csv", label="Download the strength sweep (CSV)", key="dl_snk_strength")
     half = cc + np.log(n) + sd**2 / 2
     st.caption(f"The sink takes half the weight at s ≈ c + log n + σ²/2 = {half:.2f}. With ν = 0 every "
                "bit of weight the sink absorbs is weight that mixes nothing, so the output shrinks towards "
-               "zero: a head can switch itself off, at the price of a token that exists only to be stared at.")
+               "zero: a head can switch itself off, at the price of a token that exists only to be "
+               "stared at.")
 
 
 def content_theory(name: str, spec: SinkSpec, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +302,8 @@ def zoo_table(spec: SinkSpec, zoo, theory) -> pd.DataFrame:
         frames.append(pd.DataFrame({
             "normaliser": name, "query": np.arange(1, spec.n + 1),
             "row_sum": e.row_sum.double().cpu().numpy(), "sink_weight": e.sink_weight.double().cpu().numpy(),
-            "output_rms": e.output_rms.double().cpu().numpy(), "gate_mean": e.gate_mean.double().cpu().numpy(),
+            "output_rms": e.output_rms.double().cpu().numpy(),
+            "gate_mean": e.gate_mean.double().cpu().numpy(),
             "row_sum_theory": theory[name].row_sum, "sink_weight_theory": theory[name].sink_weight,
             "output_rms_theory": theory[name].output_rms}))
     return pd.concat(frames, ignore_index=True)
@@ -346,12 +350,14 @@ def model_view(ctx: PageContext) -> None:
     fig = figures.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
     st.plotly_chart(fig, key="chart_snk_grid")
-    st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below. A bright "
+    st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below. "
+               "A bright "
                "left column is a head parking its weight on the first token.")
     realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head")
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32, "
-                            f"eager attention) over {L} tokens; loading took {lm.seconds:.1f} s once per process.")
+                            f"eager attention) over {L} tokens; loading took {lm.seconds:.1f} s once per "
+                            "process.")
     mass_section(att, rep, labels, lm)
     metric_section(att, rep, labels, lm)
 

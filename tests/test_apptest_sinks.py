@@ -207,7 +207,7 @@ def check_model(at: AppTest, lm: LoadedModel) -> None:
     """Every chart of the real-model view equals attncore's numbers for the current text and controls."""
     no_errors(at)
     s = at.session_state
-    text = s["snk_text"] if "snk_text" in s else DEFAULT_TEXT
+    text = s.get("snk_text", DEFAULT_TEXT)
     layer, head = int(s["snk_layer"]), int(s["snk_head"])
     att = run_text(lm, text)
     rep = sink_report(att.attentions, att.categories(), eps=float(s["snk_eps"]))
@@ -305,7 +305,7 @@ def test_model_view_local_folders(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
 def check_real_heatmaps(at: AppTest, lm: LoadedModel) -> None:
     no_errors(at)
     s = at.session_state
-    att = run_text(lm, s["rt_text"] if "rt_text" in s else DEFAULT_TEXT)
+    att = run_text(lm, s.get("rt_text", DEFAULT_TEXT))
     layer, head = int(s["rt_layer"]), int(s["rt_head"])
     fig = figure(at, "rt-weights")
     np.testing.assert_allclose(decode(trace(fig, 0)["z"]), att.attentions[layer, head].numpy(), rtol=1e-5,

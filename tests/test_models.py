@@ -13,7 +13,14 @@ import torch
 
 from attncore import models
 from attncore.errors import AttnInputError, ResourceLimitError
-from attncore.models import MODEL_DIRS_ENV, LoadedModel, load_model, resolve_model_folder, run_text, token_kinds
+from attncore.models import (
+    MODEL_DIRS_ENV,
+    LoadedModel,
+    load_model,
+    resolve_model_folder,
+    run_text,
+    token_kinds,
+)
 from attncore.sinks import category_mass, sink_report
 from ui.realtext import DEFAULT_TEXT
 

@@ -459,14 +459,16 @@ def labelled_heatmap(
     """
     a = _f32(z)
     if a.ndim != 2 or a.shape != (len(y_labels), len(x_labels)):
-        raise ValueError(f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
+        raise ValueError(
+            f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
     kw: dict = {}
     if text_format is not None:
         kw.update(texttemplate=f"%{{z:{text_format}}}", textfont={"size": 10})
     fig = go.Figure(go.Heatmap(
         z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
         colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
-        hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>", **kw))
+        hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
+        **kw))
     fig.update_yaxes(autorange="reversed", title=y_title, type="category")
     fig.update_xaxes(title=x_title, type="category", tickangle=0 if len(x_labels) <= 16 else -60)
     return style(fig, title=title, height=height)
@@ -515,7 +517,8 @@ def bars_with_theory(
 
 def legend_below(fig: go.Figure) -> go.Figure:
     """Move the legend under the plot, so it never collides with a title."""
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0, "font": {"size": 11}},
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0,
+                              "font": {"size": 11}},
                       margin={"b": 10})
     return fig
 

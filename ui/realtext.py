@@ -87,7 +87,8 @@ def model_controls(mp: ModelParams, where) -> str | None:
     dirs = allowed_model_dirs()
     path = widgets.text_input(mp.path, "Model folder", where=where, max_chars=4096,
                               placeholder=str(dirs[0] / "my-model") if dirs else "/models/my-model",
-                              help=f"A folder with config.json inside the directories listed in {MODEL_DIRS_ENV}.")
+                              help="A folder with config.json inside the directories listed in "
+                                   f"{MODEL_DIRS_ENV}.")
     if dirs:
         found = discover_models(12)
         where.caption("Allowed: " + ", ".join(f"`{d}`" for d in dirs)
@@ -120,7 +121,8 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
-        extra = f" ({att.chars_cut:,} characters past {MAX_TEXT_CHARS:,} were cut first)" if att.chars_cut else ""
+        extra = (f" ({att.chars_cut:,} characters past {MAX_TEXT_CHARS:,} were cut first)"
+                 if att.chars_cut else "")
         st.info(f"The text gives {total:,} tokens{extra}; {lm.name} takes at most {att.token_limit} "
                 f"tokens per pass, so it was truncated to the first {len(att.tokens)} (special tokens kept) "
                 f"and {att.dropped:,} tokens were dropped.", icon=":material/content_cut:")
@@ -197,9 +199,11 @@ def _heatmaps_real(ctx: PageContext) -> None:
         "Each head of a trained transformer turns its queries and keys into one map per layer: row "
         "*i* says how token *i* spreads its attention over the text. The dashed line beside the map is "
         "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees; trained heads sit "
-        "well below it, many of them because they park their weight on `[CLS]` (see the Attention sinks page)."
+        "well below it, many of them because they park their weight on `[CLS]` (see the Attention sinks "
+        "page)."
     )
-    st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}{\sqrt{d_h}}\right),"
+    st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
+             r"{\sqrt{d_h}}\right),"
              r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
     source = model_controls(RT, ctx.controls)
     text = text_box(RT)
@@ -214,7 +218,8 @@ def _heatmaps_real(ctx: PageContext) -> None:
     c = st.columns(4)
     c[0].metric("Tokens", f"{L}", help="Including the special tokens the tokenizer adds.")
     c[1].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
-                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off", delta_arrow="off")
+                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off",
+                delta_arrow="off")
     c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
                 delta_color="off", delta_arrow="off")
     c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
