@@ -5,6 +5,8 @@ Every control is changed and every chart's data is compared with what attncore c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -40,6 +42,27 @@ def lm() -> LoadedModel:
 def _set(at: AppTest, kind: str, key: str, value) -> AppTest:
     getattr(at, kind)(key=key).set_value(value)
     return at.run()
+
+
+def url_value(value) -> str:
+    """How ui.state writes a value into the URL."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def walk(at: AppTest, changes, check: Callable[[AppTest], None]) -> None:
+    """Apply each (widget kind, key, value): the charts must follow attncore, change, and the URL keep up."""
+    before = all_data(at)
+    for kind, key, value in changes:
+        _set(at, kind, key, value)
+        assert at.session_state[key] == value, key
+        check(at)
+        now = all_data(at)
+        assert not same(now, before), f"{key} changed nothing"
+        before = now
+        default = key == "snk_sink" and value is True
+        assert (key not in at.query_params) if default else at.query_params[key] == url_value(value), key
 
 
 def all_data(at: AppTest) -> list[np.ndarray]:
@@ -163,17 +186,7 @@ LAB_CHANGES = [
 
 def test_lab_every_control_changes_the_charts() -> None:
     at = run_app(PAGE)
-    before = all_data(at)
-    for kind, key, value in LAB_CHANGES:
-        _set(at, kind, key, value)
-        assert at.session_state[key] == value, key
-        check_lab(at)
-        now = all_data(at)
-        assert not same(now, before), f"{key} changed nothing"
-        before = now
-        if key != "snk_sink" or not value:
-            enc = {True: "1", False: "0"}.get(value, f"{value:.6g}" if isinstance(value, float) else str(value))
-            assert at.query_params[key] == enc, key
+    walk(at, LAB_CHANGES, check_lab)
     # The sink's sliders kept their values while the sink was switched off.
     assert (at.session_state["snk_s"], at.session_state["snk_v"]) == (9.0, 0.5)
 
@@ -254,14 +267,7 @@ MODEL_CHANGES = [
 
 def test_model_view_every_control_changes_the_charts(lm: LoadedModel) -> None:
     at = run_app(PAGE, snk_view="model")
-    before = all_data(at)
-    for kind, key, value in MODEL_CHANGES:
-        _set(at, kind, key, value)
-        check_model(at, lm)
-        now = all_data(at)
-        assert not same(now, before), f"{key} changed nothing"
-        before = now
-        assert at.query_params[key] == (f"{value:.6g}" if isinstance(value, float) else str(value))
+    walk(at, MODEL_CHANGES, lambda a: check_model(a, lm))
     _set(at, "radio", "snk_view", "lab")
     check_lab(at)
 
@@ -320,14 +326,9 @@ def check_real_heatmaps(at: AppTest, lm: LoadedModel) -> None:
 def test_heatmaps_real_text_source(lm: LoadedModel) -> None:
     at = run_app(HEATMAPS, rt_src="real")
     check_real_heatmaps(at, lm)
-    before = all_data(at)
-    for kind, key, value in (("slider", "rt_layer", 3), ("slider", "rt_head", 11),
-                             ("text_area", "rt_text", "The quick brown fox jumps over the lazy dog.")):
-        _set(at, kind, key, value)
-        check_real_heatmaps(at, lm)
-        now = all_data(at)
-        assert not same(now, before), key
-        before = now
+    walk(at, [("slider", "rt_layer", 3), ("slider", "rt_head", 11),
+              ("text_area", "rt_text", "The quick brown fox jumps over the lazy dog.")],
+         lambda a: check_real_heatmaps(a, lm))
     assert at.query_params["rt_src"] == "real" and at.query_params["rt_layer"] == "3"
     # Back to the synthetic source: the original page, unchanged.
     _set(at, "radio", "rt_src", "synthetic")

@@ -88,28 +88,29 @@ def sink_zoo(spec: _sinks.SinkSpec, device: str) -> Timed[dict[str, _sinks.ZooEn
     return timed(lambda: _sinks.normaliser_zoo(spec, device))
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _strength_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
-    grid = _np.linspace(*_sinks.STRENGTH_RANGE, SWEEP_POINTS)
-    return timed(lambda: _sinks.strength_sweep(spec, grid, device))
+_SWEEPS = {"strength": (_sinks.strength_sweep, _sinks.STRENGTH_RANGE),
+           "content": (_sinks.content_sweep, _sinks.CONTENT_RANGE)}
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _sink_sweep(kind: str, spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
+    fn, span = _SWEEPS[kind]
+    grid = _np.linspace(*span, SWEEP_POINTS)
+    return timed(lambda: fn(spec, grid, device))
 
 
 def sink_strength_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
-    """Sink weight and output RMS over the strength range; cached on the fields that matter."""
+    """Sink weight and output RMS over the strength range, cached on the fields that matter
+    (moving the strength, the sink logit or the gate reuses it)."""
     d = _sinks.SinkSpec()
     key = _replace(spec, sink=True, strength=d.strength, sink_logit=d.sink_logit, gate_bias=d.gate_bias,
                    gate=d.gate)
-    return _strength_sweep(key, device)
-
-
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
-    grid = _np.linspace(*_sinks.CONTENT_RANGE, SWEEP_POINTS)
-    return timed(lambda: _sinks.content_sweep(spec, grid, device))
+    return _sink_sweep("strength", key, device)
 
 
 def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
-    """Every normaliser over the content range (no sink); cached on the fields that matter."""
+    """Every normaliser over the content range (no sink), cached on the fields that matter
+    (moving the sink's strength, value or the content level reuses it)."""
     d = _sinks.SinkSpec()
     key = _replace(spec, sink=False, strength=d.strength, sink_value=d.sink_value, content=d.content)
-    return _content_sweep(key, device)
+    return _sink_sweep("content", key, device)

@@ -163,10 +163,9 @@ def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, vie
     fig = figures.weights_with_row_stats(
         w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), max_entropy=np.log(np.maximum(vis, 1)),
         x_labels=labels, y_labels=labels, max_side=HEAD_SIDE, height=int(min(900, max(440, 160 + 18 * L))))
-    # Token labels read best under the map, every one of them while they fit.
+    # Every token label while they fit, slanted so that neighbours do not collide.
     every = 1 if L <= 80 else None
-    fig.update_xaxes(side="bottom", tickangle=-60, dtick=every, title=None, row=1, col=1)
-    fig.update_yaxes(dtick=every, row=1, col=1)
+    fig.update_layout(xaxis={"tickangle": -60, "dtick": every}, yaxis={"dtick": every})
     fig.update_layout(meta={"view": view}, margin={"t": 30})
     st.markdown(f"##### {lm.name} · layer {layer} · head {head}")
     st.plotly_chart(fig, key=f"chart_{key}")
