@@ -23,3 +23,25 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# ---------------------------------------------------------------------------- Attention sinks page
+from attncore.models import LoadedModel, TextAttention, load_model, run_text  # noqa: E402
+from attncore.sinks import (  # noqa: E402
+    SinkSpec,
+    normaliser_zoo,
+    sink_head_share,
+    sink_report,
+    sink_scores,
+)
+
+__all__ += [
+    "LoadedModel",
+    "SinkSpec",
+    "TextAttention",
+    "load_model",
+    "normaliser_zoo",
+    "run_text",
+    "sink_head_share",
+    "sink_report",
+    "sink_scores",
+]

@@ -159,6 +159,7 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     fig = figures.heatmap(w, title="softmax weights" + ("" if spec.sink else " (no sink token)"),
                           x_labels=keys_labels(spec), y_labels=[f"t{i}" for i in range(1, spec.n + 1)],
                           max_side=MAP_SIDE, zmin=0.0, zmax=1.0, height=380)
+    fig.update_xaxes(side="bottom")  # keeps the key labels clear of the title
     fig.update_layout(meta={"view": "snk-map"})
     left.plotly_chart(fig, key="chart_snk_map")
     x = sweep.x
@@ -217,11 +218,11 @@ def content_theory(name: str, spec: SinkSpec, x: np.ndarray) -> tuple[np.ndarray
 def nothing_section(spec: SinkSpec, sweep) -> None:
     st.markdown("##### 2 · Nothing relevant: softmax must still spend 1")
     st.markdown(
-        "Here there is no sink token. As every real logit sinks (c → −∞), softmax renormalises and "
-        "still hands out a total of 1, so the head keeps writing a full-sized mix of irrelevant values. "
-        "softmax1 and a sink logit spend ≈ n e^{c+σ²/2} / (e^b + n e^{c+σ²/2}), which falls to 0; "
-        "sigmoid spends n·E[σ(x − log n)], unbounded above; the gate leaves the weights alone and "
-        "scales the output instead."
+        "Here there is no sink token. As every real logit sinks ($c \\to -\\infty$), softmax renormalises "
+        "and still hands out a total of 1, so the head keeps writing a full-sized mix of irrelevant values. "
+        "softmax1 and a sink logit spend $R/(e^b+R)$ with $R=n\\,e^{c+\\sigma^2/2}$, which falls to 0; "
+        "sigmoid spends $n\\,\\mathbb{E}[\\sigma(x-\\log n)]$, which has no ceiling; the gate leaves the "
+        "weights alone and scales the output instead."
     )
     x = sweep.x
     mass_curves: list[Curve] = []

@@ -501,7 +501,7 @@ def bars_with_theory(
     fig = go.Figure(go.Bar(
         x=list(names), y=v, name="measured", marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(v))],
         error_y=None if errors is None else {"type": "data", "array": _f32(errors), "visible": True,
-                                              "thickness": 1.2},
+                                              "thickness": 1.5, "color": PALETTE[7]},
         hovertemplate="%{x}<br>measured %{y:.4g}<extra></extra>"))
     if theory is not None:
         fig.add_trace(go.Scatter(
