@@ -26,6 +26,7 @@ from attncore.sinks import (
 )
 from tests.chart_data import decode, figure, figures, no_errors, run_app, trace, traces_named
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
+from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
 from ui.figures import downsample
 from ui.realtext import DEFAULT_TEXT
@@ -303,6 +304,15 @@ def test_model_view_local_folders(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
     _set(at, "text_input", "snk_path", str(root / "empty"))
     assert not at.exception and "no config.json" in at.error[0].value
     assert at.query_params["snk_path"] == str(root / "empty")
+    # A decoder of your own: causal maps, the causal sink metric, no error.
+    make_tiny_gpt2(root / "tiny-gpt2")
+    _set(at, "text_input", "snk_path", "tiny-gpt2")
+    no_errors(at)
+    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    assert metrics["Tokens L"][1] == "causal" and metrics["Sink heads for [CLS]"][0].endswith("of 4")
+    att = run_text(load_model("tiny-gpt2"), DEFAULT_TEXT)
+    rep = sink_report(att.attentions, att.categories(), causal=True, eps=0.3)
+    np.testing.assert_allclose(decode(figure(at, "snk-metric")["data"][0]["z"]), rep.share.numpy(), rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------- Heatmaps: real text

