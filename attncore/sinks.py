@@ -397,16 +397,24 @@ def _visible(attn: Tensor, allowed: Tensor | None) -> Tensor:
 def sink_scores(attn: Tensor, allowed: Tensor | None = None) -> Tensor:
     """alpha_k: the mean weight that the queries which can see key k give it.
 
-    ``attn`` (..., L, S), ``allowed`` broadcastable to it (True = query i may see key k;
-    None = every query sees every key, as in an encoder; a causal model passes its
-    lower-triangular mask). Returns (..., S). A key no query can see gets 0.
+    ``attn`` (..., L, S), ``allowed`` (L, S) or broadcastable to ``attn`` (True = query i
+    may see key k; None = every query sees every key, as in an encoder; a causal model
+    passes its lower-triangular mask). Returns (..., S). A key no query can see gets 0.
     This is the per-head score of Gu et al. 2024: a head is a sink head for key
     ``k`` when ``alpha_k > eps``.
     """
-    vis = _visible(attn, allowed).expand(attn.shape)
-    total = torch.where(vis, attn, torch.zeros_like(attn)).sum(dim=-2)  # (..., S)
-    count = vis.sum(dim=-2).to(attn.dtype)  # (..., S)
+    if allowed is None:
+        return attn.mean(dim=-2)
+    vis = _visible(attn, allowed)
+    total = (attn * vis).sum(dim=-2)  # (..., S); the mask broadcasts, nothing L x S is copied per head
+    count = vis.sum(dim=-2).to(attn.dtype).expand(total.shape)  # (..., S)
     return torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(total))
+
+
+def _share(alpha: Tensor, eps: float) -> Tensor:
+    if not (math.isfinite(eps) and 0.0 <= eps < 1.0):
+        raise AttnInputError(f"the sink threshold eps must lie in [0, 1); got {eps}.")
+    return (alpha > eps).to(alpha.dtype).mean(dim=1)  # (N, S)
 
 
 def sink_head_share(attn: Tensor, eps: float = 0.3, allowed: Tensor | None = None) -> Tensor:
@@ -418,10 +426,7 @@ def sink_head_share(attn: Tensor, eps: float = 0.3, allowed: Tensor | None = Non
     if attn.dim() != 4:
         raise AttnInputError(
             f"the sink metric needs attentions (layers, heads, L, S); got {tuple(attn.shape)}.")
-    if not (math.isfinite(eps) and 0.0 <= eps < 1.0):
-        raise AttnInputError(f"the sink threshold eps must lie in [0, 1); got {eps}.")
-    alpha = sink_scores(attn, allowed)  # (N, H, S)
-    return (alpha > eps).to(attn.dtype).mean(dim=1)
+    return _share(sink_scores(attn, allowed), eps)  # (N, H, S) -> (N, S)
 
 
 def category_mass(attn: Tensor, keys: Tensor) -> Tensor:
@@ -432,7 +437,8 @@ def category_mass(attn: Tensor, keys: Tensor) -> Tensor:
     """
     if keys.dtype != torch.bool or keys.shape != attn.shape[-1:]:
         raise AttnInputError(f"the key set must be a boolean vector of length {attn.shape[-1]}.")
-    return (attn * keys.to(attn.device)).sum(dim=-1).mean(dim=-1)
+    # A matrix-vector product with the 0/1 indicator: one BLAS pass, no (..., L, S) temporary.
+    return (attn @ keys.to(device=attn.device, dtype=attn.dtype)).mean(dim=-1)  # (..., L) -> (...)
 
 
 # ---------------------------------------------------------------------------- theory for the zoo
@@ -526,10 +532,11 @@ def sink_report(attn: Tensor, categories: dict[str, Tensor], *, causal: bool = F
     L = attn.shape[-1]
     allowed = torch.ones(L, L, dtype=torch.bool, device=attn.device).tril() if causal else None
     uni = uniform_attention(L, causal, attn.device)
+    alpha = sink_scores(attn, allowed)  # (N, H, L), one pass over the maps
     return SinkReport(
         mass={k: category_mass(attn, m) for k, m in categories.items()},
         uniform={k: float(category_mass(uni, m)) for k, m in categories.items()},
-        alpha=sink_scores(attn, allowed),
-        share=sink_head_share(attn, eps, allowed),
+        alpha=alpha,
+        share=_share(alpha, eps),
         eps=float(eps),
     )

@@ -341,3 +341,20 @@ def test_zoo_and_sweeps_run_on_cuda() -> None:
     assert np.all(np.abs(res.mean("sink_weight") - p) <= _sink_weight_tol(p, spec.n, 1.0) * 2)
     A = torch.rand(2, 3, 5, 5, device="cuda")
     assert sink_head_share(A / A.sum(-1, keepdim=True)).device.type == "cuda"
+
+
+def test_the_grid_downsampler_matches_the_single_map_one() -> None:
+    from ui.figures import downsample, downsample_stack
+
+    g = make_generator(6)
+    for shape, side, with_nan in (((2, 3, 50, 37), 8, True), ((2, 3, 50, 37), 8, False),
+                                  ((2, 2, 17, 17), 40, False), ((1, 2, 130, 129), 40, False)):
+        a = torch.rand(*shape, generator=g).numpy()
+        if with_nan:
+            a[0, 0, 3, 4] = np.nan
+        small, fr, fc = downsample_stack(a, side)
+        for i in range(shape[0]):
+            for j in range(shape[1]):
+                ref, rfr, rfc = downsample(a[i, j], side)
+                assert (fr, fc) == (rfr, rfc)
+                np.testing.assert_allclose(small[i, j], ref, rtol=1e-6, equal_nan=True)

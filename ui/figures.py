@@ -369,6 +369,34 @@ def line_chart(
 # ---------------------------------------------------------------------------- Attention sinks page
 
 
+def downsample_stack(a: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, int]:
+    """:func:`downsample` applied to every map of a stack (..., L, S) at once (same blocks, same NaN rule)."""
+    x = np.asarray(a, dtype=np.float32)
+    n, m = x.shape[-2:]
+    fr, fc = -(-n // max_side), -(-m // max_side)
+    if fr == 1 and fc == 1:
+        return np.where(np.isfinite(x), x, np.nan).astype(np.float32), 1, 1
+    rows, cols = -(-n // fr), -(-m // fc)
+    lead = x.shape[:-2]
+    finite = np.isfinite(x)
+    if finite.all():  # the usual case: block sums over a zero-padded copy, divided by the cells per block
+        vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
+        vals[..., :n, :m] = x
+        sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1), dtype=np.float64)
+        per_block = np.outer(np.minimum(fr, n - np.arange(rows) * fr),
+                             np.minimum(fc, m - np.arange(cols) * fc))
+        return (sums / per_block).astype(np.float32), fr, fc
+    vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float64)
+    counts = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
+    vals[..., :n, :m] = np.where(finite, x, 0.0)
+    counts[..., :n, :m] = finite
+    sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
+    cnt = counts.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        small = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
+    return small.astype(np.float32), fr, fc
+
+
 def layer_head_grid(
     attn: ArrayLike,
     tokens: Sequence[str] | None = None,
@@ -390,13 +418,11 @@ def layer_head_grid(
     if a.ndim != 4:
         raise ValueError(f"layer_head_grid needs (layers, heads, L, S); got shape {a.shape}.")
     N, H = a.shape[:2]
-    tiles = [[downsample(a[l, h], max_side) for h in range(H)] for l in range(N)]
-    small0, fr, fc = tiles[0][0]
-    th, tw = small0.shape
-    z = np.full((N * (th + 1) - 1, H * (tw + 1) - 1), np.nan, dtype=np.float32)
-    for l in range(N):
-        for h in range(H):
-            z[l * (th + 1): l * (th + 1) + th, h * (tw + 1): h * (tw + 1) + tw] = tiles[l][h][0]
+    small, fr, fc = downsample_stack(a, max_side)  # (N, H, th, tw)
+    th, tw = small.shape[-2:]
+    z = np.full((N, th + 1, H, tw + 1), np.nan, dtype=np.float32)
+    z[:, :th, :, :tw] = small.transpose(0, 2, 1, 3)
+    z = z.reshape(N * (th + 1), H * (tw + 1))[:-1, :-1]  # tiles with one blank row/column between
 
     def names(n_cells: int, factor: int, kind: str, blocks: int, block_kind: str) -> list[str]:
         out: list[str] = []
