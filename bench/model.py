@@ -62,6 +62,22 @@ def cold_load_seconds(repeats: int = 3) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def interleaved(fns: list, repeats: int = 21, warmup: int = 3) -> list[float]:
+    """Median seconds of each function, timed in turn within every round.
+
+    On a shared machine the load comes in bursts; timing the contenders one after the
+    other inside each round exposes them to the same bursts, so their ratio stays fair.
+    """
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            times[i].append(median_time(fn, repeats=1, warmup=0))
+    return [statistics.median(t) for t in times]
+
+
 def main() -> None:
     torch.set_flush_denormal(True)  # as the app does (ui.page)
     device = resolve_device()
@@ -84,9 +100,8 @@ def main() -> None:
         with torch.inference_mode():
             model(**enc)
 
-    ours = median_time(lambda: run_text(lm, text, max_tokens=TOKENS), repeats=15, warmup=3)
-    base = median_time(lambda: plain(sdpa.model), repeats=15, warmup=3)
-    eager = median_time(lambda: plain(lm.model), repeats=15, warmup=3)
+    ours, base, eager = interleaved([lambda: run_text(lm, text, max_tokens=TOKENS),
+                                     lambda: plain(sdpa.model), lambda: plain(lm.model)])
     print(row(f"forward {TOKENS} tokens with attentions vs sdpa", ours, base, "sdpa"))
     print(row(f"forward {TOKENS} tokens with attentions vs eager", ours, eager, "eager"))
     print(f"{'forward with attentions vs the budget':<44} ours {ours * 1e3:9.2f} ms   budget "
