@@ -282,7 +282,10 @@ def softmax_jacobian(p: Tensor) -> Tensor:
     n = p.shape[-1]
     check_limit(p.numel() * n, MAX_ATTENTION_CELLS, "Jacobian entries (rows × n × n)",
                 "(a few hundred MB)", "Use jacobian_frobenius for norms of long rows.")
-    return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
+    jac = p[..., :, None] * p[..., None, :]  # (..., n, n)
+    jac.neg_()
+    jac.diagonal(dim1=-2, dim2=-1).add_(p)
+    return jac
 
 
 def _exclusive_sum(x: Tensor) -> Tensor:

@@ -119,12 +119,12 @@ def why_sqrt_d(ctx: PageContext) -> None:
         h = res.value
         sd_theory = theory.dot_product_std(d, vq, vk)
         st.markdown(
-            f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:.3g}** (measured "
-            f"{h.std_raw:.3g} ± {h.se_raw:.2g} from {n:,} samples); divided by √d = {math.sqrt(d):.3g} "
-            f"they have std **{math.sqrt(vq * vk):.3g}** (measured {h.std_scaled:.3g} ± {h.se_scaled:.2g}). "
-            f"At d = 64 that is 8 against 1; at d = 512, the source text's exercise, √512 ≈ "
-            f"**{theory.dot_product_std(512, vq, vk):.1f}** unscaled and still {math.sqrt(vq * vk):.3g} "
-            "scaled."
+            f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:#.3g}** (measured "
+            f"{h.std_raw:#.3g} ± {h.se_raw:.2g} from {n:,} samples); divided by √d = {math.sqrt(d):#.3g} "
+            f"they have std **{math.sqrt(vq * vk):#.3g}** (measured {h.std_scaled:#.3g} ± "
+            f"{h.se_scaled:.2g}). At d = 64 that is 8 against 1; at d = 512, the source text's exercise, "
+            f"√512 ≈ **{theory.dot_product_std(512, vq, vk):.1f}** unscaled and still "
+            f"{math.sqrt(vq * vk):#.3g} scaled."
         )
         chart(dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
         widgets.csv_download(lambda: hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
@@ -198,7 +198,7 @@ def std_sweep_figure(sw, vq: float, vk: float, d: int):
                 Curve("measured std(q·k/√d)", sw.d, sw.std_scaled, err=2 * sw.se_scaled, color=SCALED_C),
                 Curve("σq·σk", grid, np.full_like(grid, s), theory=True, color=SCALED_C)],
         markers=[Marker(d, f" d = {d}")], x_title="head dim d", y_title="std", log_x=True, log_y=True)
-    return figures.panel_grid([panel], cols=1, height=380)
+    return figures.panel_grid([panel], cols=1, height=380).update_yaxes(dtick=1)  # label decades only
 
 
 def std_frame(sw, vq: float, vk: float) -> pd.DataFrame:
@@ -550,7 +550,11 @@ def overflow_section(ctx: PageContext) -> None:
         } for r in rows]), hide_index=True, width="stretch")
 
 
+NAN_ROW = dict(zip(OVERFLOW_DTYPES, (1e2, 1e3, 1e4, 1e5), strict=True))  # where ✕ marks a NaN, per dtype
+
+
 def overflow_figure(ov):
+    """Error against x per dtype; a NaN output is an ✕ in its dtype's row above the impossible error 1."""
     panels = []
     for method, errs in (("naive eˣ/Σeˣ", ov.naive_error), ("stable, max subtracted", ov.stable_error)):
         curves = []
@@ -559,15 +563,16 @@ def overflow_figure(ov):
                                 extra={"mode": "lines"}))
             bad = np.isnan(e)
             if bad.any():
-                curves.append(Curve(f"{name}: NaN output", ov.x[bad], np.ones(int(bad.sum())),
-                                    color=DTYPE_C[name], extra={"mode": "markers",
-                                                                "marker": {"symbol": "x", "size": 7}}))
-        marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t])
+                curves.append(Curve(f"{name}: NaN output", ov.x[bad], np.full(int(bad.sum()), NAN_ROW[name]),
+                                    color=DTYPE_C[name],
+                                    extra={"mode": "markers", "marker": {"symbol": "x", "size": 6}}))
+        marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t], y=0.45)
                  for t, lab in (("float16", "f16"), ("float32", "bf16/f32"), ("float64", "f64"))]
-        panels.append(Panel(method, curves=curves, markers=marks, x_title="x",
-                            y_title="max |error| (NaN at 1)",
-                            log_x=True, log_y=True, y_range=(1e-21, 10.0)))
-    return figures.panel_grid(panels, cols=2, height=400)
+        panels.append(Panel(method, curves=curves, markers=marks, x_title="largest logit x",
+                            y_title="max |error|  (✕ above 1: NaN)", log_x=True, log_y=True,
+                            y_range=(1e-21, 1e6)))
+    fig = figures.panel_grid(panels, cols=2, height=420)
+    return fig.update_yaxes(tickvals=[1e-20, 1e-15, 1e-10, 1e-5, 1.0])  # no ticks in the NaN rows
 
 
 def overflow_frame(ov) -> pd.DataFrame:

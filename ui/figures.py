@@ -400,8 +400,11 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
         for tr in line_chart(p.curves).data:
             tr.update(legendgroup=tr.name, showlegend=legend_once(tr.name))
             fig.add_trace(tr, row=r, col=c)
-        fig.update_xaxes(title=p.x_title, type="log" if p.log_x else "linear", row=r, col=c)
-        fig.update_yaxes(title=p.y_title, type="log" if p.log_y else "linear", row=r, col=c)
+        # Log axes label powers of ten (10⁻⁹), not SI prefixes (1n), which read badly for errors.
+        fig.update_xaxes(title=p.x_title, type="log" if p.log_x else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_x else "B")
+        fig.update_yaxes(title=p.y_title, type="log" if p.log_y else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_y else "B")
         if p.y_range is not None:
             lo, hi = p.y_range
             fig.update_yaxes(range=[np.log10(lo), np.log10(hi)] if p.log_y else [lo, hi], row=r, col=c)
