@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,13 @@ from attncore.gradients import (
     MAX_SCORES,
     OVERFLOW_DTYPES,
     SETTINGS,
+    DotHistograms,
+    GradientSweep,
+    OverflowSweep,
+    SaturationCurve,
+    ScaleSweep,
+    StdSweep,
+    TemperatureRows,
     parse_scores,
     saturation_crossing,
     softmax_jacobian,
@@ -27,9 +35,12 @@ from ui.figures import PALETTE, Band, Curve, Histogram, Marker, Panel
 from ui.page import PageContext, run_page
 from ui.state import Param, value
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 TABS = ("Why √d", "Saturation", "Gradients")
-DEFAULT_SCORES = "9.2, -3.1, 8.8, -5.4, 1.2"
-SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)
+SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # source text 001's worked example, the default row
+DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)
 SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what source text 001 prints for the scaled row
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")  # the rows of attncore.gradients.temperature_rows
 ROW_LABELS = {"unscaled": "unscaled (τ = 1)", "tau0.5": "τ = 0.5·√d", "tau1": "τ = √d", "tau2": "τ = 2·√d"}
@@ -77,7 +88,7 @@ def guarded() -> Iterator[None]:
         st.error(str(exc), icon=":material/block:")
 
 
-def chart(fig, view: str) -> None:
+def chart(fig: go.Figure, view: str) -> None:
     fig.update_layout(meta={"view": view})
     st.plotly_chart(fig, key=f"chart_{view}")
 
@@ -144,7 +155,7 @@ def why_sqrt_d(ctx: PageContext) -> None:
                                 "from each sample's own fourth moment.")
 
 
-def _densities(h, vq: float, vk: float) -> dict[str, np.ndarray]:
+def _densities(h: DotHistograms, vq: float, vk: float) -> dict[str, np.ndarray]:
     """Theory on a fine grid (no point at 0, where the d = 1 density is infinite)."""
     xs = np.linspace(h.edges_raw[0], h.edges_raw[-1], 800)
     root = math.sqrt(h.d)
@@ -154,7 +165,7 @@ def _densities(h, vq: float, vk: float) -> dict[str, np.ndarray]:
             "exact_scaled": exact * root}
 
 
-def dot_histogram_figure(h, vq: float, vk: float, same_x: bool):
+def dot_histogram_figure(h: DotHistograms, vq: float, vk: float, same_x: bool) -> go.Figure:
     t = _densities(h, vq, vk)
     exact_line = {"color": EXACT_C, "dash": "dot", "width": 2.5}
     panels = [
@@ -174,7 +185,7 @@ def dot_histogram_figure(h, vq: float, vk: float, same_x: bool):
     return figures.panel_grid(panels, cols=2, height=380, shared_x=same_x)
 
 
-def hist_frame(h, vq: float, vk: float) -> pd.DataFrame:
+def hist_frame(h: DotHistograms, vq: float, vk: float) -> pd.DataFrame:
     centres = (h.edges_raw[:-1] + h.edges_raw[1:]) / 2
     root = math.sqrt(h.d)
     return pd.DataFrame({
@@ -187,7 +198,7 @@ def hist_frame(h, vq: float, vk: float) -> pd.DataFrame:
     })
 
 
-def std_sweep_figure(sw, vq: float, vk: float, d: int):
+def std_sweep_figure(sw: StdSweep, vq: float, vk: float, d: int) -> go.Figure:
     grid = np.geomspace(1, D_GRID[-1], 120)
     s = math.sqrt(vq * vk)
     panel = Panel(
@@ -201,7 +212,7 @@ def std_sweep_figure(sw, vq: float, vk: float, d: int):
     return figures.panel_grid([panel], cols=1, height=380).update_yaxes(dtick=1)  # label decades only
 
 
-def std_frame(sw, vq: float, vk: float) -> pd.DataFrame:
+def std_frame(sw: StdSweep, vq: float, vk: float) -> pd.DataFrame:
     return pd.DataFrame({"d": sw.d, "std_raw": sw.std_raw, "se_raw": sw.se_raw,
                          "std_raw_theory": theory.dot_product_std(sw.d, vq, vk), "std_scaled": sw.std_scaled,
                          "se_scaled": sw.se_scaled, "std_scaled_theory": math.sqrt(vq * vk),
@@ -274,7 +285,7 @@ def saturation(ctx: PageContext) -> None:
                                 "Jacobian (see Gradients): it shrinks as the row saturates.")
 
 
-def source_check(rows) -> None:
+def source_check(rows: TemperatureRows) -> None:
     """Compare the live numbers with what source text 001 prints, and say where it is wrong."""
     unscaled, scaled = rows.weights[0].tolist(), rows.weights[2].tolist()
     fmt = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
@@ -285,7 +296,7 @@ def source_check(rows) -> None:
         icon=":material/fact_check:")
 
 
-def rows_frame(rows, scores: list[float]) -> pd.DataFrame:
+def rows_frame(rows: TemperatureRows, scores: list[float]) -> pd.DataFrame:
     df = pd.DataFrame(rows.weights.numpy(), columns=[f"p{i}" for i in range(len(scores))])
     df.insert(0, "divisor τ", rows.divisors)
     df.insert(0, "row", rows.labels)
@@ -295,7 +306,8 @@ def rows_frame(rows, scores: list[float]) -> pd.DataFrame:
     return df
 
 
-def saturation_figure(sc, n: int, level: float, x_star: float, x_max: float):
+def saturation_figure(sc: SaturationCurve, n: int, level: float, x_star: float,
+                      x_max: float) -> go.Figure:
     xs = np.linspace(0.0, x_max, 400)
     top, other = theory.saturation_top_weight(xs, n), theory.saturation_other_weight(xs, n)
     jac = theory.saturation_jacobian_norm(xs, n)
@@ -314,7 +326,7 @@ def saturation_figure(sc, n: int, level: float, x_star: float, x_max: float):
     return figures.panel_grid([panel], cols=1, height=400)
 
 
-def saturation_frame(sc) -> pd.DataFrame:
+def saturation_frame(sc: SaturationCurve) -> pd.DataFrame:
     x = sc.x.numpy()
     return pd.DataFrame({"x": x, "top_weight": sc.top.numpy(),
                          "top_weight_theory": theory.saturation_top_weight(x, sc.n),
@@ -411,7 +423,7 @@ def scale_section(ctx: PageContext) -> None:
                                 f"{mc_dtype(ctx)}. Error bars: ±2 standard errors.")
 
 
-def scale_figure(sw):
+def scale_figure(sw: ScaleSweep) -> go.Figure:
     n, sig = sw.n, sw.sigma
     small = np.geomspace(sig[0], min(0.6, sig[-1]), 40)
     large = np.geomspace(min(2 * math.sqrt(2 * math.log(n)) + 1.0, sig[-1]), sig[-1], 40)
@@ -438,7 +450,7 @@ def scale_figure(sw):
     return figures.panel_grid(panels, cols=2, height=400)
 
 
-def scale_frame(sw) -> pd.DataFrame:
+def scale_frame(sw: ScaleSweep) -> pd.DataFrame:
     return pd.DataFrame({"sigma": sw.sigma, "jacobian_mean": sw.jac_mean, "jacobian_se": sw.jac_se,
                          "max_weight_mean": sw.max_mean, "max_weight_se": sw.max_se, "keys": sw.n,
                          "rows": sw.trials})
@@ -488,7 +500,7 @@ def depth_section(ctx: PageContext) -> None:
                                 + check)
 
 
-def depth_figure(gs, stat: str):
+def depth_figure(gs: GradientSweep, stat: str) -> go.Figure:
     panels = []
     asym = np.geomspace(64, gs.d[-1], 30) if gs.d[-1] >= 64 else None
     for q in PANEL_ORDER:
@@ -514,7 +526,7 @@ def depth_figure(gs, stat: str):
     return figures.panel_grid(panels, cols=3, height=640)
 
 
-def depth_frame(gs) -> pd.DataFrame:
+def depth_frame(gs: GradientSweep) -> pd.DataFrame:
     cols: dict[str, np.ndarray] = {"d": gs.d}
     for (setting, q), s in gs.stats.items():
         for stat in ("mean", "se", "median", "q25", "q75"):
@@ -553,7 +565,7 @@ def overflow_section(ctx: PageContext) -> None:
 NAN_ROW = dict(zip(OVERFLOW_DTYPES, (1e2, 1e3, 1e4, 1e5), strict=True))  # where ✕ marks a NaN, per dtype
 
 
-def overflow_figure(ov):
+def overflow_figure(ov: OverflowSweep) -> go.Figure:
     """Error against x per dtype; a NaN output is an ✕ in its dtype's row above the impossible error 1."""
     panels = []
     for method, errs in (("naive eˣ/Σeˣ", ov.naive_error), ("stable, max subtracted", ov.stable_error)):
@@ -575,7 +587,7 @@ def overflow_figure(ov):
     return fig.update_yaxes(tickvals=[1e-20, 1e-15, 1e-10, 1e-5, 1.0])  # no ticks in the NaN rows
 
 
-def overflow_frame(ov) -> pd.DataFrame:
+def overflow_frame(ov: OverflowSweep) -> pd.DataFrame:
     cols: dict[str, np.ndarray] = {"x": ov.x}
     for i, name in enumerate(ov.dtypes):
         cols[f"naive_{name}_error"] = ov.naive_error[i]
