@@ -128,14 +128,14 @@ def why_sqrt_d(ctx: PageContext) -> None:
     with guarded():
         res = cached.sat_dot_histograms(d, n, bins, vq, vk, ctx.seed, ctx.device, mc_dtype(ctx))
         h = res.value
-        sd_theory = theory.dot_product_std(d, vq, vk)
+        sd_theory, sd_scaled = theory.dot_product_std(d, vq, vk), math.sqrt(vq * vk)
         st.markdown(
             f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:#.3g}** (measured "
             f"{h.std_raw:#.3g} ± {h.se_raw:.2g} from {n:,} samples); divided by √d = {math.sqrt(d):#.3g} "
-            f"they have std **{math.sqrt(vq * vk):#.3g}** (measured {h.std_scaled:#.3g} ± "
-            f"{h.se_scaled:.2g}). At d = 64 that is 8 against 1; at d = 512, the source text's exercise, "
-            f"√512 ≈ **{theory.dot_product_std(512, vq, vk):.1f}** unscaled and still "
-            f"{math.sqrt(vq * vk):#.3g} scaled."
+            f"they have std **{sd_scaled:#.3g}** (measured {h.std_scaled:#.3g} ± {h.se_scaled:.2g}). "
+            f"At d = 64 that is {theory.dot_product_std(64, vq, vk):#.3g} against {sd_scaled:#.3g}; at "
+            f"d = 512, the source text's exercise, **{theory.dot_product_std(512, vq, vk):.1f}** against "
+            f"{sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
         )
         chart(dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
         widgets.csv_download(lambda: hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
