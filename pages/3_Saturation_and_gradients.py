@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -88,9 +88,10 @@ def guarded() -> Iterator[None]:
         st.error(str(exc), icon=":material/block:")
 
 
-def chart(fig: go.Figure, view: str) -> None:
+def chart(fig: go.Figure, view: str, where: Any = st) -> None:
+    """Tag the figure for tests (``layout.meta.view``) and draw it under the key ``chart_<view>``."""
     fig.update_layout(meta={"view": view})
-    st.plotly_chart(fig, key=f"chart_{view}")
+    where.plotly_chart(fig, key=f"chart_{view}")
 
 
 def comma(v: int) -> str:
@@ -386,8 +387,7 @@ def jacobian_section(ctx: PageContext) -> None:
         fig = figures.heatmap(jac, diverging=True, value_name="∂p_i/∂s_j", x_labels=labels, y_labels=labels,
                               zmin=-lim, zmax=lim, height=360, x_title="score s_j", y_title="weight p_i")
         fig.update_traces(hovertemplate="weight %{y}<br>score %{x}<br>∂p_i/∂s_j %{z:.4g}<extra></extra>")
-        fig.update_layout(meta={"view": "sat-jacobian"})
-        c[1].plotly_chart(fig, key="chart_sat-jacobian")
+        chart(fig, "sat-jacobian", where=c[1])
         with c[1]:
             widgets.csv_download(lambda: jacobian_frame(jac), "softmax_jacobian.csv",
                                  label="Download Jacobian (CSV)", key="dl_sat_jac")
@@ -404,10 +404,11 @@ def scale_section(ctx: PageContext) -> None:
     st.markdown("##### ‖J‖ and the max weight against the logit scale")
     st.markdown(
         "Rows of n logits drawn from N(0, σ²): σ = 1 is scaled attention at any d, σ = √d unscaled "
-        "attention at dimension d. **The norm is not monotonic.** At σ → 0 the row is flat and ‖J‖ is "
-        "√(n−1)/n, small for many keys; it grows as the row sharpens, peaks, and then decays like 1/σ as "
-        "the row turns one-hot. What keeps it from vanishing faster is rare near-ties between the top "
-        "two logits, whose density at zero, f_G(0), sets the asymptote."
+        "attention at dimension d. At σ → 0 the row is flat and ‖J‖ is √(n−1)/n, small for many keys. "
+        "**With more than four keys the norm is not monotonic:** it first grows as the row sharpens "
+        "(the σ² term below), peaks, and then decays like 1/σ as the row turns one-hot. What keeps it "
+        "from vanishing faster is rare near-ties between the top two logits, whose density at zero, "
+        "f_G(0), sets that asymptote."
     )
     c = st.columns(3)
     keys = widgets.select_slider(P_KEYS, "Keys n per row", where=c[0])
