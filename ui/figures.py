@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike, NDArray
+from plotly.subplots import make_subplots
 
 __all__ = [
     "DIVERGING",
