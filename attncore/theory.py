@@ -6,7 +6,6 @@ so the UI can evaluate a curve on a grid without touching torch.
 
 from __future__ import annotations
 
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 

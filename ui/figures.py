@@ -212,10 +212,10 @@ def heatmap_grid(
                             x_labels=None, y_labels=None, coloraxis="coloraxis")
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
         traces.append(tr)
-        layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", "showticklabels": False,
-                                  "showgrid": False, "zeroline": False}
-        layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}", "showticklabels": False,
-                                  "autorange": "reversed", "showgrid": False, "zeroline": False}
+        bare = {"showticklabels": False, "showgrid": False, "zeroline": False}
+        layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", **bare}
+        layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}",
+                                  "autorange": "reversed", **bare}
         notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
     axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
     if diverging:
