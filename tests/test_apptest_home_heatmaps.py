@@ -24,7 +24,7 @@ def spec_of(at: AppTest) -> SyntheticSpec:
     s = at.session_state
 
     def get(k: str, d: object) -> object:
-        return s[k] if k in s else d
+        return s[k] if k in s else d  # noqa: SIM401 (AppTest state has no .get)
     return SyntheticSpec(
         L=s["L"], S=s["S"], d_k=s["dk"], heads=s["heads"], kv_heads=s["kv"], scoring=s["scoring"],
         temperature=s["temp"], mask=s["mask"], valid_len=get("vlen", 12), window=get("win", 4),
