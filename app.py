@@ -7,6 +7,7 @@ import streamlit as st
 from ui.nav import PAGES
 from ui.page import PageContext, run_page
 
+
 def body(ctx: PageContext) -> None:
     st.title("Attention Lab")
     st.markdown(

@@ -24,6 +24,18 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+# Saturation & gradients page (issue 4)
+from attncore.gradients import (  # noqa: E402
+    jacobian_frobenius,
+    naive_softmax,
+    softmax_jacobian,
+    softmax_vjp,
+    stable_softmax,
+)
+
+__all__ += ["jacobian_frobenius", "naive_softmax", "softmax_jacobian", "softmax_vjp", "stable_softmax"]
+
+
 # ---------------------------------------------------------------------------- Attention sinks page
 from attncore.models import LoadedModel, TextAttention, load_model, run_text  # noqa: E402
 from attncore.sinks import (  # noqa: E402

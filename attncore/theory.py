@@ -52,6 +52,269 @@ def uniform_entropy(n: ArrayLike) -> NDArray[np.float64] | float:
     return float(out) if out.ndim == 0 else out
 
 
+# ---------------------------------------------------------------------------
+# Saturation & gradients page (issue 4): the distribution of q·k, softmax
+# saturation, the softmax Jacobian's norm in its two limits, and float overflow.
+# ---------------------------------------------------------------------------
+import math  # noqa: E402
+from functools import lru_cache  # noqa: E402
+
+import torch  # noqa: E402
+
+__all__ += [
+    "dot_product_density",
+    "dot_product_kurtosis",
+    "expected_max_normal",
+    "exp_overflow_logit",
+    "inverse_chi_mean",
+    "jacobian_norm_large_scale",
+    "jacobian_norm_small_scale",
+    "max_weight_large_scale",
+    "max_weight_small_scale",
+    "normal_density",
+    "sample_std_error",
+    "saturation_other_weight",
+    "saturation_threshold",
+    "saturation_top_weight",
+    "saturation_jacobian_norm",
+    "top2_gap_density_at_zero",
+    "uniform_row_jacobian_norm",
+    "unscaled_jacobian_norm_large_d",
+    "unscaled_max_weight_large_d",
+]
+
+
+def _out(a: NDArray[np.float64]) -> NDArray[np.float64] | float:
+    return float(a) if a.ndim == 0 else a
+
+
+def normal_density(x: ArrayLike, var: float = 1.0) -> NDArray[np.float64] | float:
+    """Density of N(0, var) at x."""
+    x_arr = np.asarray(x, dtype=np.float64)
+    return _out(np.exp(-0.5 * x_arr**2 / var) / math.sqrt(2.0 * math.pi * var))
+
+
+def _log_bessel_k(twice_nu: int, x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``log K_nu(x)`` for ``nu = twice_nu / 2 >= 0`` and x > 0, by upward recurrence.
+
+    Starts from K_0, K_1 (integer orders, torch's exponentially scaled Bessel
+    functions) or K_{1/2} (half-integer orders, elementary) and steps the ratio
+    ``r_nu = K_{nu+1} / K_nu = 1 / r_{nu-1} + 2 nu / x`` upwards, which is stable for K.
+    Working with logs keeps orders in the thousands free of overflow.
+    """
+    if twice_nu % 2:
+        nu = 0.5
+        log_k = 0.5 * np.log(np.pi / (2.0 * x)) - x
+        ratio = 1.0 + 1.0 / x
+    else:
+        xt = torch.from_numpy(x)
+        k0 = torch.special.scaled_modified_bessel_k0(xt).numpy()
+        k1 = torch.special.scaled_modified_bessel_k1(xt).numpy()
+        nu = 0.0
+        log_k = np.log(k0) - x
+        ratio = k1 / k0
+    while nu < twice_nu / 2:
+        log_k = log_k + np.log(ratio)
+        nu += 1.0
+        ratio = 1.0 / ratio + 2.0 * nu / x
+    return log_k
+
+
+def dot_product_density(
+    x: ArrayLike, d: int, var_q: float = 1.0, var_k: float = 1.0
+) -> NDArray[np.float64] | float:
+    r"""Exact density of ``q·k`` for independent q ~ N(0, var_q I_d), k ~ N(0, var_k I_d).
+
+    ``q·k`` is a sum of d products of two Gaussians; its characteristic function is
+    :math:`(1 + s^2 t^2)^{-d/2}` with :math:`s = \sqrt{var_q var_k}`, the symmetric
+    variance-gamma law
+
+    .. math:: f(x) = \frac{|u|^{\nu} K_{\nu}(|u|)}{s\,\sqrt{\pi}\,\Gamma(d/2)\,2^{\nu}},
+              \quad u = x/s,\ \nu = (d-1)/2.
+
+    d = 1 gives the product-normal density K_0(|x|)/π (infinite at 0); as d grows
+    it tends to N(0, d s^2), the central-limit picture the page draws next to it.
+    """
+    if int(d) < 1:
+        raise ValueError("d must be at least 1.")
+    d = int(d)
+    s = math.sqrt(var_q * var_k)
+    x_arr = np.asarray(x, dtype=np.float64)
+    u = np.abs(x_arr) / s
+    out = np.empty_like(u)
+    zero = u == 0
+    if zero.any():
+        out[zero] = np.inf if d == 1 else math.exp(
+            math.lgamma((d - 1) / 2) - math.lgamma(d / 2)) / (2.0 * math.sqrt(math.pi) * s)
+    pos = ~zero
+    if pos.any():
+        nu = (d - 1) / 2
+        up = u[pos]
+        log_f = (nu * np.log(up) + _log_bessel_k(d - 1, up) - 0.5 * math.log(math.pi)
+                 - math.lgamma(d / 2) - nu * math.log(2.0) - math.log(s))
+        out[pos] = np.exp(log_f)
+    return _out(out)
+
+
+def dot_product_kurtosis(d: ArrayLike) -> NDArray[np.float64] | float:
+    """Kurtosis ``E[x^4] / Var(x)^2`` of q·k: ``3 + 6/d`` (each product q_i k_i has kurtosis 9)."""
+    return _out(3.0 + 6.0 / np.asarray(d, dtype=np.float64))
+
+
+def sample_std_error(
+    d: ArrayLike, n: int, var_q: float = 1.0, var_k: float = 1.0
+) -> NDArray[np.float64] | float:
+    r"""Standard error of the sample std of q·k from n samples (delta method).
+
+    :math:`\mathrm{SE}(\hat\sigma) \approx \sigma \sqrt{(\kappa - 1)/n}\,/\,2` with
+    kurtosis :math:`\kappa = 3 + 6/d`; tests derive their tolerances from it.
+    """
+    d_arr = np.asarray(d, dtype=np.float64)
+    sigma = np.sqrt(d_arr * var_q * var_k)
+    return _out(sigma * np.sqrt((2.0 + 6.0 / d_arr) / n) / 2.0)
+
+
+def saturation_top_weight(x: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """Top weight of ``softmax([x, 0, ..., 0])`` over n entries: ``1 / (1 + (n-1) e^{-x})``."""
+    x_arr = np.asarray(x, dtype=np.float64)
+    return _out(np.exp(x_arr - np.logaddexp(x_arr, math.log(n - 1))))
+
+
+def saturation_other_weight(x: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """Each of the n-1 other weights of ``softmax([x, 0, ..., 0])``: ``1 / (e^x + n - 1)``."""
+    x_arr = np.asarray(x, dtype=np.float64)
+    return _out(np.exp(-np.logaddexp(x_arr, math.log(n - 1))))
+
+
+def saturation_threshold(n: int, level: float = 0.99) -> float:
+    """The x at which the top weight of ``softmax([x, 0, ..., 0])`` reaches ``level``.
+
+    ``x* = log(level (n-1) / (1-level))``: 5.69 for n = 4 and level 0.99.
+    """
+    if n < 2 or not 0.0 < level < 1.0:
+        raise ValueError("need n >= 2 and 0 < level < 1.")
+    return math.log(level * (n - 1) / (1.0 - level))
+
+
+def saturation_jacobian_norm(x: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    r"""``||J||_F`` of ``softmax([x, 0, ..., 0])`` over n entries, in closed form.
+
+    With top weight p, the m = n-1 other weights q each and ``1 - p = m q``:
+    :math:`\|J\|_F^2 = (p\,m q)^2 + 2m(pq)^2 + m\,q^2(p + (m-1)q)^2 + m(m-1)q^4`;
+    ``2pq`` for n = 2. Written without differences, so it stays exact far into saturation.
+    """
+    p = np.asarray(saturation_top_weight(x, n))
+    q = np.asarray(saturation_other_weight(x, n))
+    m = n - 1
+    sq = (p * m * q) ** 2 + 2 * m * (p * q) ** 2 + m * (q * (p + (m - 1) * q)) ** 2 + m * (m - 1) * q**4
+    return _out(np.sqrt(sq))
+
+
+def uniform_row_jacobian_norm(n: ArrayLike) -> NDArray[np.float64] | float:
+    """``||J||_F`` of a uniform row over n keys: ``sqrt(n-1)/n``, which vanishes like ``1/sqrt(n)``."""
+    n_arr = np.asarray(n, dtype=np.float64)
+    return _out(np.sqrt(n_arr - 1.0) / n_arr)
+
+
+_GRID = torch.linspace(-12.0, 12.0, 48001, dtype=torch.float64)
+
+
+@lru_cache(maxsize=256)
+def top2_gap_density_at_zero(n: int) -> float:
+    r"""Density at 0 of the gap between the two largest of n iid N(0, 1) draws.
+
+    :math:`f_G(0) = n(n-1)\int \varphi(x)^2\,\Phi(x)^{n-2}\,dx` (1-D quadrature);
+    ``1/sqrt(pi)`` for n = 2. It sets how often a saturated row still has a near tie.
+    """
+    if n < 2:
+        raise ValueError("a gap needs n >= 2.")
+    phi = torch.exp(-0.5 * _GRID**2) / math.sqrt(2.0 * math.pi)
+    integrand = phi**2 * torch.special.ndtr(_GRID) ** (n - 2)
+    return float(n * (n - 1) * torch.trapezoid(integrand, _GRID))
+
+
+@lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    r"""``E[max of n iid N(0, 1)]`` = :math:`n \int x\,\varphi(x)\,\Phi(x)^{n-1}\,dx` (0 for n = 1)."""
+    phi = torch.exp(-0.5 * _GRID**2) / math.sqrt(2.0 * math.pi)
+    return float(n * torch.trapezoid(_GRID * phi * torch.special.ndtr(_GRID) ** (n - 1), _GRID))
+
+
+def jacobian_norm_small_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    r"""``E||J||_F`` for softmax of n iid N(0, sigma^2) logits, to second order in sigma.
+
+    :math:`\sqrt{\tfrac{n-1}{n^2}\,(1 + \sigma^2 \tfrac{n-4}{n})}`: starts at the uniform
+    row's value and, for n > 4, first grows as the row sharpens. Valid for sigma ≲ 0.5.
+    """
+    s = np.asarray(sigma, dtype=np.float64)
+    return _out(np.sqrt(np.maximum((n - 1) / n**2 * (1.0 + s**2 * (n - 4) / n), 0.0)))
+
+
+def jacobian_norm_large_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    r"""``E||J||_F`` for large sigma: ``f_G(0) / sigma``.
+
+    A saturated row has ``||J|| ≈ 2 p_1 p_2``, set by the gap G between its two
+    largest logits; averaging ``2σ(u)σ(-u)`` over ``u = sigma·G`` gives
+    :math:`f_G(0)/\sigma` (:func:`top2_gap_density_at_zero`). Decays like 1/sigma, not
+    exponentially: rare near ties keep the mean alive while the typical row is flat.
+    """
+    s = np.asarray(sigma, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return _out(top2_gap_density_at_zero(n) / s)
+
+
+def max_weight_small_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """``E[max weight]`` to first order in sigma: ``(1 + sigma · E[max of n normals]) / n``."""
+    s = np.asarray(sigma, dtype=np.float64)
+    return _out((1.0 + s * expected_max_normal(n)) / n)
+
+
+def max_weight_large_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """``E[max weight]`` for large sigma: ``1 - log(2) f_G(0) / sigma``."""
+    s = np.asarray(sigma, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return _out(1.0 - math.log(2.0) * top2_gap_density_at_zero(n) / s)
+
+
+def inverse_chi_mean(d: ArrayLike) -> NDArray[np.float64] | float:
+    r"""``E[1/|q|]`` for q ~ N(0, I_d), d >= 2: :math:`\Gamma(\frac{d-1}{2}) / (\sqrt2\,\Gamma(\frac d2))`."""
+    d_arr = np.atleast_1d(np.asarray(d, dtype=np.float64))
+    out = np.array([math.exp(math.lgamma((k - 1) / 2) - math.lgamma(k / 2)) / math.sqrt(2.0)
+                    if k >= 2 else np.inf for k in d_arr])
+    return _out(out.reshape(np.shape(d)))
+
+
+def unscaled_jacobian_norm_large_d(d: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """Mean ``||J||_F`` of unscaled unit-Gaussian attention over n keys at large d.
+
+    Given the query, the unscaled logits are iid N(0, |q|^2), so
+    :func:`jacobian_norm_large_scale` at sigma = |q| averages to ``f_G(0) E[1/|q|] ≈ f_G(0)/sqrt(d)``.
+    """
+    return _out(top2_gap_density_at_zero(n) * np.asarray(inverse_chi_mean(d)))
+
+
+def unscaled_max_weight_large_d(d: ArrayLike, n: int) -> NDArray[np.float64] | float:
+    """Mean max weight of unscaled unit-Gaussian attention at large d: ``1 - log 2 f_G(0) E[1/|q|]``."""
+    return _out(1.0 - math.log(2.0) * np.asarray(unscaled_jacobian_norm_large_d(d, n)))
+
+
+_DTYPE_MAX = {"float16": 65504.0, "bfloat16": float(torch.finfo(torch.bfloat16).max),
+              "float32": float(torch.finfo(torch.float32).max),
+              "float64": float(torch.finfo(torch.float64).max)}
+
+
+def exp_overflow_logit(dtype: str) -> float:
+    """The logit above which ``exp`` overflows to inf in ``dtype``: ``log(largest finite value)``.
+
+    11.09 for float16, 88.72 for bfloat16 and float32, 709.78 for float64. A naive
+    softmax ``e^x / sum e^x`` turns into inf/inf = NaN there; subtracting the row
+    maximum first keeps every exponent <= 0.
+    """
+    if dtype not in _DTYPE_MAX:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPE_MAX)}.")
+    return math.log(_DTYPE_MAX[dtype])
+
+
 # ---------------------------------------------------------------------------- Attention sinks page
 
 from collections.abc import Callable  # noqa: E402

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -23,7 +22,9 @@ def run(path: str, **query: str) -> AppTest:
 def spec_of(at: AppTest) -> SyntheticSpec:
     """The spec the page's current controls describe (read back from session state)."""
     s = at.session_state
-    get = lambda k, d: s[k] if k in s else d  # noqa: E731
+
+    def get(k: str, d: object) -> object:
+        return s[k] if k in s else d  # noqa: SIM401 (AppTest state has no .get)
     return SyntheticSpec(
         L=s["L"], S=s["S"], d_k=s["dk"], heads=s["heads"], kv_heads=s["kv"], scoring=s["scoring"],
         temperature=s["temp"], mask=s["mask"], valid_len=get("vlen", 12), window=get("win", 4),

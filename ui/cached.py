@@ -57,11 +57,83 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
     return timed(lambda: synthetic_stages(spec, device, pool))
 
 
+# ---------------------------------------------------------------------------
+# Saturation & gradients page (issue 4). Every result is small (numpy summaries),
+# so st.cache_data holds it; dtypes travel as their names.
+# ---------------------------------------------------------------------------
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from attncore import gradients as _grad  # noqa: E402
+from attncore.explore import DTYPES as _DTYPES  # noqa: E402
+
+
+def _mc_dtype(dtype: str) -> torch.dtype:
+    """Monte Carlo runs in float64 when the page asks for it, else in float32."""
+    return torch.float64 if dtype == "float64" else torch.float32
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def sat_dot_histograms(d: int, n: int, bins: int, var_q: float, var_k: float, seed: int,
+                       device: str, dtype: str) -> Timed[_grad.DotHistograms]:
+    """Histograms of n samples of q·k in d dims (raw and scaled)."""
+    return timed(lambda: _grad.dot_histograms(d, n, bins, var_q=var_q, var_k=var_k, seed=seed,
+                                              device=device, dtype=_mc_dtype(dtype)))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def sat_std_sweep(n: int, var_q: float, var_k: float, seed: int, device: str,
+                  dtype: str) -> Timed[_grad.StdSweep]:
+    """std of q·k against every d of the grid, n samples per d."""
+    return timed(lambda: _grad.dot_std_sweep(_grad.D_GRID, n, var_q=var_q, var_k=var_k, seed=seed,
+                                             device=device, dtype=_mc_dtype(dtype)))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def sat_saturation_curve(n: int, x_max: float, points: int = 81) -> Timed[_grad.SaturationCurve]:
+    """softmax([x, 0, ..., 0]) for x in [0, x_max] (float64, CPU: a handful of numbers)."""
+    return timed(lambda: _grad.saturation_curve(torch.linspace(0.0, x_max, points, dtype=torch.float64), n))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def sat_temperature_rows(scores: tuple[float, ...], d: int) -> Timed[_grad.TemperatureRows]:
+    """The score row unscaled and divided by 0.5, 1 and 2 times sqrt(d)."""
+    return timed(lambda: _grad.temperature_rows(scores, d))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def sat_scale_sweep(n: int, trials: int, sigma_max: float, seed: int, device: str,
+                    dtype: str) -> Timed[_grad.ScaleSweep]:
+    """E||J|| and E[max weight] against the logit scale sigma in [0.01, sigma_max]."""
+    sigmas = np.geomspace(0.01, sigma_max, 49)
+    return timed(lambda: _grad.jacobian_vs_scale(sigmas, n, trials, seed=seed, device=device,
+                                                 dtype=_mc_dtype(dtype)))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def sat_gradient_sweep(d_max: int, keys: int, batch: int, level: float, seed: int, device: str,
+                       dtype: str) -> Timed[_grad.GradientSweep]:
+    """Saturation and gradient norms through attncore.attention for d = 1, 2, 4, ..., d_max."""
+    ds = tuple(d for d in _grad.D_GRID if d <= d_max)
+    return timed(lambda: _grad.gradient_sweep(ds, keys, batch, level=level, seed=seed, device=device,
+                                              dtype=_DTYPES[dtype]))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def sat_overflow_sweep(n: int, device: str) -> Timed[_grad.OverflowSweep]:
+    """Naive vs stable softmax of [x, 0, ..., 0] in four dtypes for x from 1 to 10,000."""
+    return timed(lambda: _grad.overflow_sweep(np.geomspace(1.0, 1e4, 241), n, device=device))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def sat_overflow_rows(x: float, n: int) -> list[_grad.OverflowRow]:
+    """Naive and stable softmax of [x, 0, ..., 0] in each dtype, for the table."""
+    return _grad.overflow_rows(x, n)
+
+
 # ---------------------------------------------------------------------------- Attention sinks page
 
 from dataclasses import replace as _replace  # noqa: E402
-
-import numpy as _np  # noqa: E402
 
 from attncore import models as _models  # noqa: E402
 from attncore import sinks as _sinks  # noqa: E402
@@ -95,7 +167,7 @@ _SWEEPS = {"strength": (_sinks.strength_sweep, _sinks.STRENGTH_RANGE),
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _sink_sweep(kind: str, spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.SweepResult]:
     fn, span = _SWEEPS[kind]
-    grid = _np.linspace(*span, SWEEP_POINTS)
+    grid = np.linspace(*span, SWEEP_POINTS)
     return timed(lambda: fn(spec, grid, device))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike, NDArray
+from plotly.subplots import make_subplots
 
 __all__ = [
     "DIVERGING",
@@ -211,10 +212,10 @@ def heatmap_grid(
                             x_labels=None, y_labels=None, coloraxis="coloraxis")
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
         traces.append(tr)
-        layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", "showticklabels": False,
-                                  "showgrid": False, "zeroline": False}
-        layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}", "showticklabels": False,
-                                  "autorange": "reversed", "showgrid": False, "zeroline": False}
+        bare = {"showticklabels": False, "showgrid": False, "zeroline": False}
+        layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", **bare}
+        layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}",
+                                  "autorange": "reversed", **bare}
         notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
     axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
     if diverging:
@@ -363,6 +364,151 @@ def line_chart(
         fig.add_trace(go.Scatter(**kw))
     fig.update_xaxes(title=x_title, type="log" if log_x else "linear")
     fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    return style(fig, title=title, height=height)
+
+
+# ---------------------------------------------------------------------------
+# Saturation & gradients page (issue 4): histograms with densities, small
+# multiples of curves with error bands, and reference markers.
+# ---------------------------------------------------------------------------
+
+
+__all__ += ["Band", "Histogram", "Marker", "Panel", "grouped_bars", "panel_grid"]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+@dataclass
+class Band:
+    """A shaded range ``lo..hi`` along x (an interquartile range or ±1 standard error)."""
+
+    name: str
+    x: ArrayLike
+    lo: ArrayLike
+    hi: ArrayLike
+    color: str = PALETTE[0]
+
+
+@dataclass
+class Histogram:
+    """Density bars: ``edges`` (bins+1,) and ``density`` (bins,)."""
+
+    name: str
+    edges: ArrayLike
+    density: ArrayLike
+    color: str = PALETTE[4]
+
+
+@dataclass
+class Marker:
+    """A vertical reference line at ``x``, labelled at height ``y`` (0 bottom, 1 top of the plot)."""
+
+    x: float
+    label: str
+    color: str = PALETTE[7]
+    y: float = 1.0
+
+
+@dataclass
+class Panel:
+    """One subplot of :func:`panel_grid`: bars, bands, then curves (theory dashed), then markers."""
+
+    title: str
+    curves: Sequence[Curve] = ()
+    bands: Sequence[Band] = ()
+    hist: Histogram | None = None
+    markers: Sequence[Marker] = ()
+    x_title: str = ""
+    y_title: str = ""
+    log_x: bool = False
+    log_y: bool = False
+    y_range: tuple[float, float] | None = None
+
+
+def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = None,
+               shared_x: bool = False, title: str | None = None) -> go.Figure:
+    """Small multiples of measurement-vs-theory panels sharing one legend.
+
+    Curves are drawn by :func:`line_chart` (so they look the same as everywhere else);
+    a series that appears in several panels gets one legend entry that toggles it
+    everywhere. Bands are filled between ``lo`` and ``hi`` under their curve.
+    """
+    if not panels:
+        raise ValueError("panel_grid needs at least one panel.")
+    cols = max(1, min(cols, len(panels)))
+    rows = -(-len(panels) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[p.title for p in panels],
+                        shared_xaxes="all" if shared_x else False,
+                        horizontal_spacing=0.08 if cols > 1 else 0.0,
+                        vertical_spacing=0.16 if rows > 1 else 0.0)
+    fig.update_annotations(font_size=13)  # the subplot titles
+    seen: set[str] = set()
+
+    def legend_once(name: str) -> bool:
+        first = name not in seen
+        seen.add(name)
+        return first
+
+    for i, p in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        if p.hist is not None:
+            h = p.hist
+            edges = np.asarray(h.edges, dtype=np.float64)
+            fig.add_trace(go.Bar(x=_f32((edges[:-1] + edges[1:]) / 2), y=_f32(h.density),
+                                 width=float(edges[1] - edges[0]), name=h.name, legendgroup=h.name,
+                                 showlegend=legend_once(h.name), marker_color=_rgba(h.color, 0.55),
+                                 marker_line_width=0,
+                                 hovertemplate=f"{h.name}<br>x %{{x:.4g}}<br>density %{{y:.4g}}"
+                                               "<extra></extra>"),
+                          row=r, col=c)
+        for b in p.bands:
+            x = _f32(b.x)
+            fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]),
+                                     y=np.concatenate([_f32(b.hi), _f32(b.lo)[::-1]]),
+                                     fill="toself", fillcolor=_rgba(b.color, 0.18), line={"width": 0},
+                                     name=b.name, legendgroup=b.name, showlegend=legend_once(b.name),
+                                     hoverinfo="skip"), row=r, col=c)
+        for tr in line_chart(p.curves).data:
+            tr.update(legendgroup=tr.name, showlegend=legend_once(tr.name))
+            fig.add_trace(tr, row=r, col=c)
+        # Log axes label powers of ten (10⁻⁹), not SI prefixes (1n), which read badly for errors.
+        fig.update_xaxes(title=p.x_title, type="log" if p.log_x else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_x else "B")
+        fig.update_yaxes(title=p.y_title, type="log" if p.log_y else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_y else "B")
+        if p.y_range is not None:
+            lo, hi = p.y_range
+            fig.update_yaxes(range=[np.log10(lo), np.log10(hi)] if p.log_y else [lo, hi], row=r, col=c)
+        for m in p.markers:
+            # Shapes take data coordinates on log axes; annotations take log10 of them.
+            fig.add_shape(type="line", x0=float(m.x), x1=float(m.x), y0=0, y1=1, yref="y domain",
+                          line={"color": m.color, "width": 1, "dash": "dot"}, row=r, col=c)
+            fig.add_annotation(x=float(np.log10(m.x)) if p.log_x else float(m.x), y=m.y, yref="y domain",
+                               text=m.label, showarrow=False, xanchor="left", yanchor="top",
+                               font={"size": 11, "color": m.color}, row=r, col=c)
+    fig.update_layout(bargap=0.0, hovermode="closest")
+    fig = style(fig, title=title, height=height or 330 * rows + 40)
+    # The legend sits at the very top of the figure, the subplot titles below it.
+    fig.update_layout(legend={"yref": "container", "y": 1.0, "yanchor": "top", "x": 0.0},
+                      margin={"t": 96 if title else 72})
+    return fig
+
+
+def grouped_bars(categories: Sequence[str], series: Sequence[tuple[str, ArrayLike]], *,
+                 title: str | None = None, x_title: str = "", y_title: str = "",
+                 height: int = 360) -> go.Figure:
+    """Bars grouped by category (e.g. key position), one colour per series (e.g. temperature)."""
+    fig = go.Figure()
+    for i, (name, y) in enumerate(series):
+        fig.add_trace(go.Bar(x=list(categories), y=_f32(y), name=name, marker_color=PALETTE[i % len(PALETTE)],
+                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}}<extra></extra>"))
+    fig.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05)
+    fig.update_xaxes(title=x_title, type="category")
+    fig.update_yaxes(title=y_title)
     return style(fig, title=title, height=height)
 
 

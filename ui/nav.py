@@ -20,6 +20,10 @@ PAGES: tuple[PageEntry, ...] = (
               "Attention weights and the stages that make them: raw, scaled and masked scores, "
               "weights. Masks (causal, padding, sliding window, packed documents), scoring "
               "functions, normalisers, heads and grouped-query attention, and a compare mode."),
+    PageEntry("pages/3_Saturation_and_gradients.py", "Saturation & gradients", ":material/speed:",
+              "Why divide by √d: the spread of q·k against d, softmax saturation, the softmax "
+              "Jacobian and gradient norms through attention (scaled vs unscaled), and how the "
+              "naive softmax overflows in float16, bfloat16 and float32."),
 )
 
 # ---------------------------------------------------------------------------- Attention sinks page

@@ -18,8 +18,8 @@ import torch
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
-from attncore.explore import DTYPES
 from attncore.errors import AttnInputError
+from attncore.explore import DTYPES
 from ui import state, widgets
 from ui.nav import PAGES
 
