@@ -225,7 +225,9 @@ def heatmap_grid(
     if zmax is not None:
         axis["cmax"] = zmax
     fig = go.Figure(data=traces, layout={**layout, "coloraxis": axis, "annotations": notes})
-    return style(fig, height=height)
+    style(fig, height=height)
+    fig.update_layout(margin={"t": 28})  # room for the top row's titles
+    return fig
 
 
 def heatmap_row(
