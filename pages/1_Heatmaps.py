@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attncore.explore import SyntheticSpec, float16_overflow, row_stats
+from attncore.explore import RowStats, SyntheticSpec, float16_overflow, row_stats
 from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
@@ -125,8 +125,7 @@ def stage_row(stages, head: int) -> None:
     st.plotly_chart(fig, key="chart_stages")
 
 
-def head_metrics(stages, spec: SyntheticSpec, head: int) -> None:
-    rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
+def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
     scaled = stages.scaled[head]
     measured = float(scaled.std()) if scaled.numel() > 1 else 0.0
     c = st.columns(4)
@@ -147,10 +146,8 @@ def head_metrics(stages, spec: SyntheticSpec, head: int) -> None:
                 help="1 for softmax and SSMax; softmax1 and sigmoid may spend less (or more).")
 
 
-def main_view(stages, spec: SyntheticSpec, head: int) -> None:
+def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
     w = stages.weights[head]
-    allowed = None if stages.allowed is None else stages.allowed[head]
-    rs = row_stats(w, allowed)
     vis = rs.visible.cpu().numpy().astype(np.float64)
     fig = figures.weights_with_row_stats(
         w.cpu().numpy(), rs.entropy.cpu().numpy(), rs.max_weight.cpu().numpy(),
@@ -236,10 +233,11 @@ def body(ctx: PageContext) -> None:
     if spec.mask == "window" and spec.window >= spec.L:
         st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
                 "it equals the causal mask.")
-    head_metrics(stages, spec, head)
+    rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
+    head_metrics(stages, spec, head, rs)
     st.markdown("##### Stages of one head")
     stage_row(stages, head)
-    main_view(stages, spec, head)
+    main_view(stages, spec, head, rs)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")
     heads_grid(stages, spec)

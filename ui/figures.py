@@ -81,14 +81,18 @@ def downsample(z: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, i
     n, m = a.shape
     fr, fc = -(-n // max_side), -(-m // max_side)
     finite = np.isfinite(a)
+    all_finite = bool(finite.all())
     if fr == 1 and fc == 1:
-        return _f32(np.where(finite, a, np.nan)), 1, 1
+        return _f32(a if all_finite else np.where(finite, a, np.nan)), 1, 1
     rows, cols = -(-n // fr), -(-m // fc)
-    vals = np.zeros((rows * fr, cols * fc), dtype=np.float64)
+    if all_finite and n == rows * fr and m == cols * fc:  # the common case: one reshape-mean
+        small = a.reshape(rows, fr, cols, fc).mean(axis=(1, 3), dtype=np.float64)
+        return _f32(small), fr, fc
+    vals = np.zeros((rows * fr, cols * fc), dtype=np.float32)
     counts = np.zeros((rows * fr, cols * fc), dtype=np.float32)
-    vals[:n, :m] = np.where(finite, a, 0.0)
+    vals[:n, :m] = a if all_finite else np.where(finite, a, 0.0)
     counts[:n, :m] = finite
-    sums = vals.reshape(rows, fr, cols, fc).sum(axis=(1, 3))
+    sums = vals.reshape(rows, fr, cols, fc).sum(axis=(1, 3), dtype=np.float64)
     cnt = counts.reshape(rows, fr, cols, fc).sum(axis=(1, 3))
     with np.errstate(invalid="ignore", divide="ignore"):
         small = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
