@@ -290,3 +290,82 @@ def line_chart(
     fig.update_xaxes(title=x_title, type="log" if log_x else "linear")
     fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
     return style(fig, title=title, height=height)
+
+
+# --------------------------------------------------------------------------------------
+# Entropy vs length page (issue 3): small multiples sharing one legend.
+# --------------------------------------------------------------------------------------
+
+__all__ += ["Panel", "legend_key", "panel_grid"]
+
+
+@dataclass
+class Panel:
+    """One subplot of :func:`panel_grid`: its curves, axis title and scale."""
+
+    title: str
+    curves: Sequence[Curve]
+    y_title: str = ""
+    log_y: bool = False
+
+
+def legend_key(name: str, *, dash: str = "solid", symbol: str | None = None,
+               color: str = PALETTE[7]) -> Curve:
+    """A legend-only entry explaining a line style (drawn nowhere)."""
+    mode = "markers" if symbol and dash == "none" else "lines+markers" if symbol else "lines"
+    extra: dict = {"mode": mode, "showlegend": True, "hoverinfo": "skip", "legendgroup": f"key:{name}",
+                   "line": {"color": color, "dash": "solid" if dash == "none" else dash, "width": 2}}
+    if symbol:
+        extra["marker"] = {"symbol": symbol, "size": 8, "color": color}
+    return Curve(name, [None], [None], color=color, extra=extra)
+
+
+def _decade_ticks(curves: Sequence[Curve], log_x: bool) -> dict:
+    """Label only whole decades on a log x axis spanning two or more of them (no 2, 5 clutter)."""
+    xs = [np.asarray(c.x, dtype=np.float64) for c in curves]
+    xs = [x[np.isfinite(x) & (x > 0)] for x in xs]
+    xs = [x for x in xs if x.size]
+    if not log_x or not xs:
+        return {}
+    lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
+    return {"dtick": 1} if np.log10(hi / lo) >= 2 else {}
+
+
+def panel_grid(
+    panels: Sequence[Panel],
+    *,
+    cols: int = 2,
+    x_title: str = "",
+    log_x: bool = True,
+    row_height: int = 330,
+    legend: Sequence[Curve] = (),
+) -> go.Figure:
+    """Panels of measurement-vs-theory curves on a shared x axis with one legend.
+
+    Each panel's traces are built by :func:`line_chart` (so the styles match every other
+    page); curves of one series should share ``extra["legendgroup"]`` so a legend click
+    toggles the series in every panel. ``legend`` adds style keys (see :func:`legend_key`).
+    """
+    if not panels:
+        raise ValueError("panel_grid needs at least one panel.")
+    cols = max(1, min(cols, len(panels)))
+    rows = -(-len(panels) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[p.title for p in panels],
+                        horizontal_spacing=0.09, vertical_spacing=0.16 if rows > 1 else 0.05)
+    for i, p in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        for tr in line_chart(p.curves).data:
+            fig.add_trace(tr, row=r, col=c)
+        fig.update_yaxes(title=p.y_title, type="log" if p.log_y else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_y else "none")
+        fig.update_xaxes(type="log" if log_x else "linear", row=r, col=c, exponentformat="power",
+                         title=x_title if r == rows else None, **_decade_ticks(p.curves, log_x))
+    for key in legend:
+        for tr in line_chart([key]).data:
+            fig.add_trace(tr, row=1, col=1)
+    fig.update_annotations(font_size=13)
+    style(fig, height=row_height * rows + 70)
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 40 / (row_height * rows),
+                              "x": 0.0, "font": {"size": 12}},
+                      margin={"l": 10, "r": 10, "t": 60, "b": 10})
+    return fig

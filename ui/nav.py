@@ -21,3 +21,11 @@ PAGES: tuple[PageEntry, ...] = (
               "weights. Masks (causal, padding, sliding window, packed documents), scoring "
               "functions, normalisers, heads and grouped-query attention, and a compare mode."),
 )
+
+# Entropy vs length page (issue 3).
+PAGES = PAGES + (
+    PageEntry("pages/2_Entropy_vs_length.py", "Entropy vs length", ":material/trending_up:",
+              "How a softmax row flattens as the context grows: entropy, max weight, effective support and "
+              "output scale streamed to 2²⁴ keys against exact theory; scale rules (1/√d, SSMax, Llama 4), "
+              "temperatures and normalisers; SSMax's figure 1."),
+)
