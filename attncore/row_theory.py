@@ -139,7 +139,8 @@ def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool) -> dict[
     e_minus_t = np.exp(-t)
     if want_max:
         # rows of u that can matter for the max (psi <= phi): the cumulative integral only there
-        live = np.flatnonzero(((ns.min() - 1.0) * log_phi > -45.0) & (u < x[-1] + 45.0))
+        reach = (ns.min() - 1.0) * log_phi if ns.min() > 1 else np.zeros_like(u)
+        live = np.flatnonzero((reach > -45.0) & (u < x[-1] + 45.0))
         first = int(live[0]) if live.size else 0
         acum = _cumulative(a_term[first:] / dz, dz)  # (U - first, Z): int_{-inf}^{z} N (1 - e^{-tw})
     for i, n in enumerate(ns):

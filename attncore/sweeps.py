@@ -505,7 +505,9 @@ def _row_stats(acc: _Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
         o = None if acc.o is None else acc.o / denom[:, None]
     if o is not None:
         out["out_ms"] = (o * o).mean(dim=1)
-    out["entropy"] = torch.clamp(out["entropy"], min=0.0).to(f64)
+    # a single key has entropy 0 exactly (rounding in w log w / w would leave ~1e-9)
+    out["entropy"] = torch.zeros_like(w if spec.normalizer == "sigmoid" else acc.a) if n <= 1 else \
+        torch.clamp(out["entropy"], min=0.0).to(f64)
     return out
 
 

@@ -165,7 +165,7 @@ def scaled_chi2_mgf(mean_sigma2: ArrayLike, d: int, t: float = 1.0) -> NDArray[n
     """
     m = np.asarray(mean_sigma2, dtype=np.float64)
     a = 2.0 * t * m / d
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = np.where(a < 1.0, np.power(np.maximum(1.0 - a, 1e-300), -0.5 * d), np.inf)
     return _out(out)
 
