@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, SweepSpec
-from attncore.theory import (
-    fully_scaled_multiplier,
-    margin_for_half_weight,
-    output_std_flat,
-    output_std_onehot,
-    peak_weight,
-    ssmax_margin_for_half_weight,
-    uniform_entropy,
-)
-from ui import figures, widgets
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
+from ui import widgets
 from ui.cached import entropy_theory, peak_weights
-from ui.figures import PALETTE, Curve, Panel
+from ui.entropy_view import (
+    Controls,
+    Series,
+    build_series,
+    figure1_charts,
+    figure1_frame,
+    main_chart,
+    n_label,
+    panel_frame,
+    theory_lengths,
+    validity_frame,
+)
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
@@ -29,7 +29,6 @@ from ui.sweep import run_sweeps
 TAU_OPTIONS = ("0.25", "0.5", "1", "2", "4")
 RULE_LABELS = {"sqrt_d": "1/√d (standard)", "none": "none (raw q·k)", "ssmax": "SSMax: s·log n/√d",
                "llama4": "Llama 4 NoPE: (1 + 0.1·log(⌊n/8192⌋+1))/√d"}
-RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
 NORM_LABELS = {"softmax": "softmax", "softmax1": "softmax1 (off-by-one)", "sigmoid": "sigmoid (b = −log n)"}
 VARY_LABELS = {"temperature": "temperature τ", "scale_rule": "scale rule", "normalizer": "normaliser",
                "none": "nothing (one curve)"}
@@ -59,26 +58,6 @@ PARAMS = (P_LO, P_HI, P_PPO, P_D, P_Q, P_METHOD, P_VARY, P_TAUS, P_RULES, P_NORM
           P_S, P_FULL, P_AXIS, P_PEAK, P_REST)
 RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value in the URL
 FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
-ERR_Z = 2.0  # error bars: +- 2 standard errors
-LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0}
-
-
-@dataclass(frozen=True)
-class Series:
-    """One curve: its legend label, colour and the sweep that measures it."""
-
-    label: str
-    spec: SweepSpec
-    color: str
-
-
-def _pow2(e: int) -> str:
-    sup = str(e).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
-    return f"2{sup}"
-
-
-def _n_label(n: int) -> str:
-    return f"{_pow2(int(math.log2(n)))} = {n:,}"
 
 
 def n_range(where) -> tuple[int, int]:
@@ -89,38 +68,12 @@ def n_range(where) -> tuple[int, int]:
     """
     lo, hi = sorted((int(st.session_state[P_LO.key]), int(st.session_state[P_HI.key])))
     a, b = where.select_slider("Sequence lengths n", options=[2**e for e in N_EXPONENTS],
-                               value=(2**lo, 2**hi), key=RANGE_KEY, format_func=_n_label,
+                               value=(2**lo, 2**hi), key=RANGE_KEY, format_func=n_label,
                                help="Keys per row, from 2⁴ to 2²⁴ = 16.8M. Each row is streamed: no n × n "
                                     "matrix is ever formed.")
     lo, hi = int(math.log2(a)), int(math.log2(b))
     st.session_state[P_LO.key], st.session_state[P_HI.key] = lo, hi
     return lo, hi
-
-
-def lengths_for(lo: int, hi: int, ppo: int) -> tuple[int, ...]:
-    """Powers of two from 2^lo to 2^hi with ``ppo`` points per doubling."""
-    ks = np.arange(lo * ppo, hi * ppo + 1) / ppo
-    return tuple(sorted({int(round(2.0**k)) for k in ks}))
-
-
-@dataclass(frozen=True)
-class Controls:
-    lo: int
-    hi: int
-    ppo: int
-    d: int
-    queries: int
-    method: str
-    vary: str
-    taus: tuple[str, ...]
-    rules: tuple[str, ...]
-    norms: tuple[str, ...]
-    tau: float
-    rule: str
-    norm: str
-    s: float
-    full: bool
-    axis: str
 
 
 def controls(where) -> Controls:
@@ -163,39 +116,6 @@ def controls(where) -> Controls:
                     norm=norm, s=float(s), full=bool(full), axis=axis)
 
 
-def build_series(c: Controls, seed: int, dtype: str) -> list[Series]:
-    """One :class:`Series` per compared value (or one), in a stable order."""
-    lengths = lengths_for(c.lo, c.hi, c.ppo)
-    base = SweepSpec(lengths=lengths, d=c.d, queries=c.queries, scale_rule=c.rule, temperature=c.tau,
-                     normalizer=c.norm, method=c.method, seed=seed, ssmax_s=c.s, dtype=dtype)
-    items: list[tuple[str, SweepSpec]] = []
-    if c.vary == "temperature" and c.taus:
-        for t in sorted(c.taus, key=float):
-            items.append((f"τ = {t}", SweepSpec(**{**base.__dict__, "temperature": float(t)})))
-    elif c.vary == "scale_rule" and c.rules:
-        for r in [r for r in SCALE_RULES if r in c.rules]:
-            items.append((RULE_SHORT[r], SweepSpec(**{**base.__dict__, "scale_rule": r})))
-    elif c.vary == "normalizer" and c.norms:
-        for n in [n for n in SWEEP_NORMALIZERS if n in c.norms]:
-            items.append((n, SweepSpec(**{**base.__dict__, "normalizer": n})))
-    else:
-        items.append((f"{RULE_SHORT[c.rule]}, τ = {c.tau:g}, {c.norm}", base))
-    return [Series(label, spec, PALETTE[i % len(PALETTE)]) for i, (label, spec) in enumerate(items)]
-
-
-def theory_lengths(spec: SweepSpec) -> tuple[int, ...]:
-    """Where to evaluate theory: the measured lengths plus a grid dense enough for smooth lines.
-
-    Rules whose logit scale changes with n need one quadrature per n, so they get a coarser grid.
-    """
-    lo, hi = int(math.log2(min(spec.lengths))), int(math.ceil(math.log2(max(spec.lengths))))
-    per = 4 if spec.scale_rule in ("sqrt_d",) else 2 if spec.scale_rule in ("none", "llama4") else 1
-    if spec.normalizer == "sigmoid":
-        per = min(per, 2)
-    grid = {int(round(2.0 ** (k / per))) for k in range(lo * per, hi * per + 1)}
-    return tuple(sorted(grid | set(spec.lengths)))
-
-
 def theory_for(s: Series) -> tuple[pd.DataFrame, float]:
     sp = s.spec
     res = entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature, sp.normalizer, sp.ssmax_s)
@@ -214,116 +134,34 @@ def explain() -> None:
              r"\max_j p_j \approx \frac{e^{\sigma z_{\max}}}{n\,e^{\sigma^2/2}},\qquad "
              r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
     st.markdown(
-        "Here σ² is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). The "
-        "dotted large-n asymptotes hold once n is well past e^{σ²}; below about e^{σ²/2} the row is "
-        "*frozen*: a handful of keys carry nearly all the weight. The output of attention over "
-        "unit-variance values shrinks like √(e^{σ²}/n) (Graphcore's log-normal rule); multiplying by "
-        "√(n/e) (\"fully scaled\" attention) restores unit scale at σ = 1."
+        "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
+        "The dotted large-n asymptotes hold once n is well past $e^{\\sigma^2}$; below about "
+        "$e^{\\sigma^2/2}$ the row is *frozen*: a handful of keys carry nearly all the weight. The output of "
+        "attention over unit-variance values shrinks like $\\sqrt{e^{\\sigma^2}/n}$ (Graphcore's log-normal "
+        "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1."
     )
 
 
-def _measured(s: Series, df: pd.DataFrame, col: str, panel: int, what: str, unit: str,
-              scale: np.ndarray | float = 1.0, **extra) -> Curve:
-    y = df[col].to_numpy() * scale
-    err = df[f"{col}_sem"].to_numpy() * scale * ERR_Z if f"{col}_sem" in df else None
-    hover = f"{s.label}<br>n = %{{x:,.0f}}<br>{what} = %{{y:.4g}}{unit}"
-    return Curve(s.label, df["n"].to_numpy(), y, err=err, color=s.color, hover=hover,
-                 extra={"legendgroup": s.label, "showlegend": panel == 0, **extra})
-
-
-def _theory(s: Series, th: pd.DataFrame, col: str, name: str, *, dotted: bool = False,
-            scale: np.ndarray | float = 1.0, mask: np.ndarray | None = None) -> Curve:
-    y = th[col].to_numpy() * scale
-    x = th["n"].to_numpy().astype(np.float64)
-    if mask is not None:
-        x, y = x[mask], y[mask]
-    kind = "asymptote" if dotted else "exact"
-    line = {"color": s.color, "dash": "dot" if dotted else "dash", "width": 1.6 if dotted else 2}
-    return Curve(f"{s.label} · {kind}", x, y, theory=True, color=s.color,
-                 hover=f"{s.label} · {kind}<br>n = %{{x:,.0f}}<br>{name} = %{{y:.4g}}",
-                 extra={"legendgroup": s.label, "showlegend": False, "line": line})
-
-
-def _reference(name: str, x: np.ndarray, y: np.ndarray) -> Curve:
-    return Curve(name, x, y, theory=True, color=PALETTE[7],
-                 hover=f"{name}<br>n = %{{x:,.0f}}<br>%{{y:.4g}}",
-                 extra={"legendgroup": "bounds", "showlegend": False,
-                        "line": {"color": PALETTE[7], "dash": "dashdot", "width": 1}})
-
-
-def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame],
-               c: Controls) -> figures.go.Figure:
-    """The four panels: entropy, max weight, effective support, output std."""
-    n_lo, n_hi = 2.0**c.lo, 2.0**c.hi
-    xs = np.geomspace(n_lo, n_hi, 64)
-    frac = c.axis == "fraction"
-    ent, mxw, eff, out = [], [], [], []
-    for s, df, th in zip(series, frames, theories, strict=True):
-        nth = th["n"].to_numpy().astype(np.float64)
-        valid = nth >= th["valid_from"].to_numpy()
-        ln_t = np.log(np.maximum(nth, 2)) if frac else 1.0
-        h_col = "normalized_entropy" if frac else "entropy"
-        ent += [_measured(s, df, h_col, 0, "H", "" if frac else " nats"),
-                _theory(s, th, h_col, "E[H]"),
-                _theory(s, th, "entropy_asymptote", "log n − σ²/2", dotted=True, scale=1.0 / ln_t,
-                        mask=valid & (th["entropy_asymptote"].to_numpy() > 0))]
-        mxw += [_measured(s, df, "max_weight", 1, "max weight", ""),
-                _theory(s, th, "max_weight", "E[max p]"),
-                _theory(s, th, "max_weight_asymptote", "Gumbel asymptote", dotted=True,
-                        mask=valid & np.isfinite(th["max_weight_asymptote"].to_numpy()))]
-        eff += [_measured(s, df, "effective_support", 2, "exp(mean H)", " keys"),
-                _theory(s, th, "effective_support", "exp(E[H])"),
-                _theory(s, th, "effective_support_asymptote", "n·e^{−σ²/2}", dotted=True,
-                        mask=valid & (th["entropy_asymptote"].to_numpy() > 0))]
-        out += [_measured(s, df, "output_std", 3, "std(output)", ""),
-                _theory(s, th, "output_std", "√E[Σp²]"),
-                _theory(s, th, "output_std_asymptote", "√(e^{σ²}/n)", dotted=True, mask=valid)]
-        if c.full:
-            m = np.asarray(fully_scaled_multiplier(df["n"].to_numpy()))
-            marker = {"symbol": "circle-open", "size": 8, "color": s.color}
-            out.append(_measured(s, df, "output_std", 3, "std(output)·√(n/e)", "", scale=m, mode="markers",
-                                 marker=marker, name=f"{s.label} · fully scaled"))
-            out.append(_theory(s, th, "output_std", "fully scaled √E[Σp²]·√(n/e)",
-                               scale=np.asarray(fully_scaled_multiplier(nth))))
-    ent.append(_reference("uniform: log n" if not frac else "uniform: 1", xs,
-                          np.ones_like(xs) if frac else np.asarray(uniform_entropy(xs))))
-    mxw.append(_reference("uniform: 1/n", xs, 1.0 / xs))
-    eff.append(_reference("uniform: n", xs, xs))
-    out += [_reference("uniform row: 1/√n", xs, np.asarray(output_std_flat(xs))),
-            _reference("one-hot row: 1", xs, np.asarray(output_std_onehot(xs)))]
-    panels = [Panel("Entropy (fraction of log n)" if frac else "Entropy H (nats)", ent,
-                    "H / log n" if frac else "nats"),
-              Panel("Max weight", mxw, "max_j p_j", log_y=True),
-              Panel("Effective support exp(H̄)", eff, "keys", log_y=True),
-              Panel("Output std (unit-variance values)", out, "std", log_y=True)]
-    legend = [figures.legend_key("measured (±2 s.e.)", symbol="circle"),
-              figures.legend_key("exact expectation", dash="dash"),
-              figures.legend_key("large-n asymptote", dash="dot")]
-    if c.full:
-        legend.append(figures.legend_key("fully scaled ×√(n/e)", dash="none", symbol="circle-open"))
-    legend.append(figures.legend_key("uniform / one-hot bounds", dash="dashdot"))
-    fig = figures.panel_grid(panels, x_title="keys per row n", legend=legend, row_height=340)
-    fig.update_layout(meta={"view": "entropy-panels"})
-    return fig
-
-
-def panel_frame(series: list[Series], frames: list[pd.DataFrame],
-                theories: list[pd.DataFrame]) -> pd.DataFrame:
-    """Everything the four panels show, one row per curve and n, theory at the measured n."""
-    parts = []
-    for s, df, th in zip(series, frames, theories, strict=True):
-        sp = s.spec
-        t = th.set_index("n").reindex(df["n"].to_numpy())
-        part = df.copy()
-        part.insert(0, "curve", s.label)
-        for col in ("seed", "queries", "d", "normalizer", "temperature", "scale_rule", "method"):
-            part.insert(1, col, getattr(sp, col))
-        for col in ("entropy", "max_weight", "effective_support", "output_std", "sum_sq", "entropy_asymptote",
-                    "entropy_corrected", "max_weight_asymptote", "output_std_asymptote", "sigma2"):
-            part[f"theory_{col}"] = t[col].to_numpy()
-        part["fully_scaled_output_std"] = part["output_std"] * np.sqrt(part["n"] / np.e)
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)
+def how_it_is_computed() -> None:
+    with st.expander("How attncore computes this", expanded=False):
+        st.markdown(
+            "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
+            "three sums, rescaling them whenever a block raises the maximum (the online softmax of "
+            "FlashAttention). Entropy, max weight and $\\sum p^2$ follow from the sums at any length, so a "
+            "row of 2²⁴ keys needs a few MB, and one pass to the largest n serves every shorter n.\n\n"
+            "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
+            "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
+            "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
+            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
+            "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
+            "from the exact tail.\n\n"
+            "**Theory.** With $|q|^2\\sim\\chi^2_d$ averaged by Gauss nodes, every expectation reduces to "
+            "one- and two-dimensional integrals through $1/D=\\int_0^\\infty e^{-tD}dt$ and independence "
+            "of the keys; the dashed lines are those integrals, accurate to about 1e-5."
+        )
+        st.latex(r"m' = \max(m, \max_{j\in B} x_j),\quad "
+                 r"s_0 \leftarrow e^{m-m'}s_0 + \sum_{j\in B} e^{x_j-m'},\quad "
+                 r"H = \log s_0 - \frac{s_1}{s_0},\quad \max_j p_j = \frac{1}{s_0}")
 
 
 def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
@@ -333,7 +171,7 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
     t = th.set_index("n").loc[n]
     cols = st.columns(4)
     quiet = {"delta_color": "off", "delta_arrow": "off"}
-    cols[0].metric(f"Entropy at n = {_n_label(n)}", f"{last['entropy']:.3f} nats",
+    cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} nats",
                    f"exact {t['entropy']:.3f} · log n = {math.log(n):.3f}", **quiet,
                    help="Measured mean over query rows; exact expectation by quadrature; "
                         "log n is the uniform maximum.")
@@ -347,26 +185,17 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
 
 
 def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
-    rows = []
-    for s, df, th in zip(series, frames, theories, strict=True):
-        n = int(df["n"].iloc[-1])
-        t = th.set_index("n").loc[n]
-        rows.append({"curve": s.label, "σ² at largest n": t["sigma2"],
-                     "asymptote holds for n ≫ e^σ²": t["valid_from"],
-                     "frozen below n ≈ e^(σ²/2)": t["frozen_below"],
-                     "n": n, "H measured": df["entropy"].iloc[-1], "H exact": t["entropy"],
-                     "H asymptote": t["entropy_asymptote"], "H with 1/n term": t["entropy_corrected"]})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
-                 column_config={"asymptote holds for n ≫ e^σ²": st.column_config.NumberColumn(format="%.3g"),
-                                "frozen below n ≈ e^(σ²/2)": st.column_config.NumberColumn(format="%.3g"),
-                                "σ² at largest n": st.column_config.NumberColumn(format="%.3f"),
-                                "H measured": st.column_config.NumberColumn(format="%.4f"),
-                                "H exact": st.column_config.NumberColumn(format="%.4f"),
-                                "H asymptote": st.column_config.NumberColumn(format="%.4f"),
-                                "H with 1/n term": st.column_config.NumberColumn(format="%.4f")})
-    st.caption("The 1/n term: E[H] ≈ log n − σ²/2 + (σ²e^{σ²} − (e^{σ²} − 1)/2)/n (second-order delta "
-               "method). Unscaled logits at d = 64 have σ² = 64: the asymptote would need n ≫ e⁶⁴ ≈ 6·10²⁷, "
-               "so such a row stays frozen at every length you can run.")
+    num = st.column_config.NumberColumn
+    st.dataframe(validity_frame(series, frames, theories), hide_index=True, width="stretch",
+                 column_config={"asymptote holds for n ≫ e^σ²": num(format="%.3g"),
+                                "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
+                                "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
+                                "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
+                                "H with 1/n term": num(format="%.4f")})
+    st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
+               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Unscaled logits at d = 64 have "
+               "σ² = 64: the asymptote would need n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every "
+               "length you can run.")
 
 
 def figure1(ctx: PageContext) -> None:
@@ -388,46 +217,19 @@ def figure1(ctx: PageContext) -> None:
     ns = tuple(sorted({2**k for k in range(1, FIG1_MAX_EXP + 1)} | {10**k for k in range(1, 7)}))
     res = peak_weights(ns, float(peak), float(rest), s, ctx.device)
     df = res.value
-    x = np.geomspace(2, 2.0**FIG1_MAX_EXP, 200)
-    n_arr = df["n"].to_numpy()
-    curves = [
-        Curve("softmax (measured)", n_arr, df["softmax"].to_numpy(), color=PALETTE[0],
-              hover="softmax<br>n = %{x:,.0f}<br>peak weight = %{y:.4f}"),
-        Curve("softmax (closed form)", x, np.asarray(peak_weight(x, peak, rest)), theory=True,
-              color=PALETTE[0]),
-        Curve(f"SSMax s = {s:g} (measured)", n_arr, df["ssmax"].to_numpy(), color=PALETTE[5],
-              hover="SSMax<br>n = %{x:,.0f}<br>peak weight = %{y:.4f}"),
-        Curve("SSMax (closed form)", x, np.asarray(peak_weight(x, peak, rest, s=s)), theory=True,
-              color=PALETTE[5]),
-    ]
-    fig = figures.line_chart(curves, title="Weight on the peak key", x_title="keys n", y_title="weight",
-                             log_x=True, height=430)
-    fig.update_yaxes(range=[0, 1.02])
-    fig.update_xaxes(exponentformat="power")
-    fig.update_layout(meta={"view": "ssmax-figure1"}, legend=LEGEND_BELOW)
-    gap = peak - rest
-    margin = [Curve("softmax: log(n − 1)", x, np.asarray(margin_for_half_weight(x)), theory=True,
-                    color=PALETTE[0]),
-              Curve(f"SSMax: log(n − 1)/(s log n) → 1/s = {1 / s:.2f}", x,
-                    np.asarray(ssmax_margin_for_half_weight(x, s)), theory=True, color=PALETTE[5]),
-              Curve(f"your gap Δ = {gap:g}", x, np.full_like(x, gap), theory=True, color=PALETTE[7])]
-    mfig = figures.line_chart(margin, title="Logit gap a key needs to keep half the weight", x_title="keys n",
-                              y_title="gap (logit units)", log_x=True, height=430)
-    mfig.update_xaxes(exponentformat="power")
-    mfig.update_layout(meta={"view": "ssmax-margin"}, legend=LEGEND_BELOW)
+    fig, mfig = figure1_charts(df, peak, rest, s, 2.0**FIG1_MAX_EXP)
     left, right = st.columns(2)
     left.plotly_chart(fig, key="chart_fig1")
     right.plotly_chart(mfig, key="chart_margin")
+    gap = peak - rest
     at = df.set_index("n")
-    cross = f" softmax drops below ½ at n = 1 + e^Δ ≈ {1 + math.exp(gap):,.0f}." if 0 < gap < 40 else ""
     sm, ss = at["softmax"], at["ssmax"]
+    cross = f" Softmax drops below ½ at n = 1 + e^Δ ≈ {1 + math.exp(gap):,.0f}." if 0 < gap < 40 else ""
     st.caption(f"Measured with attncore's normalisers on materialised rows: softmax {sm[100]:.3f} at n = 100 "
                f"and {sm[1000]:.3f} at n = 1000; SSMax {ss[100]:.3f} and {ss[1000]:.3f}.{cross} "
                "Right: closed forms only.")
-    widgets.csv_download(df.assign(softmax_closed_form=np.asarray(peak_weight(n_arr, peak, rest)),
-                                   ssmax_closed_form=np.asarray(peak_weight(n_arr, peak, rest, s=s)),
-                                   peak=peak, rest=rest, s=s),
-                         "ssmax_figure1.csv", label="Download figure-1 data (CSV)", key="dl_ent_fig1")
+    widgets.csv_download(figure1_frame(df, peak, rest, s), "ssmax_figure1.csv",
+                         label="Download figure-1 data (CSV)", key="dl_ent_fig1")
     widgets.caption_compute(ctx.device_label, res.seconds, f"{len(ns)} rows up to n = 2²⁰.")
 
 
@@ -461,7 +263,8 @@ def body(ctx: PageContext) -> None:
                                 f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):
-            validity_table(series, list(result.frames), theories)
+            validity_table(series, frames, theories)
+        how_it_is_computed()
     figure1(ctx)
 
 
