@@ -30,7 +30,7 @@ def run(**query: str) -> AppTest:
 def specs_of(at: AppTest) -> list[tuple[str, SweepSpec]]:
     """The curves the page's controls describe, rebuilt independently from session state."""
     s = at.session_state
-    get = lambda k, d: s[k] if k in s else d  # noqa: E731
+    get = lambda k, d: s[k] if k in s else d  # noqa: E731, SIM401 (session state has no .get)
     lo, hi, ppo = int(s["ent_lo"]), int(s["ent_hi"]), int(s["ent_ppo"])
     lengths = tuple(sorted({int(round(2.0 ** (k / ppo))) for k in range(lo * ppo, hi * ppo + 1)}))
     vary = s["ent_vary"]

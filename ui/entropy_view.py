@@ -125,7 +125,8 @@ def _measured(s: Series, df: pd.DataFrame, col: str, panel: int, what: str, unit
 
 
 def _theory(s: Series, th: pd.DataFrame, col: str, name: str, *, dotted: bool = False,
-            scale: np.ndarray | float = 1.0, mask: np.ndarray | None = None, kind: str | None = None) -> Curve:
+            scale: np.ndarray | float = 1.0, mask: np.ndarray | None = None,
+            kind: str | None = None) -> Curve:
     y = th[col].to_numpy() * scale
     x = th["n"].to_numpy().astype(np.float64)
     if mask is not None:
