@@ -337,8 +337,8 @@ def _fill_logit_tile(tile: Tensor, std: Tensor, g: torch.Generator, fix_tail: bo
     ``fix_tail`` (float32 samples; see the module docstring).
     """
     if tile.device.type == "cpu":
-        for r in range(tile.shape[0]):
-            tile[r].normal_(0.0, float(std[r]), generator=g)
+        for row, sd in zip(tile, std.tolist(), strict=True):
+            row.normal_(0.0, sd, generator=g)
     else:
         tile.normal_(generator=g).mul_(std.to(tile.dtype)[:, None])
     mx = tile.amax(dim=1)

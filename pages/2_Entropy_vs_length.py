@@ -171,11 +171,11 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
     t = th.set_index("n").loc[n]
     cols = st.columns(4)
     quiet = {"delta_color": "off", "delta_arrow": "off"}
-    cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} nats",
+    cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
                    f"exact {t['entropy']:.3f} · log n = {math.log(n):.3f}", **quiet,
-                   help="Measured mean over query rows; exact expectation by quadrature; "
-                        "log n is the uniform maximum.")
-    cols[1].metric("Max weight", f"{last['max_weight']:.3g}",
+                   help="Nats: measured mean over the query rows ± 2 standard errors; exact expectation "
+                        "by quadrature; log n is the uniform maximum.")
+    cols[1].metric("Max weight", f"{last['max_weight']:.3g} ± {2 * last['max_weight_sem']:.1g}",
                    f"exact {t['max_weight']:.3g} · 1/n = {1 / n:.2g}", **quiet)
     cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
                    f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)

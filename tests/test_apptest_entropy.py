@@ -110,9 +110,9 @@ def test_defaults_match_attncore_and_theory() -> None:
     assert all(np.all(np.diff(v) > 0) for v in ent.values())
     assert np.all(ent["τ = 0.5"] < ent["τ = 1"]) and np.all(ent["τ = 1"] < ent["τ = 2"])
     metric = {m.label.split(" at ")[0]: m.value for m in at.metric}
-    assert metric["Entropy"].endswith("nats")
-    assert float(metric["Entropy"].split()[0]) == pytest.approx(float(decode(trace(fig, labels[0], "x")["y"])[-1]),
-                                                                 abs=5e-4)
+    value, pm = (float(v) for v in metric["Entropy"].split(" ± "))
+    assert value == pytest.approx(float(decode(trace(fig, labels[0], "x")["y"])[-1]), abs=5e-4)
+    assert pm == pytest.approx(float(decode(trace(fig, labels[0], "x")["error_y"]["array"])[-1]), abs=5e-4)
 
 
 CHANGES = [

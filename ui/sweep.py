@@ -133,17 +133,19 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
         stopped = bool(st.session_state.pop(flag_stop, False))
         run_now = bool(st.session_state.pop(flag_run, False))
         est = estimate_seconds([specs[i] for i in missing], device)
+        # one slot for "waiting" and "running", so neither leaves a stale copy of the other behind
+        slot = where.empty().container()
         if stopped or (est > AUTO_RUN_S and total > AUTO_RUN_WORK and not run_now):
             why = ("The sweep was stopped before it finished. " if stopped else
                    f"This sweep draws {total / 1e9:.2f} G random numbers: about **{_fmt_s(est)}** on "
                    "this machine, so it waits for you. ")
-            where.info(why + "Press **Run sweep** to compute it; you can stop it at any time.",
-                       icon=":material/hourglass_top:")
-            where.button(f"Run sweep (≈ {_fmt_s(est)})", key=f"{key}_run_btn", type="primary",
-                         icon=":material/play_arrow:",
-                         on_click=lambda: st.session_state.__setitem__(flag_run, True))
+            slot.info(why + "Press **Run sweep** to compute it; you can stop it at any time.",
+                      icon=":material/hourglass_top:")
+            slot.button(f"Run sweep (≈ {_fmt_s(est)})", key=f"{key}_run_btn", type="primary",
+                        icon=":material/play_arrow:",
+                        on_click=lambda: st.session_state.__setitem__(flag_run, True))
             return None
-        _compute(specs, missing, labels, device, key, est, store)
+        _compute(specs, missing, labels, device, key, est, store, slot)
     frames, seconds = [], 0.0
     for i, s in enumerate(specs):
         df, sec = store.get((s, device)) or found[i]  # type: ignore[misc]
@@ -154,11 +156,10 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
 
 
 def _compute(specs: Sequence[SweepSpec], missing: list[int], labels: Sequence[str], device: str, key: str,
-             est: float, store: _Store) -> None:
-    """Run the missing sweeps under one progress bar with a Stop button."""
+             est: float, store: _Store, box: Any) -> None:
+    """Run the missing sweeps under one progress bar with a Stop button, drawn in ``box``."""
     work = [sweep_work(specs[i], device) for i in missing]
     total = max(1, sum(work))
-    box = st.container()
     bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
     stop_slot = box.empty()
     stop_slot.button("Stop", key=f"{key}_stop_btn", icon=":material/stop:",
