@@ -119,6 +119,7 @@ LLAMA4_ATTN_SCALE = 0.1
 
 LANES = 8  # fixed random-stream lanes: block b belongs to lane b % LANES
 TAIL_Z = 5.0  # float32 samples above this many std are redrawn from the exact tail
+STACKED_ROWS = 8  # row tiles up to this size reduce with one stacked GEMM (see _Reducer)
 
 _STREAM_QUERIES, _STREAM_LOGITS, _STREAM_KEYS = 1, 2, 3
 
@@ -266,24 +267,30 @@ def _plan_blocks(spec: SweepSpec, device: torch.device) -> tuple[int, int]:
     per_key = max(1, spec.d + spec.value_dim)
     target = (1 << 23) if cuda else (1 << 19)
     keys = 1 << int(max(8, min(16, math.floor(math.log2(max(1, target // per_key))))))
-    return keys, min(spec.queries, 64 if cuda else 8)
+    return keys, min(spec.queries, 64)
 
 
 def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
-    """Work units a sweep costs: random numbers drawn plus matmul multiply-adds / 8.
+    """Work units a sweep costs: random numbers drawn plus matmul flops / 128.
 
-    The estimate of :mod:`ui` multiplies this by a measured seconds-per-unit rate.
+    On a CPU one Gaussian sample costs about as much as 128 flops of matmul (0.2 G samples/s
+    against ~25 GFLOP/s per two cores), so a unit is roughly one sample's time. The estimate
+    of :mod:`ui.sweep` multiplies this by a measured seconds-per-unit rate.
     """
     dev = torch.device(device)
     block, _ = _plan_blocks(spec, dev)
     total = 0
     for _, lens in spec.passes():
         keys = -(-max(lens) // block) * block
-        if spec.method == "logits":
-            total += keys * spec.queries
-        else:
-            total += keys * (spec.d + spec.value_dim) + keys * spec.queries * (spec.d + spec.value_dim) // 8
+        total += keys * _units_per_key(spec)
     return int(total)
+
+
+def _units_per_key(spec: SweepSpec) -> int:
+    if spec.method == "logits":
+        return spec.queries
+    per_key = spec.d + spec.value_dim
+    return per_key + (2 * spec.queries * per_key) // 128
 
 
 # --------------------------------------------------------------------------- randomness
@@ -423,9 +430,10 @@ class _Reducer:
     """Reduces tiles of logits into float32 per-block partial sums; owns the scratch buffers.
 
     The tile's logits x (Rt, Bc) and their exponentials e live in one stacked buffer
-    ``Y = [x; e; 1]`` (2 Rt + 1, B), so one small GEMM ``e @ Y^T`` (Rt, 2 Rt + 1) yields
-    ``sum x e`` and ``sum e^2`` on its diagonals and ``sum e`` in its last column: one
-    pass over the tile instead of three. Each row is shifted by its own tile maximum, so
+    ``Y = [x; e; 1]`` (2 Rt + 1, B). For a few rows one small GEMM ``e @ Y^T``
+    (Rt, 2 Rt + 1) yields ``sum x e`` and ``sum e^2`` on its diagonals and ``sum e`` in its
+    last column: one pass over the tile instead of three. Tall tiles (the vectors method's
+    64 rows, whose scores come from one large GEMM) use row-wise dot products instead. Each row is shifted by its own tile maximum, so
     a tile needs nothing from the running sums; the block partial (per row: max, s0, s1,
     s2, output) is merged into the float64 accumulator once per block and segment by
     :func:`_merge_into`.
@@ -434,6 +442,8 @@ class _Reducer:
     def __init__(self, spec: SweepSpec, rt: int, block: int, device: torch.device, dtype: torch.dtype):
         self.sigmoid = spec.normalizer == "sigmoid"
         self.rt = rt
+        # the stacked GEMM pays off for a few rows; for many it would compute rt x rt products
+        self.stacked = rt <= STACKED_ROWS
         self.y = torch.zeros(2 * rt + 1, block, device=device, dtype=dtype)
         self.y[2 * rt] = 1.0
         self.idx = torch.arange(rt, device=device)
@@ -470,11 +480,16 @@ class _Reducer:
             p[:, 0] = mx
             x.sub_(mx[:, None])  # x - max <= 0
             torch.exp(x, out=e)
-            g = torch.mm(e, self.y[:, a:b].T)  # (rt, 2 Rt + 1): [e.x^T | e.e^T | e.1]
-            i = self.idx[:rt]
-            p[:, 1] = g[:, 2 * self.rt]
-            p[:, 2] = g[i, i]
-            p[:, 3] = g[i, self.rt + i]
+            if self.stacked:
+                g = torch.mm(e, self.y[:, a:b].T)  # (rt, 2 Rt + 1): [e.x^T | e.e^T | e.1]
+                i = self.idx[:rt]
+                p[:, 1] = g[:, 2 * self.rt]
+                p[:, 2] = g[i, i]
+                p[:, 3] = g[i, self.rt + i]
+            else:
+                torch.sum(e, dim=1, out=p[:, 1])
+                p[:, 2] = torch.linalg.vecdot(x, e, dim=1)
+                p[:, 3] = torch.linalg.vecdot(e, e, dim=1)
         if values is not None:
             torch.matmul(e, values, out=p[:, 4:])
 
@@ -606,11 +621,7 @@ class _Engine:
     @property
     def block_units(self) -> int:
         """Work units of one block (see :func:`sweep_work`)."""
-        spec = self.spec
-        if spec.method == "logits":
-            return self.block * spec.queries
-        per_key = spec.d + spec.value_dim
-        return self.block * per_key + self.block * spec.queries * per_key // 8
+        return self.block * _units_per_key(self.spec)
 
     def run_pass(self, job: _PassJob, shared: _Shared, pool: ThreadPoolExecutor,
                  poll: Callable[[], None]) -> list[dict[str, Tensor]]:

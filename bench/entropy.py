@@ -7,13 +7,15 @@ n = 2^16 .. 2^24 it prints, measured in this one run:
   attncore) of both methods, with 64 query rows and d = 128, one length per call;
 * the floor: the time the unavoidable work takes on this machine at the engine's own
   shapes and worker count -- drawing the random numbers (torch ``normal_``, float32), one
-  ``exp`` per logit and, for ``vectors``, the two matmuls -- measured here, at the start;
+  ``exp`` per logit and, for ``vectors``, the two matmuls -- with rates measured right
+  before each length, so that floor and timing see the same load;
 * floor / time (1.0 = nothing but the unavoidable work);
 * the naive reference where it fits in memory: the plain notebook approach that draws K
   (n, d) and V (n, d), forms the (64, n) scores, their softmax, p log p and p @ V in one go,
   and its ratio to each method.
 
-Timings on a shared machine are noisy: the load average is printed before and after.
+Times are the best of two calls up to 2^21 (one above). Timings on a shared machine are
+noisy: the load average is printed with every length.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def measure(fn: Callable[[], object], baseline: int) -> tuple[float, float]:
 # --------------------------------------------------------------------------- floor
 
 
-def _parallel_rate(work: Callable[[int], int], seconds: float = 0.6) -> float:
+def _parallel_rate(work: Callable[[int], int], seconds: float = 0.25) -> float:
     """Items per second of ``work(worker_id) -> items`` run by WORKERS single-threaded threads."""
     done = [0] * WORKERS
     stop = time.perf_counter() + seconds
@@ -169,28 +171,31 @@ def main(argv: list[str] | None = None) -> None:
           f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"RSS after importing torch + attncore: {baseline / 2**20:.0f} MB (peaks below are above it)")
     rates = floor_rates()
-    print(f"floor rates ({WORKERS} workers): normal_ {rates['rng'] / 1e9:.3f} G samples/s, exp "
-          f"{rates['exp'] / 1e9:.2f} G/s, matmul at the engine's shapes {rates['flops'] / 1e9:.1f} GFLOP/s")
+    print(f"floor rates at the start ({WORKERS} workers): normal_ {rates['rng'] / 1e9:.3f} G samples/s, "
+          f"exp {rates['exp'] / 1e9:.2f} G/s, matmul (engine shapes) {rates['flops'] / 1e9:.1f} GFLOP/s")
     run_sweep(SweepSpec(lengths=(1 << 16,), queries=Q, d=D), device="cpu")  # warm up
-    header = (f"{'n':>10} {'method':>8} {'time s':>8} {'peak MB':>8} {'floor s':>8} {'floor/time':>10} "
-              f"{'naive s':>8} {'naive MB':>9} {'naive/ours':>10}")
+    header = (f"{'n':>5} {'method':>8} {'time s':>8} {'peak MB':>8} {'floor s':>8} {'floor/time':>10} "
+              f"{'naive s':>8} {'naive MB':>9} {'naive/ours':>10} {'rng G/s':>8} {'load':>5}")
     print(header)
     print("-" * len(header))
     peak_max = 0.0
     for e in range(16, top + 1):
         n = 1 << e
+        reps = 2 if e <= 21 else 1
         nv = None
         if naive_bytes(n) <= NAIVE_LIMIT_BYTES:
-            nv = measure(lambda n=n: naive(n), baseline)
+            nv = min((measure(lambda n=n: naive(n), baseline) for _ in range(reps)), key=lambda r: r[0])
+        rates = floor_rates()
         for method in ("logits", "vectors"):
             spec = SweepSpec(lengths=(n,), queries=Q, d=D, method=method, value_dim=DV)
-            t, peak = measure(lambda spec=spec: run_sweep(spec, device="cpu"), baseline)
+            t, peak = min((measure(lambda spec=spec: run_sweep(spec, device="cpu"), baseline)
+                           for _ in range(reps)), key=lambda r: r[0])
             peak_max = max(peak_max, peak)
             fl = floor_seconds(method, n, rates)
             naive_cols = (f"{nv[0]:8.2f} {nv[1]:9.0f} {nv[0] / t:10.1f}" if nv else
                           f"{'-':>8} {'-':>9} {'(> ' + str(NAIVE_LIMIT_BYTES >> 30) + ' GB)':>10}")
-            print(f"{'2^' + str(e):>10} {method:>8} {t:8.2f} {peak:8.0f} {fl:8.2f} {fl / t:10.2f} {naive_cols}",
-                  flush=True)
+            cols = f"{'2^' + str(e):>5} {method:>8} {t:8.2f} {peak:8.0f} {fl:8.2f} {fl / t:10.2f}"
+            print(f"{cols} {naive_cols} {rates['rng'] / 1e9:8.3f} {os.getloadavg()[0]:5.2f}", flush=True)
     print(f"largest peak above the post-import RSS: {peak_max:.0f} MB; load average after: "
           f"{os.getloadavg()[0]:.2f}")
 

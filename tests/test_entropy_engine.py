@@ -50,6 +50,15 @@ def test_streaming_equals_the_materialised_reference(method: str, normalizer: st
     np.testing.assert_allclose(got["logit_factor"], ref["logit_factor"], rtol=1e-12)
 
 
+@pytest.mark.parametrize("method", ["logits", "vectors"])
+@pytest.mark.parametrize("normalizer", ["softmax", "sigmoid"])
+def test_tall_row_tiles_equal_the_reference(method: str, normalizer: str) -> None:
+    # more than STACKED_ROWS rows per tile: the row-wise reduction path (vectors uses 64-row tiles)
+    spec = SweepSpec(lengths=(3, 5000, 9000), d=16, queries=70, method=method, normalizer=normalizer,
+                     scale_rule="llama4", seed=8)
+    _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
+
+
 def test_float64_sweep_equals_its_reference_and_float32_statistics() -> None:
     spec = SweepSpec(lengths=(64, 4096), d=16, queries=32, dtype="float64", seed=2)
     got = run_sweep(spec, device="cpu")
