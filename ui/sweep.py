@@ -133,15 +133,16 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
         stopped = bool(st.session_state.pop(flag_stop, False))
         run_now = bool(st.session_state.pop(flag_run, False))
         est = estimate_seconds([specs[i] for i in missing], device)
-        # one slot for "waiting" and "running", so neither leaves a stale copy of the other behind
-        slot = where.empty().container()
+        # one slot for "waiting" and "running": the progress bar and the Stop button take the places
+        # of the message and the Run button, so no stale copy of either stays on screen
+        slot = where.container()
         if stopped or (est > AUTO_RUN_S and total > AUTO_RUN_WORK and not run_now):
             why = ("The sweep was stopped before it finished. " if stopped else
                    f"This sweep draws {total / 1e9:.2f} G random numbers: about **{_fmt_s(est)}** on "
                    "this machine, so it waits for you. ")
             slot.info(why + "Press **Run sweep** to compute it; you can stop it at any time.",
                       icon=":material/hourglass_top:")
-            slot.button(f"Run sweep (≈ {_fmt_s(est)})", key=f"{key}_run_btn", type="primary",
+            slot.button(f"Run sweep (≈ {_fmt_s(est)})", key=f"{key}_btn", type="primary",
                         icon=":material/play_arrow:",
                         on_click=lambda: st.session_state.__setitem__(flag_run, True))
             return None
@@ -162,7 +163,9 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], labels: Sequence[st
     total = max(1, sum(work))
     bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
     stop_slot = box.empty()
-    stop_slot.button("Stop", key=f"{key}_stop_btn", icon=":material/stop:",
+    # the same key as the Run button: one widget that changes its label, so the browser swaps it
+    # in place instead of keeping a stale Run button on screen for the whole sweep
+    stop_slot.button("Stop", key=f"{key}_btn", icon=":material/stop:",
                      on_click=lambda: st.session_state.__setitem__(f"{key}__stopped", True))
     done = 0
     try:
