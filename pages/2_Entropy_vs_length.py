@@ -155,6 +155,9 @@ def how_it_is_computed() -> None:
             "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
             "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
             "from the exact tail.\n\n"
+            "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
+            "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
+            "weights, so the output std also shows how much mass the row spends.\n\n"
             "**Theory.** With $|q|^2\\sim\\chi^2_d$ averaged by Gauss nodes, every expectation reduces to "
             "one- and two-dimensional integrals through $1/D=\\int_0^\\infty e^{-tD}dt$ and independence "
             "of the keys; the dashed lines are those integrals, accurate to about 1e-5."
@@ -175,8 +178,9 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
                    f"exact {t['entropy']:.3f} · log n = {math.log(n):.3f}", **quiet,
                    help="Nats: measured mean over the query rows ± 2 standard errors; exact expectation "
                         "by quadrature; log n is the uniform maximum.")
-    cols[1].metric("Max weight", f"{last['max_weight']:.3g} ± {2 * last['max_weight_sem']:.1g}",
-                   f"exact {t['max_weight']:.3g} · 1/n = {1 / n:.2g}", **quiet)
+    cols[1].metric("Max weight", f"{last['max_weight']:.3g}",
+                   f"± {2 * last['max_weight_sem']:.1g} · exact {t['max_weight']:.3g} · 1/n = {1 / n:.2g}",
+                   **quiet)
     cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
                    f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)
     full = last["output_std"] * math.sqrt(n / math.e)
