@@ -90,6 +90,7 @@ __all__ = [
     "SWEEP_NORMALIZERS",
     "SweepCancelled",
     "SweepSpec",
+    "block_keys",
     "entropy_vs_length",
     "llama4_multiplier",
     "logit_multiplier",
@@ -270,6 +271,11 @@ def _plan_blocks(spec: SweepSpec, device: torch.device) -> tuple[int, int]:
     return keys, min(spec.queries, 64)
 
 
+def block_keys(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
+    """Keys per streamed block on ``device`` (work is done, and can be stopped, per block)."""
+    return _plan_blocks(spec, torch.device(device))[0]
+
+
 def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
     """Work units a sweep costs: random numbers drawn plus matmul flops / 128.
 
@@ -433,9 +439,9 @@ class _Reducer:
     ``Y = [x; e; 1]`` (2 Rt + 1, B). For a few rows one small GEMM ``e @ Y^T``
     (Rt, 2 Rt + 1) yields ``sum x e`` and ``sum e^2`` on its diagonals and ``sum e`` in its
     last column: one pass over the tile instead of three. Tall tiles (the vectors method's
-    64 rows, whose scores come from one large GEMM) use row-wise dot products instead. Each row is shifted by its own tile maximum, so
-    a tile needs nothing from the running sums; the block partial (per row: max, s0, s1,
-    s2, output) is merged into the float64 accumulator once per block and segment by
+    64 rows, whose scores come from one large GEMM) use row-wise dot products instead.
+    Each row is shifted by its own tile maximum, so a tile needs nothing from the running
+    sums; the block partial (per row: max, s0, s1, s2, output) is merged into the float64 accumulator once per block and segment by
     :func:`_merge_into`.
     """
 

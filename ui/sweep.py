@@ -28,14 +28,14 @@ import pandas as pd
 import streamlit as st
 
 from attncore.budget import check_limit
-from attncore.sweeps import MAX_SWEEP_WORK, SweepSpec, run_sweep, sweep_work
+from attncore.sweeps import MAX_SWEEP_WORK, SweepSpec, block_keys, run_sweep, sweep_work
 
 __all__ = ["AUTO_RUN_S", "SweepResult", "estimate_seconds", "run_sweeps"]
 
 AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
 AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
-_CALIBRATION_N = 1 << 18
+_CALIBRATION_WORK = 1 << 24  # work units of the probe sweep that measures the rate (~0.1 s)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ def _rate(spec: SweepSpec, device: str) -> float:
     rates = _rates()
     key = (device, spec.method)
     if key not in rates:
-        probe = replace(spec, lengths=(_CALIBRATION_N,), scale_rule="sqrt_d", normalizer="softmax")
+        one = replace(spec, lengths=(1,), scale_rule="sqrt_d", normalizer="softmax")
+        blocks = max(1, _CALIBRATION_WORK // max(1, sweep_work(one, device)))
+        probe = replace(one, lengths=(blocks * block_keys(one, device),))
         t0 = time.perf_counter()
         run_sweep(probe, device=device)
         rates[key] = (time.perf_counter() - t0) / max(1, sweep_work(probe, device))
@@ -94,7 +96,7 @@ def _rate(spec: SweepSpec, device: str) -> float:
 
 def _learn(spec: SweepSpec, device: str, seconds: float) -> None:
     work = sweep_work(spec, device)
-    if work < 16 * _CALIBRATION_N or seconds <= 0:
+    if work < 4 * _CALIBRATION_WORK or seconds <= 0:
         return  # too small to say much about the rate
     rates = _rates()
     key = (device, spec.method)
