@@ -441,8 +441,8 @@ class _Reducer:
     last column: one pass over the tile instead of three. Tall tiles (the vectors method's
     64 rows, whose scores come from one large GEMM) use row-wise dot products instead.
     Each row is shifted by its own tile maximum, so a tile needs nothing from the running
-    sums; the block partial (per row: max, s0, s1, s2, output) is merged into the float64 accumulator once per block and segment by
-    :func:`_merge_into`.
+    sums; the block partial (per row: max, s0, s1, s2, output) is merged into the float64
+    accumulator once per block and segment by :func:`_merge_into`.
     """
 
     def __init__(self, spec: SweepSpec, rt: int, block: int, device: torch.device, dtype: torch.dtype):
