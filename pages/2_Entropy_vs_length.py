@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pandas as pd
 import streamlit as st
 
+from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
-from ui import widgets
+from ui import state, widgets
 from ui.cached import entropy_theory, peak_weights
 from ui.entropy_view import (
     Controls,
@@ -22,7 +24,7 @@ from ui.entropy_view import (
     theory_lengths,
     validity_frame,
 )
-from ui.page import PageContext, run_page
+from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
 
@@ -56,6 +58,7 @@ P_PEAK = Param("ent_peak", 3.0, lo=-10.0, hi=10.0)
 P_REST = Param("ent_rest", -2.0, lo=-10.0, hi=10.0)
 PARAMS = (P_LO, P_HI, P_PPO, P_D, P_Q, P_METHOD, P_VARY, P_TAUS, P_RULES, P_NORMS, P_TAU, P_RULE, P_NORM,
           P_S, P_FULL, P_AXIS, P_PEAK, P_REST)
+log = logging.getLogger("attnlab")
 RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value in the URL
 FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
 
@@ -202,8 +205,25 @@ def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: l
                "length you can run.")
 
 
+@st.fragment
 def figure1(ctx: PageContext) -> None:
-    """SSMax paper, figure 1: one key at a fixed logit against a growing crowd."""
+    """SSMax paper, figure 1, as a fragment: its sliders rerun this panel only (fast in live demos).
+
+    A fragment rerun skips the page's error boundary and URL sync, so it does both itself.
+    """
+    try:
+        figure1_body(ctx)
+    except AttnInputError as exc:
+        st.error(str(exc), icon=":material/block:")
+    except Exception as exc:  # the panel's boundary: never show a traceback
+        log.exception("figure-1 panel failed")
+        st.error(f"Something went wrong in this panel ({type(exc).__name__}: {exc}).",
+                 icon=":material/error:")
+    finally:
+        state.sync_url((*GLOBAL_PARAMS, *PARAMS))
+
+
+def figure1_body(ctx: PageContext) -> None:
     st.subheader("One spike against a growing crowd")
     st.markdown(
         "The setup of figure 1 in Nakanishi's *Scalable-Softmax Is Superior for Attention* (2025): one "
@@ -253,17 +273,18 @@ def body(ctx: PageContext) -> None:
     if result is not None:
         with st.spinner("Computing the exact expectations (quadrature)…"):
             th = [theory_for(s) for s in series]
-        theories = [t for t, _ in th]
-        metrics(series[0], result.frames[0], theories[0])
-        st.plotly_chart(main_chart(series, list(result.frames), theories, c), key="chart_entropy")
-        frames = list(result.frames)
+        theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
+        frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
+        metrics(series[0], frames[0], theories[0])
+        st.plotly_chart(main_chart(series, frames, theories, c), key="chart_entropy")
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)
+        shown = len(series[0].shown)
         reused = "" if result.computed == len(series) else \
             f" {len(series) - result.computed} of {len(series)} curves reused from an earlier run."
         widgets.caption_compute(ctx.device_label, result.seconds,
-                                f"{len(series)} curves × {len(series[0].spec.lengths)} lengths, {c.queries} "
+                                f"{len(series)} curves × {shown} lengths, {c.queries} "
                                 f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):

@@ -33,9 +33,10 @@ def test_entropy_page_default_view_and_figure1(page: Page, app_url: str) -> None
     caption = page.get_by_text(re.compile(r"softmax 0\.600 at n = 100 and 0\.129 at n = 1000"))
     expect(caption).to_be_visible()
     screenshot(page, "entropy-default", height=2300)
-    # The figure-1 sliders redraw the figure-1 chart.
+    # The figure-1 sliders redraw the figure-1 chart (a fragment) and still land in the URL.
     seconds = nudge_and_time(page, "Peak logit", presses=2)
     assert_clean(page)
+    page.wait_for_url(re.compile(r"ent_peak=4"), timeout=30_000)
     report(f"redraw Entropy vs length figure-1 panel, peak slider: {seconds:.3f} s")
 
 

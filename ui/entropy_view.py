@@ -28,7 +28,7 @@ from ui import figures
 from ui.figures import PALETTE, Curve, Panel
 
 __all__ = ["Controls", "Series", "build_series", "figure1_charts", "figure1_frame", "lengths_for",
-           "main_chart", "n_label", "panel_frame", "theory_lengths", "validity_frame"]
+           "main_chart", "n_label", "panel_frame", "sweep_spec", "theory_lengths", "validity_frame"]
 
 RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
 ERR_Z = 2.0  # error bars: +- 2 standard errors
@@ -37,11 +37,43 @@ LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0}
 
 @dataclass(frozen=True)
 class Series:
-    """One curve: its legend label, colour and the sweep that measures it."""
+    """One curve: its legend label, colour, the sweep that measures it and the lengths shown.
+
+    ``spec.lengths`` may be a superset of ``shown`` (see :func:`sweep_spec`).
+    """
 
     label: str
     spec: SweepSpec
     color: str
+    shown: tuple[int, ...] = ()
+
+    def measured(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The rows of a sweep of ``spec`` at the shown lengths."""
+        return df[df["n"].isin(self.shown or self.spec.lengths)].reset_index(drop=True)
+
+    def in_range(self, th: pd.DataFrame) -> pd.DataFrame:
+        """Theory rows inside the shown range of n."""
+        ns = self.shown or self.spec.lengths
+        return th[(th["n"] >= min(ns)) & (th["n"] <= max(ns))].reset_index(drop=True)
+
+
+N_MIN_EXP = 4  # the smallest n the page offers is 2^4
+GRID_PER_DOUBLING = 4
+
+
+def sweep_spec(spec: SweepSpec) -> SweepSpec:
+    """What to actually sweep for ``spec``: a fixed superset of lengths when that is free.
+
+    When the logit scale does not depend on n (1/√d or no scaling, softmax family) every
+    length up to the largest is a checkpoint of one streaming pass, so sweeping 2^4 .. n_max
+    at four points per doubling costs the same as the requested lengths; the result is then
+    reused when only the smallest n or the points per doubling change.
+    """
+    if spec.scale_rule not in ("sqrt_d", "none") or spec.normalizer == "sigmoid":
+        return spec
+    hi = int(math.ceil(math.log2(max(spec.lengths))))
+    grid = lengths_for(N_MIN_EXP, hi, GRID_PER_DOUBLING)
+    return replace(spec, lengths=tuple(sorted(set(grid) | set(spec.lengths))))
 
 
 def _pow2(e: int) -> str:
@@ -99,7 +131,8 @@ def build_series(c: Controls, seed: int, dtype: str) -> list[Series]:
             items.append((n, replace(base, normalizer=n)))
     else:
         items.append((f"{RULE_SHORT[c.rule]}, τ = {c.tau:g}, {c.norm}", base))
-    return [Series(label, spec, PALETTE[i % len(PALETTE)]) for i, (label, spec) in enumerate(items)]
+    return [Series(label, sweep_spec(spec), PALETTE[i % len(PALETTE)], shown=spec.lengths)
+            for i, (label, spec) in enumerate(items)]
 
 
 def theory_lengths(spec: SweepSpec) -> tuple[int, ...]:
