@@ -40,7 +40,7 @@ _CALIBRATION_WORK = 1 << 24  # work units of the probe sweep that measures the r
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Frames in the order of the specs, the compute seconds (0 when all were stored)."""
+    """Frames in the order of the specs and the seconds their sweeps took when computed."""
 
     frames: tuple[pd.DataFrame, ...]
     seconds: float
@@ -153,8 +153,7 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
     for i, s in enumerate(specs):
         df, sec = store.get((s, device)) or found[i]  # type: ignore[misc]
         frames.append(df)
-        if i in missing:
-            seconds += sec
+        seconds += sec  # the time each sweep took when it was computed (now or earlier)
     return SweepResult(frames=tuple(frames), seconds=seconds, computed=len(missing))
 
 
