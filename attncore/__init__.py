@@ -57,3 +57,16 @@ __all__ += [
     "sink_report",
     "sink_scores",
 ]
+
+# Entropy vs length page (issue 3): the streaming sweep engine and its exact theory.
+from attncore.row_theory import gaussian_row_expectations, sweep_theory  # noqa: E402
+from attncore.sweeps import SweepCancelled, SweepSpec, entropy_vs_length, reference_sweep  # noqa: E402
+
+__all__ += [
+    "SweepCancelled",
+    "SweepSpec",
+    "entropy_vs_length",
+    "gaussian_row_expectations",
+    "reference_sweep",
+    "sweep_theory",
+]

@@ -62,11 +62,11 @@ def fingerprint(page: Page) -> str:
 
 
 def slider(page: Page, label: str):
-    """The range input of the slider whose label is ``label``."""
+    """The range input of the slider whose label is ``label`` (a range slider's start thumb)."""
     box = page.locator("[data-testid=stSlider]").filter(
         has=page.locator("[data-testid=stWidgetLabel]", has_text=label))
     assert box.count() >= 1, f"no slider labelled {label!r}"
-    return box.first.locator("input[type=range]")
+    return box.first.locator("input[type=range]").first
 
 
 def nudge_and_time(page: Page, label: str, key: str = "ArrowRight", presses: int = 1,

@@ -186,3 +186,29 @@ def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.Sweep
     d = _sinks.SinkSpec()
     key = _replace(spec, sink=False, strength=d.strength, sink_value=d.sink_value, content=d.content)
     return _sink_sweep("content", key, device)
+# --------------------------------------------------------------------------------------
+# Entropy vs length page (issue 3). The sweeps themselves are cached by ui.sweep (they
+# draw a progress bar, which a cached function may not); theory and the figure-1 panel here.
+# --------------------------------------------------------------------------------------
+
+import pandas as pd  # noqa: E402
+
+from attncore.row_theory import sweep_theory  # noqa: E402
+from attncore.sweeps import peak_weight_sweep  # noqa: E402
+
+__all__ += ["entropy_theory", "peak_weights"]
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def entropy_theory(lengths: tuple[int, ...], d: int, scale_rule: str, temperature: float,
+                   normalizer: str, ssmax_s: float) -> Timed[pd.DataFrame]:
+    """Exact expectations and closed forms for one curve (see attncore.row_theory.sweep_theory)."""
+    return timed(lambda: sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature,
+                                      normalizer=normalizer, ssmax_s=ssmax_s))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def peak_weights(lengths: tuple[int, ...], peak: float, rest: float, s: float,
+                 device: str) -> Timed[pd.DataFrame]:
+    """The SSMax figure-1 rows measured with attncore's normalisers."""
+    return timed(lambda: peak_weight_sweep(lengths, peak=peak, rest=rest, s=s, device=device))

@@ -379,7 +379,7 @@ def line_chart(
 # ---------------------------------------------------------------------------
 
 
-__all__ += ["Band", "Histogram", "Marker", "Panel", "grouped_bars", "panel_grid"]
+__all__ += ["Band", "Histogram", "Marker", "Panel", "grouped_bars", "legend_key", "panel_grid"]
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -425,23 +425,48 @@ class Panel:
 
     title: str
     curves: Sequence[Curve] = ()
+    y_title: str = ""
+    log_y: bool = False
+    x_title: str = ""
+    log_x: bool = False
     bands: Sequence[Band] = ()
     hist: Histogram | None = None
     markers: Sequence[Marker] = ()
-    x_title: str = ""
-    y_title: str = ""
-    log_x: bool = False
-    log_y: bool = False
     y_range: tuple[float, float] | None = None
 
 
+def legend_key(name: str, *, dash: str = "solid", symbol: str | None = None,
+               color: str = PALETTE[7]) -> Curve:
+    """A legend-only entry explaining a line style (drawn nowhere)."""
+    mode = "markers" if symbol and dash == "none" else "lines+markers" if symbol else "lines"
+    extra: dict = {"mode": mode, "showlegend": True, "hoverinfo": "skip", "legendgroup": f"key:{name}",
+                   "line": {"color": color, "dash": "solid" if dash == "none" else dash, "width": 2}}
+    if symbol:
+        extra["marker"] = {"symbol": symbol, "size": 8, "color": color}
+    return Curve(name, [None], [None], color=color, extra=extra)
+
+
+def _decade_ticks(p: Panel) -> dict:
+    """Label only whole decades on a log x axis spanning two or more of them (no 2, 5 clutter)."""
+    xs = [np.asarray(c.x, dtype=np.float64) for c in p.curves]
+    xs = [x[np.isfinite(x) & (x > 0)] for x in xs]
+    xs = [x for x in xs if x.size]
+    if not p.log_x or not xs:
+        return {}
+    lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
+    return {"dtick": 1} if np.log10(hi / lo) >= 2 else {}
+
+
 def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = None,
-               shared_x: bool = False, title: str | None = None) -> go.Figure:
+               shared_x: bool = False, title: str | None = None,
+               legend: Sequence[Curve] = ()) -> go.Figure:
     """Small multiples of measurement-vs-theory panels sharing one legend.
 
     Curves are drawn by :func:`line_chart` (so they look the same as everywhere else);
-    a series that appears in several panels gets one legend entry that toggles it
-    everywhere. Bands are filled between ``lo`` and ``hi`` under their curve.
+    a series (its ``legendgroup``, else its name) that appears in several panels gets one
+    legend entry that toggles it everywhere. Bands are filled between ``lo`` and ``hi``
+    under their curve. ``legend`` adds style keys (see :func:`legend_key`). When every
+    panel has the same x title it is written under the bottom row only.
     """
     if not panels:
         raise ValueError("panel_grid needs at least one panel.")
@@ -452,6 +477,7 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
                         horizontal_spacing=0.08 if cols > 1 else 0.0,
                         vertical_spacing=0.16 if rows > 1 else 0.0)
     fig.update_annotations(font_size=13)  # the subplot titles
+    one_x_title = len({p.x_title for p in panels}) == 1
     seen: set[str] = set()
 
     def legend_once(name: str) -> bool:
@@ -479,11 +505,14 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
                                      name=b.name, legendgroup=b.name, showlegend=legend_once(b.name),
                                      hoverinfo="skip"), row=r, col=c)
         for tr in line_chart(p.curves).data:
-            tr.update(legendgroup=tr.name, showlegend=legend_once(tr.name))
+            group = tr.legendgroup or tr.name
+            shown = False if tr.showlegend is False else legend_once(group)
+            tr.update(legendgroup=group, showlegend=shown)
             fig.add_trace(tr, row=r, col=c)
         # Log axes label powers of ten (10⁻⁹), not SI prefixes (1n), which read badly for errors.
-        fig.update_xaxes(title=p.x_title, type="log" if p.log_x else "linear", row=r, col=c,
-                         exponentformat="power" if p.log_x else "B")
+        x_title = p.x_title if (r == rows or not one_x_title) else None
+        fig.update_xaxes(title=x_title, type="log" if p.log_x else "linear", row=r, col=c,
+                         exponentformat="power" if p.log_x else "B", **_decade_ticks(p))
         fig.update_yaxes(title=p.y_title, type="log" if p.log_y else "linear", row=r, col=c,
                          exponentformat="power" if p.log_y else "B")
         if p.y_range is not None:
@@ -496,6 +525,9 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
             fig.add_annotation(x=float(np.log10(m.x)) if p.log_x else float(m.x), y=m.y, yref="y domain",
                                text=m.label, showarrow=False, xanchor="left", yanchor="top",
                                font={"size": 11, "color": m.color}, row=r, col=c)
+    for key in legend:
+        for tr in line_chart([key]).data:
+            fig.add_trace(tr, row=1, col=1)
     fig.update_layout(bargap=0.0, hovermode="closest")
     fig = style(fig, title=title, height=height or 330 * rows + 40)
     # The legend sits at the very top of the figure, the subplot titles below it.

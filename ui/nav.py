@@ -33,3 +33,11 @@ PAGES += (
               "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, and the "
               "sinks of a real transformer (all-MiniLM-L6-v2, offline) on your own text."),
 )
+
+# Entropy vs length page (issue 3).
+PAGES = PAGES + (
+    PageEntry("pages/2_Entropy_vs_length.py", "Entropy vs length", ":material/trending_up:",
+              "How a softmax row flattens as the context grows: entropy, max weight, effective support and "
+              "output scale streamed to 2²⁴ keys against exact theory; scale rules (1/√d, SSMax, Llama 4), "
+              "temperatures and normalisers; SSMax's figure 1."),
+)

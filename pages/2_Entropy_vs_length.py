@@ -1,0 +1,296 @@
+"""Entropy vs length: a softmax row flattens as n grows; measured to 2^24 keys, with theory."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pandas as pd
+import streamlit as st
+
+from attncore.errors import AttnInputError
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
+from ui import state, widgets
+from ui.cached import entropy_theory, peak_weights
+from ui.entropy_view import (
+    Controls,
+    Series,
+    build_series,
+    figure1_charts,
+    figure1_frame,
+    main_chart,
+    n_label,
+    panel_frame,
+    theory_lengths,
+    validity_frame,
+)
+from ui.page import GLOBAL_PARAMS, PageContext, run_page
+from ui.state import Param
+from ui.sweep import run_sweeps
+
+TAU_OPTIONS = ("0.25", "0.5", "1", "2", "4")
+RULE_LABELS = {"sqrt_d": "1/√d (standard)", "none": "none (raw q·k)", "ssmax": "SSMax: s·log n/√d",
+               "llama4": "Llama 4 NoPE: (1 + 0.1·log(⌊n/8192⌋+1))/√d"}
+NORM_LABELS = {"softmax": "softmax", "softmax1": "softmax1 (off-by-one)", "sigmoid": "sigmoid (b = −log n)"}
+VARY_LABELS = {"temperature": "temperature τ", "scale_rule": "scale rule", "normalizer": "normaliser",
+               "none": "nothing (one curve)"}
+METHOD_LABELS = {"logits": "logits (exact shortcut: n numbers per row)",
+                 "vectors": "vectors (real q, k, v: n·(d + 16) numbers)"}
+N_EXPONENTS = tuple(range(4, 25))
+
+P_LO = Param("ent_lo", 4, lo=4, hi=24)
+P_HI = Param("ent_hi", 20, lo=4, hi=24)
+P_PPO = Param("ent_ppo", 1, options=(1, 2, 4))
+P_D = Param("ent_d", 64, options=(8, 16, 32, 64, 128, 256, 512, 1024))
+P_Q = Param("ent_q", 64, options=(1, 4, 16, 32, 64, 128, 256, 512, 1024))
+P_METHOD = Param("ent_method", "logits", options=METHODS)
+P_VARY = Param("ent_vary", "temperature", options=tuple(VARY_LABELS))
+P_TAUS = Param("ent_taus", ("0.5", "1", "2"), options=TAU_OPTIONS, multi=True)
+P_RULES = Param("ent_rules", ("sqrt_d", "ssmax", "llama4"), options=SCALE_RULES, multi=True)
+P_NORMS = Param("ent_norms", ("softmax", "softmax1", "sigmoid"), options=SWEEP_NORMALIZERS, multi=True)
+P_TAU = Param("ent_tau", 1.0, lo=0.1, hi=10.0)
+P_RULE = Param("ent_rule", "sqrt_d", options=SCALE_RULES)
+P_NORM = Param("ent_norm", "softmax", options=SWEEP_NORMALIZERS)
+P_S = Param("ent_s", 0.43, lo=0.05, hi=2.0)
+P_FULL = Param("ent_full", True)
+P_AXIS = Param("ent_axis", "nats", options=("nats", "fraction"))
+P_PEAK = Param("ent_peak", 3.0, lo=-10.0, hi=10.0)
+P_REST = Param("ent_rest", -2.0, lo=-10.0, hi=10.0)
+PARAMS = (P_LO, P_HI, P_PPO, P_D, P_Q, P_METHOD, P_VARY, P_TAUS, P_RULES, P_NORMS, P_TAU, P_RULE, P_NORM,
+          P_S, P_FULL, P_AXIS, P_PEAK, P_REST)
+log = logging.getLogger("attnlab")
+RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value in the URL
+FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
+
+
+def n_range(where) -> tuple[int, int]:
+    """The range slider over powers of two, kept in the URL as ent_lo / ent_hi (exponents).
+
+    The slider is a range slider because it gets a pair as ``value`` (its starting point,
+    from the URL); afterwards it keeps its own state and the two exponents follow it.
+    """
+    lo, hi = sorted((int(st.session_state[P_LO.key]), int(st.session_state[P_HI.key])))
+    a, b = where.select_slider("Sequence lengths n", options=[2**e for e in N_EXPONENTS],
+                               value=(2**lo, 2**hi), key=RANGE_KEY, format_func=n_label,
+                               help="Keys per row, from 2⁴ to 2²⁴ = 16.8M. Each row is streamed: no n × n "
+                                    "matrix is ever formed.")
+    lo, hi = int(math.log2(a)), int(math.log2(b))
+    st.session_state[P_LO.key], st.session_state[P_HI.key] = lo, hi
+    return lo, hi
+
+
+def controls(where) -> Controls:
+    """Draw the sidebar controls and return what they say."""
+    where.markdown("#### Sweep")
+    lo, hi = n_range(where)
+    ppo = widgets.select_slider(P_PPO, "Points per doubling of n", where=where)
+    d = widgets.select_slider(P_D, "Head dim d", where=where,
+                              help="q and k have d coordinates; with 1/√d scaling the logits' spread does "
+                                   "not depend on d (only |q|²/d fluctuates a little).")
+    queries = widgets.select_slider(P_Q, "Query rows", where=where,
+                                    help="Independent queries averaged at every n (error bars: ±2 s.e.).")
+    method = widgets.radio(P_METHOD, "Method", labels=METHOD_LABELS, horizontal=False, where=where)
+    where.markdown("#### Compare")
+    vary = widgets.select(P_VARY, "Vary", labels=VARY_LABELS, where=where,
+                          help="Draw one curve per value of this setting; the others stay as set below.")
+    taus, rules, norms = P_TAUS.default, P_RULES.default, P_NORMS.default
+    if vary == "temperature":
+        taus = widgets.multiselect(P_TAUS, "Temperatures τ (logits ÷ τ·√d)", where=where)
+    elif vary == "scale_rule":
+        rules = widgets.multiselect(P_RULES, "Scale rules", labels=RULE_LABELS, where=where)
+    elif vary == "normalizer":
+        norms = widgets.multiselect(P_NORMS, "Normalisers", labels=NORM_LABELS, where=where)
+    tau, rule, norm = P_TAU.default, P_RULE.default, P_NORM.default
+    if vary != "temperature":
+        tau = widgets.slider(P_TAU, "Temperature τ", step=0.05, where=where,
+                             help="Divides the logits: τ < 1 sharpens, τ > 1 flattens.")
+    if vary != "scale_rule":
+        rule = widgets.select(P_RULE, "Scale rule", labels=RULE_LABELS, where=where)
+    if vary != "normalizer":
+        norm = widgets.select(P_NORM, "Normaliser", labels=NORM_LABELS, where=where)
+    s = widgets.slider(P_S, "SSMax s", step=0.01, where=where,
+                       help="SSMax multiplies the logits by s·log n (the paper's figure uses s = 0.43).")
+    where.markdown("#### Display")
+    full = widgets.toggle(P_FULL, "Show the fully scaled output ×√(n/e)", where=where)
+    axis = widgets.radio(P_AXIS, "Entropy axis", labels={"nats": "nats", "fraction": "fraction of log n"},
+                         where=where)
+    return Controls(lo=lo, hi=hi, ppo=int(ppo), d=int(d), queries=int(queries), method=method, vary=vary,
+                    taus=tuple(taus), rules=tuple(rules), norms=tuple(norms), tau=float(tau), rule=rule,
+                    norm=norm, s=float(s), full=bool(full), axis=axis)
+
+
+def theory_for(s: Series) -> tuple[pd.DataFrame, float]:
+    sp = s.spec
+    res = entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature, sp.normalizer, sp.ssmax_s)
+    return res.value, res.seconds
+
+
+def explain() -> None:
+    st.markdown(
+        "A query spreads one unit of attention over the n keys it sees. With logits of a fixed "
+        "spread σ, every extra key takes a share: the row flattens, its entropy climbs like log n and "
+        "its largest weight falls. To stay sharp, a head must produce ever larger logits as n grows. "
+        "Below, every curve is measured by **attncore** streaming rows of up to 2²⁴ keys (no n × n "
+        "matrix), and the dashed lines are exact expectations computed by quadrature."
+    )
+    st.latex(r"H \approx \log n - \frac{\sigma^2}{2},\qquad "
+             r"\max_j p_j \approx \frac{e^{\sigma z_{\max}}}{n\,e^{\sigma^2/2}},\qquad "
+             r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
+    st.markdown(
+        "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
+        "The dotted large-n asymptotes hold once n is well past $e^{\\sigma^2}$; below about "
+        "$e^{\\sigma^2/2}$ the row is *frozen*: a handful of keys carry nearly all the weight. The output of "
+        "attention over unit-variance values shrinks like $\\sqrt{e^{\\sigma^2}/n}$ (Graphcore's log-normal "
+        "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1."
+    )
+
+
+def how_it_is_computed() -> None:
+    with st.expander("How attncore computes this", expanded=False):
+        st.markdown(
+            "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
+            "three sums, rescaling them whenever a block raises the maximum (the online softmax of "
+            "FlashAttention). Entropy, max weight and $\\sum p^2$ follow from the sums at any length, so a "
+            "row of 2²⁴ keys needs a few MB, and one pass to the largest n serves every shorter n.\n\n"
+            "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
+            "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
+            "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
+            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
+            "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
+            "from the exact tail.\n\n"
+            "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
+            "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
+            "weights, so the output std also shows how much mass the row spends.\n\n"
+            "**Theory.** With $|q|^2\\sim\\chi^2_d$ averaged by Gauss nodes, every expectation reduces to "
+            "one- and two-dimensional integrals through $1/D=\\int_0^\\infty e^{-tD}dt$ and independence "
+            "of the keys; the dashed lines are those integrals, accurate to about 1e-5."
+        )
+        st.latex(r"m' = \max(m, \max_{j\in B} x_j),\quad "
+                 r"s_0 \leftarrow e^{m-m'}s_0 + \sum_{j\in B} e^{x_j-m'},\quad "
+                 r"H = \log s_0 - \frac{s_1}{s_0},\quad \max_j p_j = \frac{1}{s_0}")
+
+
+def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
+    """The first curve at its longest n: measured against exact theory."""
+    last = df.iloc[-1]
+    n = int(last["n"])
+    t = th.set_index("n").loc[n]
+    cols = st.columns(4)
+    quiet = {"delta_color": "off", "delta_arrow": "off"}
+    cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
+                   f"exact {t['entropy']:.3f} · log n = {math.log(n):.3f}", **quiet,
+                   help="Nats: measured mean over the query rows ± 2 standard errors; exact expectation "
+                        "by quadrature; log n is the uniform maximum.")
+    cols[1].metric("Max weight", f"{last['max_weight']:.3g}",
+                   f"± {2 * last['max_weight_sem']:.1g} · exact {t['max_weight']:.3g} · 1/n = {1 / n:.2g}",
+                   **quiet)
+    cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
+                   f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)
+    full = last["output_std"] * math.sqrt(n / math.e)
+    cols[3].metric("Output std", f"{last['output_std']:.3g}",
+                   f"exact {t['output_std']:.3g} · fully scaled {full:.3f}", **quiet)
+
+
+def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
+    num = st.column_config.NumberColumn
+    st.dataframe(validity_frame(series, frames, theories), hide_index=True, width="stretch",
+                 column_config={"asymptote holds for n ≫ e^σ²": num(format="%.3g"),
+                                "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
+                                "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
+                                "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
+                                "H with 1/n term": num(format="%.4f")})
+    st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
+               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Unscaled logits at d = 64 have "
+               "σ² = 64: the asymptote would need n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every "
+               "length you can run.")
+
+
+@st.fragment
+def figure1(ctx: PageContext) -> None:
+    """SSMax paper, figure 1, as a fragment: its sliders rerun this panel only (fast in live demos).
+
+    A fragment rerun skips the page's error boundary and URL sync, so it does both itself.
+    """
+    try:
+        figure1_body(ctx)
+    except AttnInputError as exc:
+        st.error(str(exc), icon=":material/block:")
+    except Exception as exc:  # the panel's boundary: never show a traceback
+        log.exception("figure-1 panel failed")
+        st.error(f"Something went wrong in this panel ({type(exc).__name__}: {exc}).",
+                 icon=":material/error:")
+    finally:
+        state.sync_url((*GLOBAL_PARAMS, *PARAMS))
+
+
+def figure1_body(ctx: PageContext) -> None:
+    st.subheader("One spike against a growing crowd")
+    st.markdown(
+        "The setup of figure 1 in Nakanishi's *Scalable-Softmax Is Superior for Attention* (2025): one "
+        "key has logit +3, every other key −2. Softmax lets the crowd win: the spike keeps 0.600 of the "
+        "weight at n = 100 but only 0.129 at n = 1000. SSMax multiplies the logits by s·log n, so the "
+        "gap the spike needs grows with n as fast as the crowd does."
+    )
+    st.latex(r"p_{\text{peak}} = \frac{1}{1 + (n-1)\,e^{-\Delta}}\ \ \text{(softmax)},\qquad "
+             r"p_{\text{peak}} = \frac{1}{1 + (n-1)\,n^{-s\Delta}}\ \ \text{(SSMax)},\qquad "
+             r"\Delta = \text{peak} - \text{rest}")
+    c1, c2 = st.columns(2)
+    peak = widgets.slider(P_PEAK, "Peak logit", step=0.5, where=c1)
+    rest = widgets.slider(P_REST, "Other logits", step=0.5, where=c2)
+    s = float(st.session_state[P_S.key])
+    ns = tuple(sorted({2**k for k in range(1, FIG1_MAX_EXP + 1)} | {10**k for k in range(1, 7)}))
+    res = peak_weights(ns, float(peak), float(rest), s, ctx.device)
+    df = res.value
+    fig, mfig = figure1_charts(df, peak, rest, s, 2.0**FIG1_MAX_EXP)
+    left, right = st.columns(2)
+    left.plotly_chart(fig, key="chart_fig1")
+    right.plotly_chart(mfig, key="chart_margin")
+    gap = peak - rest
+    at = df.set_index("n")
+    sm, ss = at["softmax"], at["ssmax"]
+    cross = f" Softmax drops below ½ at n = 1 + e^Δ ≈ {1 + math.exp(gap):,.0f}." if 0 < gap < 40 else ""
+    st.caption(f"Measured with attncore's normalisers on materialised rows: softmax {sm[100]:.3f} at n = 100 "
+               f"and {sm[1000]:.3f} at n = 1000; SSMax {ss[100]:.3f} and {ss[1000]:.3f}.{cross} "
+               "Right: closed forms only.")
+    widgets.csv_download(figure1_frame(df, peak, rest, s), "ssmax_figure1.csv",
+                         label="Download figure-1 data (CSV)", key="dl_ent_fig1")
+    widgets.caption_compute(ctx.device_label, res.seconds, f"{len(ns)} rows up to n = 2²⁰.")
+
+
+def body(ctx: PageContext) -> None:
+    st.title("Entropy vs length")
+    explain()
+    c = controls(ctx.controls)
+    dtype = "float64" if ctx.dtype == "float64" else "float32"
+    if ctx.dtype in ("float16", "bfloat16"):
+        st.info("Sweeps draw float32 samples and add them up in float64; half precision applies to the "
+                "Heatmaps page only.", icon=":material/info:")
+    if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
+        st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
+    series = build_series(c, ctx.seed, dtype)
+    result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
+                        labels=[s.label for s in series])
+    if result is not None:
+        with st.spinner("Computing the exact expectations (quadrature)…"):
+            th = [theory_for(s) for s in series]
+        theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
+        frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
+        metrics(series[0], frames[0], theories[0])
+        st.plotly_chart(main_chart(series, frames, theories, c), key="chart_entropy")
+        widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
+                             label="Download these curves (CSV)", key="dl_ent_panels")
+        work = sum(s.spec.queries * max(s.spec.lengths) for s in series)
+        shown = len(series[0].shown)
+        reused = "" if result.computed == len(series) else \
+            f" {len(series) - result.computed} of {len(series)} curves reused from an earlier run."
+        widgets.caption_compute(ctx.device_label, result.seconds,
+                                f"{len(series)} curves × {shown} lengths, {c.queries} "
+                                f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
+                                f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
+        with st.expander("Where the large-n formulas hold", expanded=False):
+            validity_table(series, frames, theories)
+        how_it_is_computed()
+    figure1(ctx)
+
+
+run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body)

@@ -1,0 +1,251 @@
+"""AppTest: the Entropy vs length page, every control changed, chart data checked against attncore."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import ui.sweep
+from attncore.row_theory import sweep_theory
+from attncore.sweeps import SweepSpec, peak_weight_sweep, run_sweep
+from attncore.theory import fully_scaled_multiplier, peak_weight
+from tests.chart_data import decode, figure, no_errors, run_app
+from ui.entropy_view import Series, panel_frame, sweep_spec, theory_lengths
+
+PAGE = "pages/2_Entropy_vs_length.py"
+SMALL = {"ent_lo": "6", "ent_hi": "12"}  # keep the sweeps small: 2^6 .. 2^12
+RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
+AXES = {"entropy": "x", "max_weight": "x2", "effective_support": "x3", "output_std": "x4"}
+
+
+def run(**query: str) -> AppTest:
+    return run_app(PAGE, timeout=300, **query)
+
+
+def specs_of(at: AppTest) -> list[tuple[str, SweepSpec]]:
+    """The curves the page's controls describe, rebuilt independently from session state."""
+    s = at.session_state
+    get = lambda k, d: s[k] if k in s else d  # noqa: E731, SIM401 (session state has no .get)
+    lo, hi, ppo = int(s["ent_lo"]), int(s["ent_hi"]), int(s["ent_ppo"])
+    lengths = tuple(sorted({int(round(2.0 ** (k / ppo))) for k in range(lo * ppo, hi * ppo + 1)}))
+    vary = s["ent_vary"]
+    base = SweepSpec(lengths=lengths, d=int(s["ent_d"]), queries=int(s["ent_q"]), method=s["ent_method"],
+                     seed=int(s["seed"]), ssmax_s=float(s["ent_s"]),
+                     dtype="float64" if s["dtype"] == "float64" else "float32",
+                     scale_rule=get("ent_rule", "sqrt_d") if vary != "scale_rule" else "sqrt_d",
+                     temperature=float(get("ent_tau", 1.0)) if vary != "temperature" else 1.0,
+                     normalizer=get("ent_norm", "softmax") if vary != "normalizer" else "softmax")
+    if vary == "temperature" and s["ent_taus"]:
+        return [(f"τ = {t}", replace(base, temperature=float(t))) for t in sorted(s["ent_taus"], key=float)]
+    if vary == "scale_rule" and s["ent_rules"]:
+        order = ("sqrt_d", "none", "ssmax", "llama4")
+        return [(RULE_SHORT[r], replace(base, scale_rule=r)) for r in order if r in s["ent_rules"]]
+    if vary == "normalizer" and s["ent_norms"]:
+        order = ("softmax", "softmax1", "sigmoid")
+        return [(n, replace(base, normalizer=n)) for n in order if n in s["ent_norms"]]
+    return [(f"{RULE_SHORT[base.scale_rule]}, τ = {base.temperature:g}, {base.normalizer}", base)]
+
+
+@lru_cache(maxsize=64)
+def theory(spec: SweepSpec) -> pd.DataFrame:
+    """attncore's exact theory where the page evaluates it (cached: many steps leave it unchanged)."""
+    return sweep_theory(theory_lengths(spec), d=spec.d, scale_rule=spec.scale_rule,
+                        temperature=spec.temperature, normalizer=spec.normalizer, ssmax_s=spec.ssmax_s)
+
+
+def trace(fig: dict, name: str, axis: str) -> dict:
+    found = [t for t in fig["data"] if t.get("name") == name and t.get("xaxis", "x") == axis]
+    assert len(found) == 1, (name, axis, [(t.get("name"), t.get("xaxis")) for t in fig["data"]])
+    return found[0]
+
+
+def check_charts(at: AppTest) -> None:
+    """Every curve of the four panels equals attncore's sweep and exact theory for the controls."""
+    no_errors(at)
+    fig = figure(at, "entropy-panels")
+    frac = at.session_state["ent_axis"] == "fraction"
+    full = bool(at.session_state["ent_full"])
+    for label, spec in specs_of(at):
+        # the page may sweep a superset of the lengths in one pass and show the requested ones
+        df = run_sweep(spec, device="cpu")
+        swept = sweep_spec(spec)
+        th = theory(replace(swept, seed=0, method="logits", queries=1, dtype="float32"))
+        th = th[(th["n"] >= min(spec.lengths)) & (th["n"] <= max(spec.lengths))].reset_index(drop=True)
+        for col, axis in AXES.items():
+            src = "normalized_entropy" if (col == "entropy" and frac) else col
+            t = trace(fig, label, axis)
+            np.testing.assert_allclose(decode(t["x"]), df["n"], rtol=1e-7)
+            # equal up to float32 summation order (a length may split a block of the swept superset)
+            np.testing.assert_allclose(decode(t["y"]), df[src], rtol=2e-6, err_msg=f"{label} {col}")
+            np.testing.assert_allclose(decode(t["error_y"]["array"]), 2 * df[f"{src}_sem"], rtol=2e-5,
+                                       atol=1e-12)
+            ex = trace(fig, f"{label} · exact", axis)
+            np.testing.assert_allclose(decode(ex["x"]), th["n"], rtol=1e-7)
+            np.testing.assert_allclose(decode(ex["y"]), th[src], rtol=2e-6, err_msg=f"{label} exact {col}")
+        if full:
+            fs = trace(fig, f"{label} · fully scaled", "x4")
+            np.testing.assert_allclose(decode(fs["y"]), df["output_std"] * np.sqrt(df["n"] / np.e), rtol=2e-6)
+        else:
+            assert not [t for t in fig["data"] if t.get("name") == f"{label} · fully scaled"]
+
+
+def panel_data(at: AppTest) -> list[np.ndarray]:
+    return [decode(t["y"]).copy() for t in figure(at, "entropy-panels")["data"] if t.get("y") is not None]
+
+
+def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, equal_nan=True)
+                                    for x, y in zip(a, b, strict=True))
+
+
+def test_defaults_match_attncore_and_theory() -> None:
+    at = run(**SMALL)
+    check_charts(at)
+    labels = [lab for lab, _ in specs_of(at)]
+    assert labels == ["τ = 0.5", "τ = 1", "τ = 2"]
+    # the headline claim, measured: entropy rises with n and sharper logits keep it lower
+    fig = figure(at, "entropy-panels")
+    ent = {lab: decode(trace(fig, lab, "x")["y"]) for lab in labels}
+    assert all(np.all(np.diff(v) > 0) for v in ent.values())
+    assert np.all(ent["τ = 0.5"] < ent["τ = 1"]) and np.all(ent["τ = 1"] < ent["τ = 2"])
+    metric = {m.label.split(" at ")[0]: m.value for m in at.metric}
+    value, pm = (float(v) for v in metric["Entropy"].split(" ± "))
+    assert value == pytest.approx(float(decode(trace(fig, labels[0], "x")["y"])[-1]), abs=5e-4)
+    assert pm == pytest.approx(float(decode(trace(fig, labels[0], "x")["error_y"]["array"])[-1]), abs=5e-4)
+
+
+CHANGES = [
+    ("select_slider", "ent_n", (32, 2048)),
+    ("select_slider", "ent_ppo", 2),
+    ("select_slider", "ent_d", 128),
+    ("select_slider", "ent_q", 16),
+    ("radio", "ent_method", "vectors"),
+    ("multiselect", "ent_taus", ["0.5", "4"]),
+    ("selectbox", "ent_rule", "ssmax"),
+    ("slider", "ent_s", 0.6),
+    ("selectbox", "ent_norm", "softmax1"),
+    ("radio", "ent_axis", "fraction"),
+    ("toggle", "ent_full", False),
+    ("selectbox", "ent_vary", "scale_rule"),
+    ("multiselect", "ent_rules", ["none", "llama4"]),
+    ("slider", "ent_tau", 2.0),
+    ("selectbox", "ent_vary", "normalizer"),
+    ("multiselect", "ent_norms", ["sigmoid"]),
+    ("selectbox", "ent_vary", "none"),
+    ("number_input", "seed", 5),
+    ("selectbox", "dtype", "float64"),
+]
+
+
+def _url(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+def test_every_control_changes_the_charts_and_the_url() -> None:
+    at = run(**SMALL)
+    before = panel_data(at)
+    for kind, key, value in CHANGES:
+        getattr(at, kind)(key=key).set_value(value)
+        at.run()
+        check_charts(at)
+        now = panel_data(at)
+        assert not same(now, before), f"{key} changed nothing"
+        before = now
+        if key == "ent_n":
+            assert (at.query_params["ent_lo"], at.query_params["ent_hi"]) == ("5", "11")
+        else:
+            assert at.query_params[key] == _url(value), (key, at.query_params)
+
+
+def test_figure1_panel_matches_attncore_and_the_closed_forms() -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    caption = " ".join(c.value for c in at.caption)
+    assert "softmax 0.600 at n = 100 and 0.129 at n = 1000" in caption
+    for peak, rest in ((3.0, -2.0), (5.0, -1.0)):
+        if peak != 3.0:
+            at.slider(key="ent_peak").set_value(peak)
+            at.slider(key="ent_rest").set_value(rest).run()
+            no_errors(at)
+            assert at.query_params["ent_peak"] == "5" and at.query_params["ent_rest"] == "-1"
+        fig = figure(at, "ssmax-figure1")
+        s = float(at.session_state["ent_s"])
+        meas = {t["name"]: t for t in fig["data"]}
+        n = decode(meas["softmax (measured)"]["x"]).astype(np.float64)
+        ref = peak_weight_sweep(n.astype(int), peak=peak, rest=rest, s=s)
+        np.testing.assert_allclose(decode(meas["softmax (measured)"]["y"]), ref["softmax"], rtol=1e-6)
+        np.testing.assert_allclose(decode(meas[f"SSMax s = {s:g} (measured)"]["y"]), ref["ssmax"], rtol=1e-6)
+        cf = meas["softmax (closed form)"]
+        np.testing.assert_allclose(decode(cf["y"]), peak_weight(decode(cf["x"]).astype(np.float64), peak, rest),
+                                   rtol=1e-5)
+    margin = figure(at, "ssmax-margin")
+    gap = [t for t in margin["data"] if t["name"].startswith("your gap")]
+    assert gap and np.allclose(decode(gap[0]["y"]), 6.0)
+
+
+def test_csv_holds_the_curves_and_their_theory() -> None:
+    spec = SweepSpec(lengths=(64, 256, 1024), queries=16)
+    df = run_sweep(spec, device="cpu")
+    th = sweep_theory(theory_lengths(spec), d=64)
+    out = panel_frame([Series("τ = 1", spec, "#000")], [df], [th])
+    assert list(out["n"]) == [64, 256, 1024] and set(out["curve"]) == {"τ = 1"}
+    np.testing.assert_allclose(out["entropy"], df["entropy"])
+    np.testing.assert_allclose(out["theory_entropy"], th.set_index("n").loc[[64, 256, 1024], "entropy"])
+    np.testing.assert_allclose(out["fully_scaled_output_std"], df["output_std"] * fully_scaled_multiplier(df["n"]))
+    assert {"method", "scale_rule", "temperature", "normalizer", "d", "queries", "seed"} <= set(out.columns)
+    assert not out.isna().any().any()
+    pd.testing.assert_frame_equal(pd.read_csv(pd.io.common.StringIO(out.to_csv(index=False))).iloc[:, :3],
+                                  out.iloc[:, :3].reset_index(drop=True), check_dtype=False)
+
+
+def test_url_restores_the_view_and_bad_values_get_notices() -> None:
+    at = run(ent_lo="7", ent_hi="10", ent_vary="scale_rule", ent_rules="sqrt_d,ssmax", ent_method="vectors",
+             ent_d="32")
+    check_charts(at)
+    assert at.select_slider(key="ent_n").value == (128, 1024)
+    assert [lab for lab, _ in specs_of(at)] == ["1/√d", "SSMax"]
+    bad = run(ent_hi="99", ent_lo="8", ent_d="0", ent_tau="-1", ent_s="nan", ent_taus="0.5,zz",
+              ent_method="exact", ent_vary="temperature")
+    no_errors(bad)
+    notes = " ".join(w.value for w in bad.warning)
+    for needle in ("ent_hi=99 is above its limit 24", "ent_d=0 is not one of", "ent_tau=-1.0 is below its limit",
+                   "ent_s must be a finite number", "unknown entries in ent_taus", "ent_method='exact'"):
+        assert needle in notes, (needle, notes)
+    # the clamped range (2^8 .. 2^24) is far too long to start by itself: it waits for Run
+    assert any("Run sweep" in b.label for b in bad.button)
+
+
+def test_an_over_budget_request_is_refused_with_a_plain_message() -> None:
+    at = run(ent_lo="24", ent_hi="24", ent_method="vectors", ent_q="1024", ent_d="1024", ent_vary="none")
+    assert not at.exception
+    assert at.error and "limit" in at.error[0].value and "random numbers" in at.error[0].value
+
+
+def test_long_sweeps_wait_for_run_and_a_stop_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ui.sweep, "AUTO_RUN_S", 0.0)  # treat every new sweep as long
+    monkeypatch.setattr(ui.sweep, "AUTO_RUN_WORK", 0)
+    at = run(ent_lo="5", ent_hi="9", ent_q="4", ent_seed="0", seed="123")
+    no_errors(at)
+    assert any("waits for you" in i.value for i in at.info)
+    assert not [f for f in at.get("plotly_chart") if "entropy-panels" in f.proto.spec]
+    run_btn = [b for b in at.button if b.label.startswith("Run sweep")][0]
+    run_btn.click().run()
+    check_charts(at)
+    # a Stop during the next (changed) sweep: its callback marks the rerun as stopped
+    at.select_slider(key="ent_q").set_value(16)
+    at.session_state["ent_sweep__stopped"] = True
+    at.run()
+    no_errors(at)
+    assert any("stopped before it finished" in i.value for i in at.info)
+    assert not [f for f in at.get("plotly_chart") if "entropy-panels" in f.proto.spec]

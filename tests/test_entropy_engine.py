@@ -1,0 +1,311 @@
+"""attncore.sweeps: the streaming engine against the materialised reference, theory and itself."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import attncore.sweeps as sw
+from attncore.errors import AttnInputError, ResourceLimitError
+from attncore.row_theory import sweep_theory
+from attncore.sweeps import (
+    SweepCancelled,
+    SweepSpec,
+    entropy_vs_length,
+    llama4_multiplier,
+    peak_weight_sweep,
+    reference_sweep,
+    run_sweep,
+)
+from attncore.theory import peak_weight
+
+STATS = ["entropy", "normalized_entropy", "max_weight", "effective_support", "sum_sq", "row_sum", "output_std"]
+Z = 4.5  # standard errors allowed in statistical comparisons (about 1 false alarm in 10^5 checks)
+
+
+def _close(a: pd.DataFrame, b: pd.DataFrame, cols=STATS, rtol=2e-5, atol=1e-7) -> None:
+    assert list(a["n"]) == list(b["n"])
+    for c in cols:
+        np.testing.assert_allclose(a[c].to_numpy(), b[c].to_numpy(), rtol=rtol, atol=atol, err_msg=c)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+@pytest.mark.parametrize("method", ["logits", "vectors"])
+@pytest.mark.parametrize("normalizer", ["softmax", "softmax1", "sigmoid"])
+@pytest.mark.parametrize("rule", ["sqrt_d", "none", "ssmax", "llama4"])
+def test_streaming_equals_the_materialised_reference(method: str, normalizer: str, rule: str) -> None:
+    # 9000 > 8192 exercises Llama 4's multiplier; 16384 spans block boundaries in vectors mode.
+    spec = SweepSpec(lengths=(1, 2, 17, 1000, 4096, 9000, 16384), d=32, queries=6, method=method,
+                     normalizer=normalizer, scale_rule=rule, temperature=0.8, seed=11)
+    got, ref = run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu")
+    _close(got, ref)
+    _close(got, ref, cols=["entropy_sem", "max_weight_sem", "output_std_sem"], rtol=1e-3, atol=1e-8)
+    np.testing.assert_allclose(got["logit_factor"], ref["logit_factor"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["logits", "vectors"])
+@pytest.mark.parametrize("normalizer", ["softmax", "sigmoid"])
+def test_tall_row_tiles_equal_the_reference(method: str, normalizer: str) -> None:
+    # more than STACKED_ROWS rows per tile: the row-wise reduction path (vectors uses 64-row tiles)
+    spec = SweepSpec(lengths=(3, 5000, 9000), d=16, queries=70, method=method, normalizer=normalizer,
+                     scale_rule="llama4", seed=8)
+    _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
+
+
+def test_float64_sweep_equals_its_reference_and_float32_statistics() -> None:
+    spec = SweepSpec(lengths=(64, 4096), d=16, queries=32, dtype="float64", seed=2)
+    got = run_sweep(spec, device="cpu")
+    _close(got, reference_sweep(spec, "cpu"), rtol=1e-10, atol=1e-12)
+    f32 = run_sweep(SweepSpec(**{**spec.__dict__, "dtype": "float32"}), device="cpu")
+    se = np.hypot(got["entropy_sem"], f32["entropy_sem"])
+    assert np.all(np.abs(got["entropy"] - f32["entropy"]) < Z * se)
+
+
+def test_fully_masked_free_rows_and_single_key_rows() -> None:
+    # n = 1: the only key takes all the weight; entropy 0; nothing is NaN anywhere.
+    df = entropy_vs_length([1], queries=8, device="cpu")
+    assert df.loc[0, "max_weight"] == pytest.approx(1.0) and df.loc[0, "entropy"] == pytest.approx(0.0, abs=1e-6)
+    assert df.loc[0, "effective_support"] == pytest.approx(1.0, abs=1e-6)
+    assert not df.drop(columns=["entropy_sem"]).isna().any().any()
+
+
+# --------------------------------------------------------------------------- statistics and theory
+
+
+def test_methods_agree_statistically() -> None:
+    common = {"lengths": (16, 256, 4096), "d": 64, "queries": 256, "seed": 5}
+    a = run_sweep(SweepSpec(method="logits", **common), device="cpu")
+    b = run_sweep(SweepSpec(method="vectors", **common), device="cpu")
+    # Rows of the vectors method share keys: their errors are correlated by O(1/d) per pair,
+    # which inflates the standard error of the mean by at most sqrt(1 + R/d).
+    infl = math.sqrt(1 + 256 / 64)
+    for c in ("entropy", "max_weight", "output_std"):
+        se = np.hypot(a[f"{c}_sem"], infl * b[f"{c}_sem"])
+        assert np.all(np.abs(a[c] - b[c]) < Z * se), (c, a[c].to_list(), b[c].to_list())
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "softmax1", "sigmoid"])
+def test_measurement_matches_the_exact_theory(normalizer: str) -> None:
+    ns = (16, 256, 4096, 65536)
+    got = entropy_vs_length(ns, queries=256, d=64, normalizer=normalizer, seed=3, device="cpu")
+    th = sweep_theory(ns, d=64, normalizer=normalizer)
+    for c in ("entropy", "max_weight", "sum_sq", "row_sum"):
+        sem = got[f"{c}_sem"].to_numpy()
+        err = np.abs(got[c].to_numpy() - th[c].to_numpy())
+        assert np.all(err < Z * sem + 1e-9), (c, got[c].to_list(), th[c].to_list(), sem)
+    # and the effective support is exp of the mean entropy, whose theory is exp E[H]
+    np.testing.assert_allclose(got["effective_support"], np.exp(got["entropy"]), rtol=1e-12)
+
+
+@pytest.mark.parametrize(("rule", "ns"), [("ssmax", (16, 1024, 30000)), ("llama4", (4096, 8192, 40000)),
+                                          ("none", (16, 512))])
+def test_scale_rules_match_the_exact_theory(rule: str, ns: tuple[int, ...]) -> None:
+    got = entropy_vs_length(ns, queries=256, d=64, scale_rule=rule, temperature=1.3, seed=4, device="cpu")
+    th = sweep_theory(ns, d=64, scale_rule=rule, temperature=1.3)
+    for c in ("entropy", "max_weight", "sum_sq"):
+        assert np.all(np.abs(got[c] - th[c]) < Z * got[f"{c}_sem"] + 1e-9), (c, got[c].to_list(), th[c].to_list())
+
+
+def test_temperature_sharpens_and_length_flattens() -> None:
+    ns = (16, 1024, 65536)
+    sharp = entropy_vs_length(ns, temperature=0.5, device="cpu")
+    soft = entropy_vs_length(ns, temperature=2.0, device="cpu")
+    assert np.all(np.diff(soft["entropy"]) > 0) and np.all(np.diff(soft["max_weight"]) < 0)
+    assert np.all(sharp["entropy"] < soft["entropy"]) and np.all(sharp["max_weight"] > soft["max_weight"])
+    # tau = 2 gives sigma^2 = 1/4: within 0.05 nats of log n - 1/8 at n = 65536
+    assert soft["entropy"].iloc[-1] == pytest.approx(math.log(65536) - 0.125, abs=0.05)
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def test_lengths_nest_and_workers_do_not_change_results() -> None:
+    ns = [16, 1000, 70000, 140001]
+    together = entropy_vs_length(ns, queries=8, seed=9, device="cpu", workers=1)
+    for n in ns:  # every length alone gives the same numbers: keys of n are a prefix of longer rows
+        alone = entropy_vs_length([n], queries=8, seed=9, device="cpu", workers=2)
+        # equal up to float32 summation order (a length inside a block splits its sums)
+        _close(together[together["n"] == n].reset_index(drop=True), alone, rtol=1e-6, atol=1e-12)
+    many = entropy_vs_length(ns, queries=8, seed=9, device="cpu", workers=3)
+    pd.testing.assert_frame_equal(together, many)
+    vec = dict(lengths=(300, 70000), queries=8, method="vectors", d=16, seed=1)
+    pd.testing.assert_frame_equal(run_sweep(SweepSpec(**vec), device="cpu", workers=1),
+                                  run_sweep(SweepSpec(**vec), device="cpu", workers=2))
+
+
+def test_seed_reproduces_and_changes_the_draws() -> None:
+    a = entropy_vs_length([256], seed=1, device="cpu")
+    pd.testing.assert_frame_equal(a, entropy_vs_length([256], seed=1, device="cpu"))
+    assert not np.isclose(a["entropy"].iloc[0], entropy_vs_length([256], seed=2, device="cpu")["entropy"].iloc[0])
+
+
+def test_threads_setting_is_restored() -> None:
+    before = torch.get_num_threads()
+    entropy_vs_length([1 << 17], queries=8, device="cpu", workers=2)
+    assert torch.get_num_threads() == before
+
+
+def test_lengths_are_sorted_and_deduplicated() -> None:
+    df = entropy_vs_length([64, 16, 64], device="cpu")
+    assert list(df["n"]) == [16, 64] and list(df.columns) == list(sw.COLUMNS)
+
+
+# --------------------------------------------------------------------------- progress and cancel
+
+
+def test_progress_reports_rising_fractions_from_the_calling_thread() -> None:
+    seen: list[tuple[float, str, str]] = []
+
+    def progress(frac: float, msg: str) -> None:
+        seen.append((frac, msg, threading.current_thread().name))
+
+    entropy_vs_length([1 << 16, 1 << 19], queries=16, scale_rule="ssmax", device="cpu", progress=progress)
+    fracs = [f for f, _, _ in seen]
+    assert fracs[-1] == 1.0 and fracs == sorted(fracs) and all(0 <= f <= 1 for f in fracs)
+    assert {t for _, _, t in seen} == {threading.current_thread().name}
+
+
+def test_a_false_progress_return_or_the_cancel_event_stops_the_sweep() -> None:
+    calls = []
+
+    def stop(frac: float, msg: str) -> bool:
+        calls.append(frac)
+        return False
+
+    with pytest.raises(SweepCancelled):
+        entropy_vs_length([1 << 22], queries=64, device="cpu", progress=stop)
+    assert len(calls) == 1  # stopped at the first report, between chunks
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(SweepCancelled):
+        entropy_vs_length([1 << 22], device="cpu", cancel=ev)
+    ev2 = threading.Event()
+    timer = threading.Timer(0.2, ev2.set)
+    timer.start()
+    with pytest.raises(SweepCancelled):
+        entropy_vs_length([1 << 24], queries=256, device="cpu", cancel=ev2)
+    timer.join()
+
+
+def test_an_exception_in_the_progress_callback_propagates_and_stops_workers() -> None:
+    def boom(frac: float, msg: str) -> None:
+        raise KeyboardInterrupt("user pressed Stop")
+
+    with pytest.raises(KeyboardInterrupt):
+        entropy_vs_length([1 << 22], queries=64, device="cpu", progress=boom)
+    entropy_vs_length([16], device="cpu")  # the engine is usable again (lock released)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"lengths": [2**24 + 1]}, "above the cap"),
+    ({"lengths": [0]}, "at least one key"),
+    ({"lengths": []}, "at least one sequence length"),
+    ({"lengths": [16.5]}, "whole numbers"),
+    ({"d": 0}, "d must be at least 1"),
+    ({"queries": 0}, "at least one query row"),
+    ({"queries": 5000}, "above the limit"),
+    ({"temperature": 0.0}, "temperature must be a positive"),
+    ({"temperature": -1.0}, "temperature must be a positive"),
+    ({"temperature": float("nan")}, "temperature must be a positive"),
+    ({"ssmax_s": float("nan")}, "SSMax factor s"),
+    ({"ssmax_s": 1e9}, "SSMax factor s"),
+    ({"scale_rule": "cosine"}, "unknown scale rule"),
+    ({"normalizer": "ssmax"}, "scale_rule='ssmax'"),
+    ({"method": "exact"}, "unknown method"),
+    ({"dtype": "float16"}, "float32 or float64"),
+    ({"value_dim": 0}, "value dim"),
+])
+def test_bad_arguments_get_plain_messages(kwargs: dict, needle: str) -> None:
+    args = {"lengths": [16], **kwargs}
+    lengths = args.pop("lengths")
+    with pytest.raises(AttnInputError, match=None) as info:
+        entropy_vs_length(lengths, device="cpu", **args)
+    assert needle in str(info.value)
+
+
+def test_oversized_work_is_refused_before_anything_is_allocated() -> None:
+    with pytest.raises(ResourceLimitError) as info:
+        entropy_vs_length([2**24], queries=1024, d=1024, method="vectors", device="cpu")
+    assert "limit" in str(info.value) and "random numbers" in str(info.value)
+
+
+def test_reference_refuses_huge_matrices() -> None:
+    with pytest.raises(ResourceLimitError):
+        reference_sweep(SweepSpec(lengths=(2**20,), queries=64))
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_llama4_multiplier_matches_the_formula() -> None:
+    assert llama4_multiplier(8191) == 1.0
+    assert llama4_multiplier(8192) == pytest.approx(1 + 0.1 * math.log(2))
+    assert llama4_multiplier(2**24) == pytest.approx(1 + 0.1 * math.log(2049))
+
+
+def test_float32_normal_is_capped_and_the_tail_redraw_is_exact() -> None:
+    g = torch.Generator().manual_seed(0)
+    raw = torch.empty(1 << 24).normal_(generator=g)
+    cap = math.sqrt(-2 * math.log(2.0**-24))  # Box-Muller with 24-bit uniforms
+    assert float(raw.max()) <= cap + 1e-4 and float(-raw.min()) <= cap + 1e-4
+    tail = sw._gauss_tail(200_000, 5.0, g, torch.device("cpu"))
+    assert float(tail.min()) > 5.0
+    # E[Z | Z > 5] = phi(5)/Q(5) and P(Z > 6 | Z > 5) = Q(6)/Q(5), within sampling error
+    q = lambda z: 0.5 * math.erfc(z / math.sqrt(2))  # noqa: E731
+    mean = math.exp(-12.5) / math.sqrt(2 * math.pi) / q(5)
+    assert abs(float(tail.mean()) - mean) < Z * float(tail.std()) / math.sqrt(tail.numel())
+    p6 = q(6) / q(5)
+    frac = float((tail > 6).double().mean())
+    assert abs(frac - p6) < Z * math.sqrt(p6 * (1 - p6) / tail.numel())
+    assert float(tail.max()) > cap  # beyond what float32 normal_ can return
+
+
+def test_tiles_redraw_every_sample_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sw, "TAIL_Z", 2.0)  # make the redraw frequent enough to test its distribution
+    g = torch.Generator().manual_seed(3)
+    tile = torch.empty(4, 1 << 20)
+    std = torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64)
+    mx = sw._fill_logit_tile(tile, std, g, True)
+    z = (tile.double() / std[:, None]).flatten()
+    np.testing.assert_allclose(mx.double(), (tile.double().amax(1)), rtol=1e-7)
+    above = z[z > 2.0]
+    q2 = 0.5 * math.erfc(2 / math.sqrt(2))
+    n = z.numel()
+    assert abs(above.numel() - n * q2) < Z * math.sqrt(n * q2)
+    mean = math.exp(-2.0) / math.sqrt(2 * math.pi) / q2
+    assert abs(float(above.mean()) - mean) < Z * float(above.std()) / math.sqrt(above.numel())
+
+
+def test_peak_weight_sweep_reproduces_the_ssmax_figure() -> None:
+    ns = [2, 10, 100, 1000, 4096]
+    df = peak_weight_sweep(ns, s=0.43)
+    at = df.set_index("n")
+    assert round(at.loc[100, "softmax"], 3) == 0.600 and round(at.loc[1000, "softmax"], 3) == 0.129
+    np.testing.assert_allclose(df["softmax"], peak_weight(np.array(ns)), rtol=1e-12)
+    np.testing.assert_allclose(df["ssmax"], peak_weight(np.array(ns), s=0.43), rtol=1e-12)
+    with pytest.raises(AttnInputError):
+        peak_weight_sweep([1])
+    with pytest.raises(AttnInputError):
+        peak_weight_sweep([16], s=float("nan"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["logits", "vectors"])
+def test_cuda_sweep_equals_its_reference_and_the_cpu_statistics(method: str) -> None:
+    spec = SweepSpec(lengths=(16, 1024, 16384), d=32, queries=64, method=method, seed=6)
+    got = run_sweep(spec, device="cuda")
+    _close(got, reference_sweep(spec, "cuda"), rtol=5e-5, atol=1e-6)
+    cpu = run_sweep(spec, device="cpu")
+    for c in ("entropy", "max_weight"):
+        se = np.hypot(got[f"{c}_sem"], cpu[f"{c}_sem"]) * math.sqrt(2)
+        assert np.all(np.abs(got[c] - cpu[c]) < Z * se)

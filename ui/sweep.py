@@ -1,0 +1,189 @@
+"""Running long attncore sweeps from a page: estimate, Run button, progress bar, Stop, cache.
+
+A page hands :func:`run_sweeps` the :class:`~attncore.sweeps.SweepSpec` of every curve it
+draws. Results already computed (in this server process) come back at once. For the
+rest the time is estimated from a rate measured on this machine (a small calibration
+sweep the first time, then refined by every real sweep); a job estimated under
+``AUTO_RUN_S`` runs straight away, a longer one waits for a Run button and says how long
+it will take (jobs no bigger than the page's default view always run at once, so a busy
+machine cannot hide the first view). While it runs, a progress bar moves and a Stop button ends it between
+chunks: clicking any widget makes Streamlit rerun the script, which interrupts the
+sweep at its next progress update, and the Stop button's callback marks the rerun as
+"stopped" so it does not start again by itself.
+
+Results are kept in a bounded in-process store rather than ``st.cache_data``: a cached
+function may not draw the progress bar (Streamlit would replay it on every cache hit).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from attncore.budget import check_limit
+from attncore.sweeps import MAX_SWEEP_WORK, SweepSpec, block_keys, run_sweep, sweep_work
+
+__all__ = ["AUTO_RUN_S", "SweepResult", "estimate_seconds", "run_sweeps"]
+
+AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
+AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
+STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
+_CALIBRATION_WORK = 1 << 24  # work units of the probe sweep that measures the rate (~0.1 s)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Frames in the order of the specs and the seconds their sweeps took when computed."""
+
+    frames: tuple[pd.DataFrame, ...]
+    seconds: float
+    computed: int  # how many sweeps ran now (the rest came from the store)
+
+
+class _Store:
+    """LRU store of finished sweeps, shared by every session of this server process."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.items: OrderedDict[tuple[SweepSpec, str], tuple[pd.DataFrame, float]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[SweepSpec, str]) -> tuple[pd.DataFrame, float] | None:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        return None
+
+    def put(self, key: tuple[SweepSpec, str], value: tuple[pd.DataFrame, float]) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+@st.cache_resource(show_spinner=False)
+def _store() -> _Store:
+    return _Store(STORE_SIZE)
+
+
+@st.cache_resource(show_spinner=False)
+def _rates() -> dict[tuple[str, str], float]:
+    """Seconds per work unit, per (device, method): measured, then refined by real sweeps."""
+    return {}
+
+
+def _rate(spec: SweepSpec, device: str) -> float:
+    rates = _rates()
+    key = (device, spec.method)
+    if key not in rates:
+        one = replace(spec, lengths=(1,), scale_rule="sqrt_d", normalizer="softmax")
+        blocks = max(1, _CALIBRATION_WORK // max(1, sweep_work(one, device)))
+        probe = replace(one, lengths=(blocks * block_keys(one, device),))
+        t0 = time.perf_counter()
+        run_sweep(probe, device=device)
+        rates[key] = (time.perf_counter() - t0) / max(1, sweep_work(probe, device))
+    return rates[key]
+
+
+def _learn(spec: SweepSpec, device: str, seconds: float) -> None:
+    work = sweep_work(spec, device)
+    if work < 4 * _CALIBRATION_WORK or seconds <= 0:
+        return  # too small to say much about the rate
+    rates = _rates()
+    key = (device, spec.method)
+    measured = seconds / work
+    rates[key] = measured if key not in rates else 0.5 * rates[key] + 0.5 * measured
+
+
+def estimate_seconds(specs: Sequence[SweepSpec], device: str) -> float:
+    """Estimated seconds for the specs on this machine (from the measured rate)."""
+    return sum(sweep_work(s, device) * _rate(s, device) for s in specs)
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Sequence[str] | None = None,
+               where: Any = st) -> SweepResult | None:
+    """Results of every spec, computing the missing ones with progress and a Stop button.
+
+    Returns None when the job waits for the Run button or was stopped (a message and the
+    button are shown). Raises the specs' own input/limit errors before anything runs.
+    """
+    labels = list(labels) if labels is not None else [f"sweep {i + 1}" for i in range(len(specs))]
+    for s in specs:
+        s.validate()
+    store = _store()
+    found = {i: store.get((s, device)) for i, s in enumerate(specs)}
+    missing = [i for i, v in found.items() if v is None]
+    if missing:
+        total = sum(sweep_work(specs[i], device) for i in missing)
+        check_limit(total, MAX_SWEEP_WORK, "the work of all curves together (random numbers drawn)",
+                    "(about a minute on a 2-core CPU)",
+                    "Compare fewer settings, or lower the largest n, the query rows or d.")
+        flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
+        stopped = bool(st.session_state.pop(flag_stop, False))
+        run_now = bool(st.session_state.pop(flag_run, False))
+        est = estimate_seconds([specs[i] for i in missing], device)
+        # one slot for "waiting" and "running": the progress bar and the Stop button take the places
+        # of the message and the Run button, so no stale copy of either stays on screen
+        slot = where.container()
+        if stopped or (est > AUTO_RUN_S and total > AUTO_RUN_WORK and not run_now):
+            why = ("The sweep was stopped before it finished. " if stopped else
+                   f"This sweep draws {total / 1e9:.2f} G random numbers: about **{_fmt_s(est)}** on "
+                   "this machine, so it waits for you. ")
+            slot.info(why + "Press **Run sweep** to compute it; you can stop it at any time.",
+                      icon=":material/hourglass_top:")
+            slot.button(f"Run sweep (≈ {_fmt_s(est)})", key=f"{key}_btn", type="primary",
+                        icon=":material/play_arrow:",
+                        on_click=lambda: st.session_state.__setitem__(flag_run, True))
+            return None
+        _compute(specs, missing, labels, device, key, est, store, slot)
+    frames, seconds = [], 0.0
+    for i, s in enumerate(specs):
+        df, sec = store.get((s, device)) or found[i]  # type: ignore[misc]
+        frames.append(df)
+        seconds += sec  # the time each sweep took when it was computed (now or earlier)
+    return SweepResult(frames=tuple(frames), seconds=seconds, computed=len(missing))
+
+
+def _compute(specs: Sequence[SweepSpec], missing: list[int], labels: Sequence[str], device: str, key: str,
+             est: float, store: _Store, box: Any) -> None:
+    """Run the missing sweeps under one progress bar with a Stop button, drawn in ``box``."""
+    work = [sweep_work(specs[i], device) for i in missing]
+    total = max(1, sum(work))
+    bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
+    stop_slot = box.empty()
+    # the same key as the Run button: one widget that changes its label, so the browser swaps it
+    # in place instead of keeping a stale Run button on screen for the whole sweep
+    stop_slot.button("Stop", key=f"{key}_btn", icon=":material/stop:",
+                     on_click=lambda: st.session_state.__setitem__(f"{key}__stopped", True))
+    done = 0
+    try:
+        for j, i in enumerate(missing):
+            name = labels[i]
+
+            def progress(frac: float, msg: str, j: int = j, name: str = name, done: int = done) -> bool:
+                overall = (done + frac * work[j]) / total
+                bar.progress(min(1.0, overall), text=f"Curve {j + 1} of {len(missing)} ({name}): {msg}")
+                return True
+
+            t0 = time.perf_counter()
+            df = run_sweep(specs[i], device=device, progress=progress)
+            sec = time.perf_counter() - t0
+            store.put((specs[i], device), (df, sec))
+            _learn(specs[i], device, sec)
+            done += work[j]
+    finally:
+        bar.empty()
+        stop_slot.empty()
