@@ -48,7 +48,7 @@ def test_entropy_long_sweep_waits_for_run_and_can_be_stopped(page: Page, app_url
     run = page.get_by_role("button", name=re.compile("Run sweep"))
     expect(run).to_be_visible()
     run.click()
-    stop = page.get_by_role("button", name="Stop")
+    stop = page.get_by_test_id("stButton").get_by_role("button", name="Stop")  # not the header's Stop
     expect(stop).to_be_visible(timeout=60_000)
     expect(page.locator("[data-testid=stProgress]")).to_be_visible()
     screenshot(page, "entropy-running")
