@@ -78,25 +78,7 @@ def downsample(z: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, i
         raise ValueError(f"heatmaps need a 2-D array; got shape {a.shape}.")
     if max_side < 1:
         raise ValueError("max_side must be at least 1.")
-    n, m = a.shape
-    fr, fc = -(-n // max_side), -(-m // max_side)
-    finite = np.isfinite(a)
-    all_finite = bool(finite.all())
-    if fr == 1 and fc == 1:
-        return _f32(a if all_finite else np.where(finite, a, np.nan)), 1, 1
-    rows, cols = -(-n // fr), -(-m // fc)
-    if all_finite and n == rows * fr and m == cols * fc:  # the common case: one reshape-mean
-        small = a.reshape(rows, fr, cols, fc).mean(axis=(1, 3), dtype=np.float64)
-        return _f32(small), fr, fc
-    vals = np.zeros((rows * fr, cols * fc), dtype=np.float32)
-    counts = np.zeros((rows * fr, cols * fc), dtype=np.float32)
-    vals[:n, :m] = a if all_finite else np.where(finite, a, 0.0)
-    counts[:n, :m] = finite
-    sums = vals.reshape(rows, fr, cols, fc).sum(axis=(1, 3), dtype=np.float64)
-    cnt = counts.reshape(rows, fr, cols, fc).sum(axis=(1, 3))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        small = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
-    return _f32(small), fr, fc
+    return downsample_stack(a, max_side)
 
 
 def _heatmap_trace(
