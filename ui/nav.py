@@ -18,26 +18,19 @@ class PageEntry:
 PAGES: tuple[PageEntry, ...] = (
     PageEntry("pages/1_Heatmaps.py", "Heatmaps", ":material/grid_on:",
               "Attention weights and the stages that make them: raw, scaled and masked scores, "
-              "weights. Masks (causal, padding, sliding window, packed documents), scoring "
-              "functions, normalisers, heads and grouped-query attention, and a compare mode."),
-    PageEntry("pages/3_Saturation_and_gradients.py", "Saturation & gradients", ":material/speed:",
-              "Why divide by √d: the spread of q·k against d, softmax saturation, the softmax "
-              "Jacobian and gradient norms through attention (scaled vs unscaled), and how the "
-              "naive softmax overflows in float16, bfloat16 and float32."),
-)
-
-# ---------------------------------------------------------------------------- Attention sinks page
-PAGES += (
-    PageEntry("pages/4_Attention_sinks.py", "Attention sinks", ":material/anchor:",
-              "Why a head dumps its weight on a meaningless token: a synthetic sink, softmax against "
-              "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, and the "
-              "sinks of a real transformer (all-MiniLM-L6-v2, offline) on your own text."),
-)
-
-# Entropy vs length page (issue 3).
-PAGES = PAGES + (
+              "weights, for synthetic inputs or real text. Masks (causal, padding, sliding window, "
+              "packed documents), scoring functions, normalisers, heads and grouped-query attention, "
+              "and a compare mode."),
     PageEntry("pages/2_Entropy_vs_length.py", "Entropy vs length", ":material/trending_up:",
               "How a softmax row flattens as the context grows: entropy, max weight, effective support and "
               "output scale streamed to 2²⁴ keys against exact theory; scale rules (1/√d, SSMax, Llama 4), "
               "temperatures and normalisers; SSMax's figure 1."),
+    PageEntry("pages/3_Saturation_and_gradients.py", "Saturation & gradients", ":material/speed:",
+              "Why divide by √d: the spread of q·k against d, softmax saturation, the softmax "
+              "Jacobian and gradient norms through attention (scaled vs unscaled), and how the "
+              "naive softmax overflows in float16, bfloat16 and float32."),
+    PageEntry("pages/4_Attention_sinks.py", "Attention sinks", ":material/anchor:",
+              "Why a head dumps its weight on a meaningless token: a synthetic sink, softmax against "
+              "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, and the "
+              "sinks of a real transformer (all-MiniLM-L6-v2, offline) on your own text."),
 )

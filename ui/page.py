@@ -55,7 +55,7 @@ def _resolve() -> tuple[torch.device, str | None]:
         return torch.device("cpu"), f"{exc} Using the CPU."
 
 
-def _sidebar() -> PageContext:
+def _sidebar(has_controls: bool) -> PageContext:
     """The Compute expander (device, seed, precision) under the navigation."""
     side = st.sidebar
     dev, problem = _resolve()
@@ -71,7 +71,8 @@ def _sidebar() -> PageContext:
     box.caption(f"torch {torch.__version__}")
     if problem:
         side.warning(problem)
-    side.divider()
+    if has_controls:
+        side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
                        controls=side.container())
 
@@ -96,7 +97,7 @@ def run_page(
     notices = state.init(all_params)
     try:
         _nav()
-        ctx = _sidebar()
+        ctx = _sidebar(bool(params))
         for note in notices:
             st.warning(note, icon=":material/link:")
         body(ctx)
