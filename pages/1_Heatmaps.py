@@ -115,12 +115,15 @@ def stage_row(stages, head: int) -> None:
     finite = np.abs(scaled[np.isfinite(scaled)])
     lim = float(finite.max()) if finite.size else 1.0
     raw_lim = float(np.abs(raw[np.isfinite(raw)]).max()) if np.isfinite(raw).any() else 1.0
+    # Red = positive, blue = negative, white = 0; each score map's range is in its title, and
+    # only the weights carry a colour bar (every bar costs the browser a redraw).
     fig = figures.heatmap_row(
         [raw, scaled, masked, weights],
-        ["1 · raw scores a(q, k)", f"2 · scaled ×{stages.scale:.3g}/τ", "3 · masked (blank = −∞)",
-         "4 · weights"],
+        [f"1 · raw scores a(q, k) · ±{raw_lim:.3g}", f"2 · scaled ×{stages.scale:.3g}/τ · ±{lim:.3g}",
+         f"3 · masked (blank = −∞) · ±{lim:.3g}", "4 · weights"],
         diverging=[True, True, True, False], limits=[raw_lim or 1.0, lim or 1.0, lim or 1.0, None],
-        value_names=["score", "score", "score", "weight"], max_side=STAGE_SIDE)
+        value_names=["score", "score", "score", "weight"], max_side=STAGE_SIDE,
+        colorbars=[False, False, False, True])
     fig.update_layout(meta={"view": "stages"})
     st.plotly_chart(fig, key="chart_stages")
 
@@ -236,6 +239,8 @@ def body(ctx: PageContext) -> None:
     rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
     head_metrics(stages, spec, head, rs)
     st.markdown("##### Stages of one head")
+    st.caption("Scores: red positive, blue negative, white 0, each map scaled to the ± range in its title. "
+               "Hover any cell for its query, key and exact value.")
     stage_row(stages, head)
     main_view(stages, spec, head, rs)
     widgets.caption_compute(ctx.device_label, res.seconds,

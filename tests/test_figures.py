@@ -83,3 +83,13 @@ def test_line_chart_draws_theory_dashed_and_measurements_with_error_bars() -> No
     assert m.error_y.visible and np.allclose(np.asarray(m.error_y.array), [0.1, 0.2])
     assert t.line.dash == "dash" and t.mode == "lines"
     assert fig.layout.xaxis.type == "log"
+
+
+def test_heatmap_row_colour_bars_can_be_left_out_per_map() -> None:
+    maps = [np.full((3, 3), v) for v in (-1.0, 1.0, 0.5)]
+    fig = figures.heatmap_row(maps, ["a · ±1", "b", "c"], diverging=[True, True, False],
+                              limits=[1.0, 1.0, None], value_names=["s", "s", "w"],
+                              colorbars=[False, False, True])
+    assert [t.showscale for t in fig.data] == [False, False, True]
+    assert fig.data[0].zmin == -1.0 and fig.data[0].zmax == 1.0 and fig.data[0].zmid == 0.0
+    assert [a.text for a in fig.layout.annotations] == ["a · ±1", "b", "c"]

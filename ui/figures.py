@@ -225,11 +225,13 @@ def heatmap_row(
     value_names: Sequence[str],
     max_side: int = 128,
     height: int = 340,
+    colorbars: Sequence[bool] | None = None,
 ) -> go.Figure:
     """Several maps side by side in one figure, each with its own horizontal colour bar.
 
     ``limits[i]`` is the symmetric colour limit of a diverging map (or the top of a
-    sequential one, from 0); ``None`` lets Plotly choose.
+    sequential one, from 0); ``None`` lets Plotly choose. ``colorbars[i] = False`` leaves
+    map i's colour bar out (each one costs the browser a noticeable redraw).
     """
     n = len(maps)
     if not (len(titles) == len(diverging) == len(limits) == len(value_names) == n):
@@ -246,6 +248,7 @@ def heatmap_row(
                             zmin=(-lim if diverging[i] else 0.0) if lim else None, zmax=lim or None)
         name = _axis_name(i)
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}",
+                  showscale=True if colorbars is None else bool(colorbars[i]),
                   colorbar={"orientation": "h", "x": (x0 + x1) / 2, "xanchor": "center", "len": w,
                             "y": -0.02, "yanchor": "top", "thickness": 8})
         traces.append(tr)
