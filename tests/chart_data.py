@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -68,3 +69,56 @@ def run_app(script: str, timeout: float = 120, **query: str) -> Any:
     for k, v in query.items():
         at.query_params[k] = v
     return at.run()
+
+
+def set_widget(at: Any, kind: str, key: str, value: Any) -> Any:
+    """Set one widget (``kind`` is the AppTest accessor, e.g. ``"slider"``) and rerun."""
+    getattr(at, kind)(key=key).set_value(value)
+    return at.run()
+
+
+def url_value(value: Any) -> str:
+    """How ui.state writes a value into the URL."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def all_data(at: Any) -> list[np.ndarray]:
+    """Every float z and y array of every chart on the page."""
+    out = []
+    for f in figures(at):
+        for t in f["data"]:
+            for k in ("z", "y"):
+                if k in t and isinstance(t[k], dict | list):
+                    a = decode(t[k])
+                    if a.dtype.kind == "f":
+                        out.append(a.copy())
+    return out
+
+
+def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    """Two lists of chart arrays hold the same numbers."""
+    return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, equal_nan=True)
+                                    for x, y in zip(a, b, strict=True))
+
+
+def walk(at: Any, changes: Iterable[tuple[str, str, Any]], check: Callable[[Any], None],
+         defaults: Iterable[tuple[str, Any]] = ()) -> None:
+    """Apply each (widget kind, key, value): the charts must follow attncore, change, and the URL keep up.
+
+    ``defaults`` lists (key, value) pairs that equal the parameter's default, so the URL omits them.
+    """
+    omitted = set(defaults)
+    before = all_data(at)
+    for kind, key, value in changes:
+        set_widget(at, kind, key, value)
+        assert at.session_state[key] == value, key
+        check(at)
+        now = all_data(at)
+        assert not same(now, before), f"{key} changed nothing"
+        before = now
+        if (key, value) in omitted:
+            assert key not in at.query_params, key
+        else:
+            assert at.query_params[key] == url_value(value), key

@@ -14,7 +14,7 @@ import ui.sweep
 from attncore.row_theory import sweep_theory
 from attncore.sweeps import SweepSpec, peak_weight_sweep, run_sweep
 from attncore.theory import fully_scaled_multiplier, peak_weight
-from tests.chart_data import decode, figure, no_errors, run_app
+from tests.chart_data import decode, figure, no_errors, run_app, same
 from ui.entropy_view import Series, panel_frame, sweep_spec, theory_lengths
 
 PAGE = "pages/2_Entropy_vs_length.py"
@@ -96,11 +96,6 @@ def check_charts(at: AppTest) -> None:
 
 def panel_data(at: AppTest) -> list[np.ndarray]:
     return [decode(t["y"]).copy() for t in figure(at, "entropy-panels")["data"] if t.get("y") is not None]
-
-
-def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, equal_nan=True)
-                                    for x, y in zip(a, b, strict=True))
 
 
 def test_defaults_match_attncore_and_theory() -> None:

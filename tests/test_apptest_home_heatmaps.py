@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from attncore.explore import SyntheticSpec, synthetic_stages
 from attncore.stats import entropy
-from tests.chart_data import decode, figure, figures, no_errors, run_app, trace
+from tests.chart_data import decode, figure, no_errors, run_app, set_widget, trace, walk
 from ui.figures import downsample
 from ui.nav import PAGES
 
@@ -109,32 +109,11 @@ CHANGES = [
 
 
 def _set(at: AppTest, kind: str, key: str, value) -> None:
-    getattr(at, kind)(key=key).set_value(value)
-    at.run()
-
-
-def all_maps(at: AppTest) -> list[np.ndarray]:
-    """The z data of every heatmap on the page."""
-    return [decode(t["z"]).copy() for f in figures(at) for t in f["data"] if "z" in t]
-
-
-def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, equal_nan=True)
-                                    for x, y in zip(a, b, strict=True))
+    set_widget(at, kind, key, value)
 
 
 def test_heatmaps_every_control_changes_the_chart_data() -> None:
-    at = run(HEATMAPS)
-    before = all_maps(at)
-    for kind, key, value in CHANGES:
-        _set(at, kind, key, value)
-        assert at.session_state[key] == value, key
-        check_charts(at)
-        now = all_maps(at)
-        assert not same(now, before), f"{key} changed nothing"
-        before = now
-        # The URL carries every non-default value.
-        assert at.query_params[key] == (f"{value:.6g}" if isinstance(value, float) else str(value))
+    walk(run(HEATMAPS), CHANGES, check_charts)
 
 
 @pytest.mark.parametrize(("mask", "extra"), [("padding", ("vlen", 5)), ("window", ("win", 3)),

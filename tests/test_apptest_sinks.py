@@ -24,7 +24,16 @@ from attncore.sinks import (
     strength_sweep,
     zoo_theory,
 )
-from tests.chart_data import decode, figure, figures, no_errors, run_app, trace, traces_named
+from tests.chart_data import (
+    decode,
+    figure,
+    no_errors,
+    run_app,
+    trace,
+    traces_named,
+)
+from tests.chart_data import set_widget as _set
+from tests.chart_data import walk as _walk
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
@@ -40,48 +49,9 @@ def lm() -> LoadedModel:
     return load_model()
 
 
-def _set(at: AppTest, kind: str, key: str, value) -> AppTest:
-    getattr(at, kind)(key=key).set_value(value)
-    return at.run()
-
-
-def url_value(value) -> str:
-    """How ui.state writes a value into the URL."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
 def walk(at: AppTest, changes, check: Callable[[AppTest], None]) -> None:
-    """Apply each (widget kind, key, value): the charts must follow attncore, change, and the URL keep up."""
-    before = all_data(at)
-    for kind, key, value in changes:
-        _set(at, kind, key, value)
-        assert at.session_state[key] == value, key
-        check(at)
-        now = all_data(at)
-        assert not same(now, before), f"{key} changed nothing"
-        before = now
-        default = key == "snk_sink" and value is True
-        assert (key not in at.query_params) if default else at.query_params[key] == url_value(value), key
-
-
-def all_data(at: AppTest) -> list[np.ndarray]:
-    """Every z and y array of every chart on the page."""
-    out = []
-    for f in figures(at):
-        for t in f["data"]:
-            for k in ("z", "y"):
-                if k in t and isinstance(t[k], dict | list):
-                    a = decode(t[k])
-                    if a.dtype.kind == "f":
-                        out.append(a.copy())
-    return out
-
-
-def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, equal_nan=True)
-                                    for x, y in zip(a, b, strict=True))
+    """tests.chart_data.walk; the sink toggle's default (on) is left out of the URL."""
+    _walk(at, changes, check, defaults=[("snk_sink", True)])
 
 
 def y_of(fig: dict, name: str) -> np.ndarray:
