@@ -106,3 +106,16 @@ def report(line: str) -> None:
     with open(ARTIFACTS / "browser-timings.txt", "a") as f:
         f.write(line + "\n")
     print(line)
+
+
+def redraw_times(page: Page, label: str, moves: int = 5, timeout_s: float = 60.0) -> tuple[float, float]:
+    """(first, median of the next ``moves``) seconds for a slider move to redraw a chart.
+
+    The first move after a page load pays one-off costs in the browser; the median of the
+    following moves (alternating right and left, so the value stays in range) is the
+    steady-state answer time a presenter sees.
+    """
+    first = nudge_and_time(page, label, key="ArrowLeft", timeout_s=timeout_s)
+    times = sorted(nudge_and_time(page, label, key="ArrowRight" if i % 2 == 0 else "ArrowLeft",
+                                  timeout_s=timeout_s) for i in range(moves))
+    return first, times[len(times) // 2]
