@@ -44,9 +44,11 @@ is computed on the row renormalised to sum 1; max weight, ``sum p^2``, row sum a
 output use the raw weights.
 
 Random numbers: float32 samples, float64 accumulation. Blocks are dealt to ``LANES``
-lanes (block ``b`` to lane ``b mod LANES``), each with its own ``torch.Generator`` seeded
-from ``(seed, stream, lane)``, so results do not depend on how many worker threads run
-(up to ``LANES``). torch's float32 ``normal_`` uses 24-bit uniforms in Box-Muller and never
+lanes (block ``b`` to lane ``b mod LANES``); the ``logits`` method also splits its rows
+into ``ROW_GROUPS`` contiguous groups. Each (lane, group) has its own ``torch.Generator``
+seeded from ``(seed, stream, lane[, group])`` and consumes its blocks in order, so results
+do not depend on how many worker threads run (up to ``LANES x ROW_GROUPS``), and a
+one-block sweep still keeps two workers busy. torch's float32 ``normal_`` uses 24-bit uniforms in Box-Muller and never
 returns more than 5.77 standard deviations; at ``n = 2**24`` the largest of a row's
 logits would sit on that cap about 7% of the time, so the ``logits`` method redraws
 every sample above ``TAIL_Z`` standard deviations from the exact Gaussian tail (in
@@ -119,8 +121,14 @@ LLAMA4_FLOOR_SCALE = 8192
 LLAMA4_ATTN_SCALE = 0.1
 
 LANES = 8  # fixed random-stream lanes: block b belongs to lane b % LANES
+ROW_GROUPS = 2  # logits: the rows split into this many groups, each with its own streams
 TAIL_Z = 5.0  # float32 samples above this many std are redrawn from the exact tail
 STACKED_ROWS = 8  # row tiles up to this size reduce with one stacked GEMM (see _Reducer)
+# Shifted logits below this are raised to it before exp: torch's float32 exp on the CPU takes
+# ~40 ns instead of ~0.3 ns per element once its result underflows (x < -87.3), which made
+# sweeps with wide logit ranges (unscaled, low temperature, large d) up to 100x slower. A key
+# at -87 adds e^-87 = 1.6e-38 (and -87 e^-87 to s1) against s0 >= 1: far below float64 epsilon.
+EXP_FLOOR = -87.0
 
 _STREAM_QUERIES, _STREAM_LOGITS, _STREAM_KEYS = 1, 2, 3
 
@@ -263,6 +271,8 @@ def _plan_blocks(spec: SweepSpec, device: torch.device) -> tuple[int, int]:
     cuda = device.type == "cuda"
     if spec.method == "logits":
         rt = min(spec.queries, 16 if cuda else 4)
+        # 2^16 keys: fewer, longer torch calls (two worker threads share one GIL; 2^14-key blocks
+        # measured 20-40% slower). Short sweeps still use both workers through ROW_GROUPS.
         keys = (1 << 16) if not cuda else (1 << 20)
         return keys, rt
     per_key = max(1, spec.d + spec.value_dim)
@@ -316,10 +326,31 @@ def _mix(*parts: int) -> int:
     return x & 0xFFFFFFFF
 
 
-def _generator(seed: int, stream: int, lane: int, device: torch.device) -> torch.Generator:
+def _generator(seed: int, stream: int, lane: int, device: torch.device, group: int | None = None
+               ) -> torch.Generator:
     g = torch.Generator(device=device)
-    g.manual_seed(_mix(seed, stream, lane))
+    g.manual_seed(_mix(seed, stream, lane) if group is None else _mix(seed, stream, lane, group))
     return g
+
+
+def _row_groups(spec: SweepSpec) -> list[tuple[int, int]]:
+    """Contiguous row ranges ``[(start, stop)]`` that draw from their own random streams.
+
+    The logits method's rows are independent, so ``ROW_GROUPS`` groups let two workers share
+    even a one-block sweep; the vectors method's rows share their keys (one group).
+    """
+    R = spec.queries
+    if spec.method != "logits":
+        return [(0, R)]
+    g = min(ROW_GROUPS, R)
+    return [(i * R // g, (i + 1) * R // g) for i in range(g)]
+
+
+def _unit_generator(spec: SweepSpec, lane: int, group: int, device: torch.device) -> torch.Generator:
+    """The stream of one (lane, row group): logits streams are per group, vectors per lane."""
+    if spec.method == "logits":
+        return _generator(spec.seed, _STREAM_LOGITS, lane, device, group)
+    return _generator(spec.seed, _STREAM_KEYS, lane, device)
 
 
 def _gauss_tail(k: int, a: float, g: torch.Generator, device: torch.device) -> Tensor:
@@ -470,8 +501,11 @@ class _Reducer:
         return self.parts[s]
 
     def add(self, s: int, a: int, b: int, rt: int, mx: Tensor, values: Tensor | None, bias: float,
-            r0: int) -> None:
-        """Reduce columns [a, b) of the first ``rt`` logit rows (overwritten) into rows r0.. of part s."""
+            r0: int, floor_needed: bool = True) -> None:
+        """Reduce columns [a, b) of the first ``rt`` logit rows (overwritten) into rows r0.. of part s.
+
+        ``floor_needed=False`` promises that no shifted logit is below :data:`EXP_FLOOR`.
+        """
         p = self.part(s)[r0: r0 + rt]
         x = self.y[:rt, a:b]
         e = self.y[self.rt: self.rt + rt, a:b]
@@ -485,6 +519,8 @@ class _Reducer:
         else:
             p[:, 0] = mx
             x.sub_(mx[:, None])  # x - max <= 0
+            if self.vectors or floor_needed:
+                x.clamp_(min=EXP_FLOOR)  # see EXP_FLOOR: keeps exp off its slow underflow path
             torch.exp(x, out=e)
             if self.stacked:
                 g = torch.mm(e, self.y[:, a:b].T)  # (rt, 2 Rt + 1): [e.x^T | e.e^T | e.1]
@@ -499,12 +535,12 @@ class _Reducer:
         if values is not None:
             torch.matmul(e, values, out=p[:, 4:])
 
-    def flush(self, s: int, acc: _Acc) -> None:
-        """Merge the block partial of segment s into the float64 accumulator."""
-        p = self.part(s).to(torch.float64)
+    def flush(self, s: int, acc: _Acc, rows: slice = slice(None)) -> None:
+        """Merge rows ``rows`` of the block partial of segment s into the float64 accumulator."""
+        p = self.part(s)[rows].to(torch.float64)
         part = _Acc(m=p[:, 0], a=p[:, 1], b=p[:, 2], c=p[:, 3], o=p[:, 4:] if self.vectors else None,
                     empty=False)
-        _merge_into(acc, part, self.sigmoid)
+        _merge_into(acc, part, self.sigmoid, rows)
 
 
 def _row_stats(acc: _Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
@@ -581,15 +617,14 @@ class _Engine:
         self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (R,)
         self.fix_tail = self.dtype == torch.float32
 
-    # one lane's blocks of one pass, in order
-    def _run_lanes(self, job: _PassJob, lanes: Sequence[int], accs: dict[tuple[int, int], _Acc],
+    # one worker's (lane, row group) units of one pass, each unit's blocks in order
+    def _run_units(self, job: _PassJob, units: Sequence[tuple[int, int]], accs: dict[tuple[int, int], _Acc],
                    shared: _Shared, wid: int) -> None:
         spec, dev, dt = self.spec, self.device, self.dtype
         torch.set_flush_denormal(True)
-        R, B = spec.queries, self.block
+        B = self.block
         n_max = job.checkpoints[-1]
-        stream = _STREAM_LOGITS if spec.method == "logits" else _STREAM_KEYS
-        gens = {lane: _generator(spec.seed, stream, lane, dev) for lane in lanes}
+        groups = _row_groups(spec)
         red = _Reducer(spec, self.rt, B, dev, dt)
         if spec.method == "vectors":
             keys = torch.empty(B, spec.d, device=dev, dtype=dt)
@@ -597,32 +632,39 @@ class _Engine:
             qf = (self.q.to(torch.float64) * job.factor).to(dt)  # (R, d)
         else:
             std = self.q_norm * job.factor  # (R,) float64
-        blocks = sorted(b for b in range(job.n_blocks) if b % LANES in set(lanes))
-        for b in blocks:
-            if shared.cancel.is_set():
-                return
-            g = gens[b % LANES]
-            lo, hi = b * B, min((b + 1) * B, n_max)
-            segs = _segments(lo, hi, job.checkpoints)
-            whole = len(segs) == 1 and segs[0][1] - segs[0][0] == B
-            if spec.method == "vectors":
-                keys.normal_(generator=g)
-                vals.normal_(generator=g)
-            for r0 in range(0, R, self.rt):
-                rt = min(R, r0 + self.rt) - r0
-                x_full = red.x[:rt]
+            # normal_ never returns below -5.77 std in float32 (24-bit Box-Muller), -8.6 in float64
+            low = (5.8 if dt == torch.float32 else 8.7) * std
+        for lane, gi in units:
+            g = _unit_generator(spec, lane, gi, dev)
+            r_lo, r_hi = groups[gi]
+            unit_work = self.block_units * (r_hi - r_lo) // spec.queries
+            for b in range(lane, job.n_blocks, LANES):
+                if shared.cancel.is_set():
+                    return
+                lo, hi = b * B, min((b + 1) * B, n_max)
+                segs = _segments(lo, hi, job.checkpoints)
+                whole = len(segs) == 1 and segs[0][1] - segs[0][0] == B
                 if spec.method == "vectors":
-                    torch.matmul(qf[r0: r0 + rt], keys.T, out=x_full)  # (rt, B)
-                    mx = None
-                else:
-                    mx = _fill_logit_tile(x_full, std[r0: r0 + rt], g, self.fix_tail)
-                for a, e, s in segs:
-                    m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
-                    v = None if spec.method == "logits" else vals[a - lo: e - lo]
-                    red.add(s, a - lo, e - lo, rt, m, v, job.bias, r0)
-            for _, _, s in segs:
-                red.flush(s, accs[(b % LANES, s)])
-            shared.done[wid] += self.block_units
+                    keys.normal_(generator=g)
+                    vals.normal_(generator=g)
+                for r0 in range(r_lo, r_hi, self.rt):
+                    rt = min(r_hi, r0 + self.rt) - r0
+                    x_full = red.x[:rt]
+                    floor_needed = True
+                    if spec.method == "vectors":
+                        torch.matmul(qf[r0: r0 + rt], keys.T, out=x_full)  # (rt, B)
+                        mx = None
+                    else:
+                        mx = _fill_logit_tile(x_full, std[r0: r0 + rt], g, self.fix_tail)
+                        # the widest shifted logit of the tile is at least -(max + low)
+                        floor_needed = bool(((mx.to(torch.float64) + low[r0: r0 + rt]) > -EXP_FLOOR - 1).any())
+                    for a, e, s in segs:
+                        m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
+                        v = None if spec.method == "logits" else vals[a - lo: e - lo]
+                        red.add(s, a - lo, e - lo, rt, m, v, job.bias, r0, floor_needed=floor_needed)
+                for _, _, s in segs:
+                    red.flush(s, accs[(lane, s)], slice(r_lo, r_hi))
+                shared.done[wid] += unit_work
 
     @property
     def block_units(self) -> int:
@@ -636,9 +678,10 @@ class _Engine:
         lanes_used = sorted({b % LANES for b in range(job.n_blocks)})
         accs = {(lane, s): _new_acc(R, self.dv, self.device, self.sigmoid)
                 for lane in lanes_used for s in range(len(job.checkpoints))}
-        w = max(1, min(self.workers, len(lanes_used)))
-        split = [lanes_used[i::w] for i in range(w)]
-        futures: list[Future] = [pool.submit(self._run_lanes, job, split[i], accs, shared, i)
+        units = [(lane, gi) for lane in lanes_used for gi in range(len(_row_groups(self.spec)))]
+        w = max(1, min(self.workers, len(units)))
+        split = [units[i::w] for i in range(w)]
+        futures: list[Future] = [pool.submit(self._run_units, job, split[i], accs, shared, i)
                                  for i in range(w)]
         pending = set(futures)
         try:
@@ -833,26 +876,28 @@ def _replay_lane_blocks(spec: SweepSpec, n: int, device: torch.device) -> list[T
     dt = SWEEP_DTYPES[spec.dtype]
     block, rt = _plan_blocks(spec, device)
     n_blocks = -(-n // block)
-    stream = _STREAM_LOGITS if spec.method == "logits" else _STREAM_KEYS
-    gens: dict[int, torch.Generator] = {}
+    groups = _row_groups(spec)
+    gens: dict[tuple[int, int], torch.Generator] = {}
     out = []
     for b in range(n_blocks):
         lane = b % LANES
-        if lane not in gens:
-            gens[lane] = _generator(spec.seed, stream, lane, device)
-        g = gens[lane]
+        for gi in range(len(groups)):
+            if (lane, gi) not in gens:
+                gens[(lane, gi)] = _unit_generator(spec, lane, gi, device)
         if spec.method == "vectors":
+            g = gens[(lane, 0)]
             keys = torch.empty(block, spec.d, device=device, dtype=dt).normal_(generator=g)
             vals = torch.empty(block, spec.value_dim, device=device, dtype=dt).normal_(generator=g)
             out.append(torch.cat([keys, vals], dim=1))
         else:
             parts = []
-            for r0 in range(0, spec.queries, rt):
-                r1 = min(spec.queries, r0 + rt)
-                tile = torch.empty(r1 - r0, block, device=device, dtype=dt)
-                _fill_logit_tile(tile, torch.ones(r1 - r0, dtype=torch.float64, device=device), g,
-                                 dt == torch.float32)
-                parts.append(tile)
+            for gi, (r_lo, r_hi) in enumerate(groups):
+                for r0 in range(r_lo, r_hi, rt):
+                    r1 = min(r_hi, r0 + rt)
+                    tile = torch.empty(r1 - r0, block, device=device, dtype=dt)
+                    _fill_logit_tile(tile, torch.ones(r1 - r0, dtype=torch.float64, device=device),
+                                     gens[(lane, gi)], dt == torch.float32)
+                    parts.append(tile)
             out.append(torch.cat(parts, dim=0))
     return out
 

@@ -59,6 +59,31 @@ def test_tall_row_tiles_equal_the_reference(method: str, normalizer: str) -> Non
     _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
 
 
+@pytest.mark.parametrize("method", ["logits", "vectors"])
+def test_wide_logit_ranges_equal_the_reference(method: str) -> None:
+    # unscaled d = 1024 at temperature 0.25: logit std ~128, so shifted logits reach -1500, far
+    # below EXP_FLOOR; the clamp that keeps exp off its slow underflow path must not show
+    spec = SweepSpec(lengths=(2, 300, 5000), d=1024, queries=6, method=method, scale_rule="none",
+                     temperature=0.25, seed=5)
+    got, ref = run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu")
+    _close(got, ref)
+    assert got["logit_std"].iloc[-1] * 5 > -sw.EXP_FLOOR  # the floor really was crossed
+    assert got["max_weight"].iloc[-1] > 0.5  # a near one-hot row
+
+
+def test_a_one_block_logits_sweep_keeps_two_workers_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, tuple]] = []
+    original = sw._Engine._run_units
+
+    def spy(self, job, units, accs, shared, wid):  # noqa: ANN001, ANN202
+        seen.append((wid, tuple(units)))
+        return original(self, job, units, accs, shared, wid)
+
+    monkeypatch.setattr(sw._Engine, "_run_units", spy)
+    run_sweep(SweepSpec(lengths=(1000,), queries=8), device="cpu", workers=2)
+    assert sorted(seen) == [(0, ((0, 0),)), (1, ((0, 1),))]  # lane 0, row groups 0 and 1
+
+
 def test_float64_sweep_equals_its_reference_and_float32_statistics() -> None:
     spec = SweepSpec(lengths=(64, 4096), d=16, queries=32, dtype="float64", seed=2)
     got = run_sweep(spec, device="cpu")
