@@ -48,11 +48,11 @@ lanes (block ``b`` to lane ``b mod LANES``); the ``logits`` method also splits i
 into ``ROW_GROUPS`` contiguous groups. Each (lane, group) has its own ``torch.Generator``
 seeded from ``(seed, stream, lane[, group])`` and consumes its blocks in order, so results
 do not depend on how many worker threads run (up to ``LANES x ROW_GROUPS``), and a
-one-block sweep still keeps two workers busy. torch's float32 ``normal_`` uses 24-bit uniforms in Box-Muller and never
-returns more than 5.77 standard deviations; at ``n = 2**24`` the largest of a row's
-logits would sit on that cap about 7% of the time, so the ``logits`` method redraws
-every sample above ``TAIL_Z`` standard deviations from the exact Gaussian tail (in
-float64). The materialised reference :func:`reference_sweep` uses the same draws.
+one-block sweep still keeps two workers busy. torch's float32 ``normal_`` uses 24-bit
+uniforms in Box-Muller and never returns more than 5.77 standard deviations; at
+``n = 2**24`` the largest of a row's logits would sit on that cap about 7% of the time,
+so the ``logits`` method redraws every sample above ``TAIL_Z`` standard deviations from
+the exact Gaussian tail (in float64). The materialised reference :func:`reference_sweep` uses the same draws.
 """
 
 from __future__ import annotations
@@ -657,7 +657,8 @@ class _Engine:
                     else:
                         mx = _fill_logit_tile(x_full, std[r0: r0 + rt], g, self.fix_tail)
                         # the widest shifted logit of the tile is at least -(max + low)
-                        floor_needed = bool(((mx.to(torch.float64) + low[r0: r0 + rt]) > -EXP_FLOOR - 1).any())
+                        widest = mx.to(torch.float64) + low[r0: r0 + rt]
+                        floor_needed = bool((widest > -EXP_FLOOR - 1).any())
                     for a, e, s in segs:
                         m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
                         v = None if spec.method == "logits" else vals[a - lo: e - lo]
