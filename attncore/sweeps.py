@@ -276,7 +276,7 @@ def _plan_blocks(spec: SweepSpec, device: torch.device) -> tuple[int, int]:
         keys = (1 << 16) if not cuda else (1 << 20)
         return keys, rt
     per_key = max(1, spec.d + spec.value_dim)
-    target = (1 << 23) if cuda else (1 << 19)
+    target = (1 << 23) if cuda else (1 << 20)
     keys = 1 << int(max(8, min(16, math.floor(math.log2(max(1, target // per_key))))))
     return keys, min(spec.queries, 64)
 
@@ -738,9 +738,11 @@ def _summarise(n: int, rows: dict[str, Tensor], spec: SweepSpec, factor: float, 
 
 
 def _frame(records: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame.from_records(records, columns=list(COLUMNS))
-    df["n"] = df["n"].astype(np.int64)
-    return df.sort_values("n").reset_index(drop=True)
+    """One row per record, ascending n (built from numpy columns: from_records took ~4 ms)."""
+    order = np.argsort([int(r["n"]) for r in records], kind="stable")
+    cols = {c: np.array([records[i][c] for i in order], dtype=np.int64 if c == "n" else np.float64)
+            for c in COLUMNS}
+    return pd.DataFrame(cols)
 
 
 _THREADS_LOCK = threading.Lock()
