@@ -617,9 +617,9 @@ class _Engine:
         self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (R,)
         self.fix_tail = self.dtype == torch.float32
 
-    # one worker's (lane, row group) units of one pass, each unit's blocks in order
-    def _run_units(self, job: _PassJob, units: Sequence[tuple[int, int]], accs: dict[tuple[int, int], _Acc],
-                   shared: _Shared, wid: int) -> None:
+    # (lane, row group) units of one pass, pulled one at a time; each unit's blocks in order
+    def _run_units(self, job: _PassJob, next_unit: Callable[[], tuple[int, int] | None],
+                   accs: dict[tuple[int, int], _Acc], shared: _Shared, wid: int) -> None:
         spec, dev, dt = self.spec, self.device, self.dtype
         torch.set_flush_denormal(True)
         B = self.block
@@ -634,7 +634,8 @@ class _Engine:
             std = self.q_norm * job.factor  # (R,) float64
             # normal_ never returns below -5.77 std in float32 (24-bit Box-Muller), -8.6 in float64
             low = (5.8 if dt == torch.float32 else 8.7) * std
-        for lane, gi in units:
+        while (unit := next_unit()) is not None:
+            lane, gi = unit
             g = _unit_generator(spec, lane, gi, dev)
             r_lo, r_hi = groups[gi]
             unit_work = self.block_units * (r_hi - r_lo) // spec.queries
@@ -681,8 +682,16 @@ class _Engine:
                 for lane in lanes_used for s in range(len(job.checkpoints))}
         units = [(lane, gi) for lane in lanes_used for gi in range(len(_row_groups(self.spec)))]
         w = max(1, min(self.workers, len(units)))
-        split = [units[i::w] for i in range(w)]
-        futures: list[Future] = [pool.submit(self._run_units, job, split[i], accs, shared, i)
+        # Workers pull units as they finish (the two vCPUs here run normal_ at different
+        # speeds, so a fixed split left one idle). A unit's numbers do not depend on who runs
+        # it, and units write disjoint (lane, rows) sums, so results stay worker-independent.
+        queue, lock = list(reversed(units)), threading.Lock()
+
+        def next_unit() -> tuple[int, int] | None:
+            with lock:
+                return queue.pop() if queue else None
+
+        futures: list[Future] = [pool.submit(self._run_units, job, next_unit, accs, shared, i)
                                  for i in range(w)]
         pending = set(futures)
         try:
