@@ -120,7 +120,7 @@ MAX_TEMPERATURE = 1000.0
 LLAMA4_FLOOR_SCALE = 8192
 LLAMA4_ATTN_SCALE = 0.1
 
-LANES = 8  # fixed random-stream lanes: block b belongs to lane b % LANES
+LANES = 16  # fixed random-stream lanes: block b belongs to lane b % LANES
 ROW_GROUPS = 2  # logits: the rows split into this many groups, each with its own streams
 TAIL_Z = 5.0  # float32 samples above this many std are redrawn from the exact tail
 STACKED_ROWS = 8  # row tiles up to this size reduce with one stacked GEMM (see _Reducer)
