@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 
+_EXP32_FLOOR = -87.0  # float32 exp(-87) = 1.6e-38: still a normal number
+
+
 def effective_allowed(scores: Tensor, allowed: Tensor | None) -> Tensor:
     """Boolean mask ``(..., L, S)``: allowed by the mask and not scored ``-inf``."""
     finite_or_pos = scores != float("-inf")
@@ -64,7 +67,13 @@ def _masked_softmax(x: Tensor, allowed: Tensor, extra_logit: Tensor | float | No
         b = torch.as_tensor(extra_logit, dtype=x.dtype, device=x.device)
         row_max = torch.maximum(row_max, b.expand_as(row_max) if b.dim() else b)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = torch.exp(x - row_max)  # disallowed -> exp(-inf) = 0
+    z = x - row_max  # <= 0; disallowed -> -inf
+    if z.dtype == torch.float32 and z.device.type == "cpu":
+        # torch's float32 CPU exp is ~100x slower once its result underflows (z < -87.3; -inf
+        # included): exp the clamped values, then zero what lay below (as exp would have)
+        e = torch.exp(z.clamp(min=_EXP32_FLOOR)).masked_fill_(z < _EXP32_FLOOR, 0.0)
+    else:
+        e = torch.exp(z)  # disallowed -> exp(-inf) = 0
     denom = e.sum(dim=-1, keepdim=True)
     if extra_logit is not None:
         denom = denom + torch.exp(b - row_max)

@@ -92,6 +92,20 @@ def test_softmax1_formula(seed):
     assert bool((w.sum(-1) < 1).all())
 
 
+def test_softmax1_wide_rows_match_float64_and_masked_keys_stay_zero():
+    # a row spanning ~2000 logits: most shifted entries underflow float32 exp (the slow path the
+    # implementation avoids by clamping); the weights must still equal the float64 formula
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 8, 300, generator=g) * 400.0  # (B, L, S)
+    allowed = torch.rand(4, 8, 300, generator=g) > 0.2
+    w = SoftmaxWithSink()(x, allowed)
+    ref = SoftmaxWithSink()(x.double(), allowed)
+    torch.testing.assert_close(w.double(), ref, rtol=1e-5, atol=1e-30)
+    assert bool((w[~allowed] == 0).all())
+    m = x.masked_fill(~allowed, float("-inf")).amax(-1, keepdim=True).clamp(min=0.0)  # sink logit 0
+    assert bool((w[(x - m) < -104] == 0).all())  # underflowed: exactly 0, as exp itself gives
+
+
 @pytest.mark.parametrize("big", [1e2, 1e3, 1e4])
 def test_softmax1_huge_logits_stable(big):
     x = torch.tensor([[big, big - 2.0, 0.0], [big, -big, big]], dtype=torch.float32)
