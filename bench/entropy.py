@@ -78,6 +78,20 @@ def measure(fn: Callable[[], object], baseline: int) -> tuple[float, float]:
 # --------------------------------------------------------------------------- floor
 
 
+def _timed_workers(target: Callable[[int], None]) -> float:
+    """Wall seconds of ``target(i)`` run on WORKERS threads at once (torch threads restored)."""
+    prev = torch.get_num_threads()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(WORKERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    torch.set_num_threads(prev)
+    return elapsed
+
+
 def _parallel_rate(work: Callable[[int], int], seconds: float = 0.25) -> float:
     """Items per second of ``work(worker_id) -> items`` run by WORKERS single-threaded threads."""
     done = [0] * WORKERS
@@ -88,15 +102,7 @@ def _parallel_rate(work: Callable[[int], int], seconds: float = 0.25) -> float:
         while time.perf_counter() < stop:
             done[i] += work(i)
 
-    prev = torch.get_num_threads()
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(WORKERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    torch.set_num_threads(prev)
+    elapsed = _timed_workers(loop)
     return sum(done) / elapsed
 
 
@@ -167,16 +173,7 @@ def floor_run(method: str, n: int) -> float:
                 torch.exp(scores, out=scores)
                 torch.matmul(scores, vals, out=o)
 
-    prev = torch.get_num_threads()
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(WORKERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    torch.set_num_threads(prev)
-    return elapsed
+    return _timed_workers(work)
 
 
 def _per_thread_rate(fill: Callable[[], int], seconds: float = 0.4) -> float:
