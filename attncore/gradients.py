@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attncore.attention import attention
 from attncore.budget import MAX_ATTENTION_CELLS, check_limit, fmt_count
+from attncore.dtypes import DTYPES, check_sample_dtype, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.normalizers import Softmax
 from attncore.stats import entropy, max_weight
@@ -88,12 +89,6 @@ def _check_var(name: str, v: float) -> float:
     return float(v)
 
 
-def _mc_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype not in (torch.float32, torch.float64):
-        raise AttnInputError(f"Monte Carlo sampling runs in float32 or float64; got {dtype}.")
-    return dtype
-
-
 # --------------------------------------------------------------------------- q·k statistics
 
 
@@ -127,7 +122,7 @@ def dot_product_samples(
                 "Reduce the samples or d.")
     dev = torch.device(device)
     g = generator if generator is not None else make_generator(seed, dev)
-    dt = _mc_dtype(dtype)
+    dt = check_sample_dtype(dtype)
     rows = max(1, _CHUNK // d)
     out = torch.empty(n, device=dev, dtype=dt)
     for start in range(0, n, rows):
@@ -479,7 +474,7 @@ def jacobian_vs_scale(
     check_limit(int(trials) * int(n) * sig.size, MAX_MC_ELEMENTS // 2, "trials × keys × scales",
                 "softmax entries per request (about a second)", "Reduce the trials or the keys.")
     dev = torch.device(device)
-    dt = _mc_dtype(dtype)
+    dt = check_sample_dtype(dtype)
     z = torch.randn(int(trials), int(n), generator=make_generator(seed, dev), device=dev, dtype=dt)
     scales = torch.as_tensor(sig, device=dev, dtype=dt)
     per_block = max(1, _CHUNK // z.numel())  # several sigmas per op: few large ops, bounded memory
@@ -584,7 +579,7 @@ def gradient_sweep(
                 "entries per tensor (about a second with autograd)", "Reduce the batch, keys or largest d.")
     dev = torch.device(device)
     g = make_generator(seed, dev)
-    sample = torch.float64 if dtype == torch.float64 else torch.float32
+    sample = sampling_dtype(dtype)
     cols: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     worst = 0.0
     for d in ds:
@@ -618,8 +613,6 @@ def gradient_sweep(
 # --------------------------------------------------------------------------- overflow
 
 OVERFLOW_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64")
-_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-                 "float64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -652,7 +645,7 @@ def overflow_sweep(x: Sequence[float], n: int = 4, dtypes: Sequence[str] = OVERF
         raise AttnInputError("the overflow sweep needs 1 to 10,000 finite logits.")
     if not 2 <= int(n) <= 1024:
         raise AttnInputError(f"the row needs 2 to 1024 entries; got {n}.")
-    bad = [t for t in dtypes if t not in _TORCH_DTYPES]
+    bad = [t for t in dtypes if t not in DTYPES]
     if bad:
         raise AttnInputError(f"unknown dtype(s) {bad}; choose from {', '.join(OVERFLOW_DTYPES)}.")
     dev = torch.device(device)
@@ -660,7 +653,7 @@ def overflow_sweep(x: Sequence[float], n: int = 4, dtypes: Sequence[str] = OVERF
     base[:, 0] = torch.as_tensor(xs, device=dev)
     res: dict[str, list[NDArray]] = {"ne": [], "se": [], "nn": [], "sn": []}
     for name in dtypes:
-        logits = base.to(_TORCH_DTYPES[name])  # (X, n)
+        logits = base.to(DTYPES[name])  # (X, n)
         ref = stable_softmax(logits.to(torch.float64))
         for key, fn in (("n", naive_softmax), ("s", stable_softmax)):
             p = fn(logits).to(torch.float64)
@@ -694,7 +687,7 @@ def overflow_rows(x: float, n: int = 4, dtypes: Sequence[str] = OVERFLOW_DTYPES)
     rows = []
     for name in dtypes:
         sweep = overflow_sweep([x], n, (name,))
-        logits = torch.zeros(int(n), dtype=_TORCH_DTYPES[name])
+        logits = torch.zeros(int(n), dtype=DTYPES[name])
         logits[0] = x
         for method, fn, err in (("naive", naive_softmax, sweep.naive_error),
                                 ("stable", stable_softmax, sweep.stable_error)):

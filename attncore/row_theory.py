@@ -37,6 +37,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from attncore.errors import AttnInputError
+from attncore.scale_rules import base_scale, check_scale_rule, logit_multiplier
 from attncore.theory import (
     asymptote_valid_from,
     entropy_asymptote,
@@ -258,10 +259,7 @@ def sweep_theory(
     * ``sigma2`` (mean logit variance), ``valid_from`` (``e^{sigma2}``) and ``frozen_below``
       (``e^{sigma2/2}``).
     """
-    from attncore.sweeps import SCALE_RULES, logit_multiplier
-
-    if scale_rule not in SCALE_RULES:
-        raise AttnInputError(f"unknown scale rule {scale_rule!r}.")
+    check_scale_rule(scale_rule)
     if d < 1:
         raise AttnInputError("d must be at least 1.")
     if not (math.isfinite(temperature) and temperature > 0):
@@ -269,7 +267,7 @@ def sweep_theory(
     ns = np.unique(np.asarray(lengths, dtype=np.int64))
     if ns.size == 0 or ns[0] < 1:
         raise AttnInputError("lengths must be at least 1.")
-    base = 1.0 if scale_rule == "none" else 1.0 / math.sqrt(d)
+    base = base_scale(scale_rule, d)
     mult = np.atleast_1d(np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64))
     f2d = (base * mult / temperature) ** 2 * d  # mean logit variance at each n
     xs, ws = chi2_nodes(d, nodes or _nodes_for(d))

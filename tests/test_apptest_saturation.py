@@ -12,7 +12,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from attncore import theory
-from attncore.explore import DTYPES
+from attncore.dtypes import DTYPES
 from attncore.gradients import (
     D_GRID,
     dot_histograms,

@@ -13,9 +13,9 @@ import torch
 
 from attncore import AttnInputError, ResourceLimitError, attention
 from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_limit, fmt_count
+from attncore.dtypes import DTYPES
 from attncore.explore import (
     ADDITIVE_HIDDEN,
-    DTYPES,
     POOL_LEN,
     SyntheticSpec,
     draw_pool,

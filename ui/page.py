@@ -19,7 +19,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.errors import AttnInputError
-from attncore.explore import DTYPES
+from attncore.dtypes import DTYPES
 from ui import state, widgets
 from ui.nav import PAGES
 
