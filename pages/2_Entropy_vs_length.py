@@ -12,7 +12,10 @@ from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
 from ui import state, widgets
 from ui.cached import entropy_theory, peak_weights
-from ui.entropy_view import (
+from ui.page import GLOBAL_PARAMS, PageContext, run_page
+from ui.state import Param
+from ui.sweep import run_sweeps
+from ui.views.entropy import (
     Controls,
     Series,
     build_series,
@@ -24,9 +27,6 @@ from ui.entropy_view import (
     theory_lengths,
     validity_frame,
 )
-from ui.page import GLOBAL_PARAMS, PageContext, run_page
-from ui.state import Param
-from ui.sweep import run_sweeps
 
 TAU_OPTIONS = ("0.25", "0.5", "1", "2", "4")
 RULE_LABELS = {"sqrt_d": "1/√d (standard)", "none": "none (raw q·k)", "ssmax": "SSMax: s·log n/√d",
@@ -261,13 +261,12 @@ def body(ctx: PageContext) -> None:
     st.title("Entropy vs length")
     explain()
     c = controls(ctx.controls)
-    dtype = "float64" if ctx.dtype == "float64" else "float32"
     if ctx.dtype in ("float16", "bfloat16"):
         st.info("Sweeps draw float32 samples and add them up in float64; half precision applies to the "
                 "Heatmaps page only.", icon=":material/info:")
     if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
         st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
-    series = build_series(c, ctx.seed, dtype)
+    series = build_series(c, ctx.seed, ctx.sample_dtype)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
     if result is not None:

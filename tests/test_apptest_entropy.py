@@ -15,7 +15,7 @@ from attncore.row_theory import sweep_theory
 from attncore.sweeps import SweepSpec, peak_weight_sweep, run_sweep
 from attncore.theory import fully_scaled_multiplier, peak_weight
 from tests.chart_data import decode, figure, no_errors, run_app, same
-from ui.entropy_view import Series, panel_frame, sweep_spec, theory_lengths
+from ui.views.entropy import Series, panel_frame, sweep_spec, theory_lengths
 
 PAGE = "pages/2_Entropy_vs_length.py"
 SMALL = {"ent_lo": "6", "ent_hi": "12"}  # keep the sweeps small: 2^6 .. 2^12

@@ -12,21 +12,18 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from attncore import theory
+from attncore.dot_products import D_GRID, dot_histograms, dot_std_sweep
 from attncore.dtypes import DTYPES
 from attncore.gradients import (
-    D_GRID,
-    dot_histograms,
-    dot_std_sweep,
     gradient_sweep,
     jacobian_vs_scale,
-    overflow_rows,
-    overflow_sweep,
     parse_scores,
     saturation_crossing,
     saturation_curve,
     softmax_jacobian,
     temperature_rows,
 )
+from attncore.overflow import overflow_rows, overflow_sweep
 from tests.chart_data import decode, figure, figures, no_errors, run_app
 
 PAGE = "pages/3_Saturation_and_gradients.py"

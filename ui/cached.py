@@ -18,8 +18,10 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from attncore import dot_products as _dot
 from attncore import gradients as _grad
 from attncore import models as _models
+from attncore import overflow as _overflow
 from attncore import sinks as _sinks
 from attncore.attention import AttentionStages
 from attncore.dtypes import DTYPES, sampling_dtype
@@ -97,17 +99,17 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def sat_dot_histograms(d: int, n: int, bins: int, var_q: float, var_k: float, seed: int,
-                       device: str, dtype: str) -> Timed[_grad.DotHistograms]:
+                       device: str, dtype: str) -> Timed[_dot.DotHistograms]:
     """Histograms of n samples of q·k in d dims (raw and scaled)."""
-    return timed(lambda: _grad.dot_histograms(d, n, bins, var_q=var_q, var_k=var_k, seed=seed,
+    return timed(lambda: _dot.dot_histograms(d, n, bins, var_q=var_q, var_k=var_k, seed=seed,
                                               device=device, dtype=sampling_dtype(dtype)))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def sat_std_sweep(n: int, var_q: float, var_k: float, seed: int, device: str,
-                  dtype: str) -> Timed[_grad.StdSweep]:
+                  dtype: str) -> Timed[_dot.StdSweep]:
     """std of q·k against every d of the grid, n samples per d."""
-    return timed(lambda: _grad.dot_std_sweep(_grad.D_GRID, n, var_q=var_q, var_k=var_k, seed=seed,
+    return timed(lambda: _dot.dot_std_sweep(_dot.D_GRID, n, var_q=var_q, var_k=var_k, seed=seed,
                                              device=device, dtype=sampling_dtype(dtype)))
 
 
@@ -136,21 +138,21 @@ def sat_scale_sweep(n: int, trials: int, sigma_max: float, seed: int, device: st
 def sat_gradient_sweep(d_max: int, keys: int, batch: int, level: float, seed: int, device: str,
                        dtype: str) -> Timed[_grad.GradientSweep]:
     """Saturation and gradient norms through attncore.attention for d = 1, 2, 4, ..., d_max."""
-    ds = tuple(d for d in _grad.D_GRID if d <= d_max)
+    ds = tuple(d for d in _dot.D_GRID if d <= d_max)
     return timed(lambda: _grad.gradient_sweep(ds, keys, batch, level=level, seed=seed, device=device,
                                               dtype=DTYPES[dtype]))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def sat_overflow_sweep(n: int, device: str) -> Timed[_grad.OverflowSweep]:
+def sat_overflow_sweep(n: int, device: str) -> Timed[_overflow.OverflowSweep]:
     """Naive vs stable softmax of [x, 0, ..., 0] in four dtypes for x from 1 to 10,000."""
-    return timed(lambda: _grad.overflow_sweep(np.geomspace(1.0, 1e4, 241), n, device=device))
+    return timed(lambda: _overflow.overflow_sweep(np.geomspace(1.0, 1e4, 241), n, device=device))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def sat_overflow_rows(x: float, n: int) -> list[_grad.OverflowRow]:
+def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
     """Naive and stable softmax of [x, 0, ..., 0] in each dtype, for the table."""
-    return _grad.overflow_rows(x, n)
+    return _overflow.overflow_rows(x, n)
 
 
 # --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)

@@ -1,4 +1,4 @@
-"""The Entropy vs length page's views: curve specs, the four-panel chart, its CSV and tables.
+"""Entropy vs length page: curve specs, the four-panel chart, its CSV and tables.
 
 Plain functions over attncore results (DataFrames) returning Plotly figures and frames; the
 page draws them. Kept out of the page file so tests can check the CSV and the figures
