@@ -15,7 +15,11 @@ Shape vocabulary, the same in every module's docstrings and ``# (..)`` comments:
          (:mod:`attncore.sweeps`), where nothing is materialised, the row length
 ``K``    keys per streamed block (sweeps)
 ``Lt``   query rows per logit tile (sweeps)
-``P``    points of a parameter sweep
+``P``    points of a parameter sweep (a logit scale, a strength, ...)
+``D``    points of a head-dim grid (``D_GRID``); in :mod:`attncore.sinks` the gate input dim
+``G``    gate width (sinks: ``Ev`` elementwise, 1 headwise)
+``M``    Monte Carlo samples
+``T``    dtypes compared side by side
 =======  ==============================================================
 
 Modules by concept: ``attention`` (the reference SDPA and its stages), ``masks``,

@@ -1,6 +1,6 @@
 """The dot product q·k of random vectors: Monte Carlo samples, histograms and its spread against d.
 
-Shape legend (see the package docstring): ``N`` Monte Carlo samples, ``D`` values of the head
+Shape legend (see the package docstring): ``M`` Monte Carlo samples, ``D`` values of the head
 dim d (``E``). With zero-mean entries of variances ``var_q``, ``var_k``, ``q·k`` has variance
 ``d var_q var_k`` (:func:`attncore.theory.dot_product_variance`): the reason attention divides
 by ``sqrt(d)``. Samples are drawn in blocks of a fixed size from a seeded generator, so the
@@ -74,9 +74,9 @@ def dot_product_samples(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """N samples of ``q·k`` for independent q ~ N(0, var_q I_d), k ~ N(0, var_k I_d).
+    """M samples of ``q·k`` for independent q ~ N(0, var_q I_d), k ~ N(0, var_k I_d).
 
-    Returns the raw (unscaled) dot products, shape (N,), on ``device``; divide by
+    Returns the raw (unscaled) dot products, shape (M,), on ``device``; divide by
     sqrt(d) for the scaled logits. Vectors are drawn in blocks of at most 4M
     entries, so memory stays bounded; ``generator`` (else one seeded with ``seed``
     on ``device``) makes the draw reproducible.
@@ -105,9 +105,9 @@ def dot_product_samples(
 
 
 def std_with_error(x: Tensor) -> tuple[float, float]:
-    r"""Sample std of x (N,) and its standard error from the sample's own fourth moment.
+    r"""Sample std of x (M,) and its standard error from the sample's own fourth moment.
 
-    :math:`\mathrm{SE} = \sqrt{(m_4 - s^4)/N} / (2s)` (delta method), so the error bars
+    :math:`\mathrm{SE} = \sqrt{(m_4 - s^4)/M} / (2s)` (delta method), so the error bars
     come from the measurement, not from the theory they are compared with.
     """
     x = x.to(torch.float64)
@@ -121,7 +121,7 @@ def std_with_error(x: Tensor) -> tuple[float, float]:
 
 def histogram_density(x: Tensor, bins: int, lo: float, hi: float) -> tuple[NDArray[np.float64],
                                                                           NDArray[np.float64], int]:
-    """Density histogram of x (N,) over [lo, hi]: ``(edges (bins+1,), density (bins,), outside)``.
+    """Density histogram of x (M,) over [lo, hi]: ``(edges (bins+1,), density (bins,), outside)``.
 
     ``density`` integrates to the fraction of samples inside the range; ``outside``
     counts the samples beyond it. Counted on x's device.
@@ -179,7 +179,7 @@ def dot_histograms(
     dtype: torch.dtype = torch.float32,
 ) -> DotHistograms:
     """Draw n samples of q·k (see :func:`dot_product_samples`) and histogram them, raw and scaled."""
-    x = dot_product_samples(d, n, var_q=var_q, var_k=var_k, seed=seed, device=device, dtype=dtype)  # (N,)
+    x = dot_product_samples(d, n, var_q=var_q, var_k=var_k, seed=seed, device=device, dtype=dtype)  # (M,)
     half = span * math.sqrt(d * var_q * var_k)
     edges, dens, outside = histogram_density(x, bins, -half, half)
     s, se = std_with_error(x)

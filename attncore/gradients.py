@@ -125,7 +125,7 @@ def naive_softmax(x: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class SaturationCurve:
-    """``softmax([x, 0, ..., 0])`` along x (X,): top weight, each other weight and ``||J||_F``."""
+    """``softmax([x, 0, ..., 0])`` along x (P,): top weight, each other weight and ``||J||_F``."""
 
     x: Tensor
     top: Tensor
@@ -135,16 +135,16 @@ class SaturationCurve:
 
 
 def saturation_curve(x: Tensor, n: int) -> SaturationCurve:
-    """Softmax of the row ``[x, 0, ..., 0]`` (n entries) for each x in x (X,), via attncore.
+    """Softmax of the row ``[x, 0, ..., 0]`` (n entries) for each x in x (P,), via attncore.
 
     Tensors follow x's device and dtype.
     """
     if not 2 <= int(n) <= MAX_KEYS:
         raise AttnInputError(f"the row needs 2 to {MAX_KEYS} entries; got {n}.")
     check_limit(x.numel() * int(n), MAX_ATTENTION_CELLS, "points × entries", "cells", "Use fewer points.")
-    logits = torch.zeros(x.numel(), int(n), device=x.device, dtype=x.dtype)  # (X, n)
+    logits = torch.zeros(x.numel(), int(n), device=x.device, dtype=x.dtype)  # (P, n)
     logits[:, 0] = x
-    p = stable_softmax(logits)  # (X, n)
+    p = stable_softmax(logits)  # (P, n)
     return SaturationCurve(x=x, top=p[:, 0], other=p[:, 1], jac_norm=jacobian_frobenius(p), n=int(n))
 
 
@@ -240,7 +240,7 @@ def _mult(m: float) -> str:
 
 @dataclass(frozen=True)
 class ScaleSweep:
-    """``||J||_F`` and max weight of softmax(sigma·z), z ~ N(0, I_n), against sigma (each (X,))."""
+    """``||J||_F`` and max weight of softmax(sigma·z), z ~ N(0, I_n), against sigma (each (P,))."""
 
     sigma: NDArray[np.float64]
     jac_mean: NDArray[np.float64]
@@ -285,7 +285,7 @@ def jacobian_vs_scale(
         jn, mw = jacobian_frobenius(p), max_weight(p)  # (c, trials)
         root = math.sqrt(trials)
         rows.append(torch.stack([jn.mean(1), jn.std(1) / root, mw.mean(1), mw.std(1) / root], dim=1))
-    out = torch.cat(rows).to(torch.float64).cpu().numpy()  # (X, 4)
+    out = torch.cat(rows).to(torch.float64).cpu().numpy()  # (P, 4)
     return ScaleSweep(sigma=sig, jac_mean=out[:, 0], jac_se=out[:, 1], max_mean=out[:, 2],
                       max_se=out[:, 3], n=int(n), trials=int(trials))
 

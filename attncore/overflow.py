@@ -2,7 +2,7 @@
 
 ``exp`` overflows once a logit passes the log of the dtype's largest finite value
 (:func:`attncore.theory.exp_overflow_logit`); the naive softmax then returns inf/inf = NaN,
-while subtracting the row maximum first keeps every exponent <= 0. ``X`` points on the logit
+while subtracting the row maximum first keeps every exponent <= 0. ``P`` points on the logit
 axis, ``T`` dtypes, ``n`` entries of the row ``[x, 0, ..., 0]``.
 """
 
@@ -29,7 +29,7 @@ OVERFLOW_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64")
 class OverflowSweep:
     """Naive vs stable softmax of ``[x, 0, ..., 0]`` per dtype along x.
 
-    Arrays are (T, X) for T = len(dtypes): the largest absolute error against a
+    Arrays are (T, P) for T = len(dtypes): the largest absolute error against a
     float64 stable softmax of the same (dtype-rounded) logits, NaN where the output
     is not finite, and the count of non-finite outputs per row.
     """
@@ -59,11 +59,11 @@ def overflow_sweep(x: Sequence[float], n: int = 4, dtypes: Sequence[str] = OVERF
     if bad:
         raise AttnInputError(f"unknown dtype(s) {bad}; choose from {', '.join(OVERFLOW_DTYPES)}.")
     dev = torch.device(device)
-    base = torch.zeros(xs.size, int(n), dtype=torch.float64, device=dev)  # (X, n)
+    base = torch.zeros(xs.size, int(n), dtype=torch.float64, device=dev)  # (P, n)
     base[:, 0] = torch.as_tensor(xs, device=dev)
     res: dict[str, list[NDArray]] = {"ne": [], "se": [], "nn": [], "sn": []}
     for name in dtypes:
-        logits = base.to(DTYPES[name])  # (X, n)
+        logits = base.to(DTYPES[name])  # (P, n)
         ref = stable_softmax(logits.to(torch.float64))
         for key, fn in (("n", naive_softmax), ("s", stable_softmax)):
             p = fn(logits).to(torch.float64)
