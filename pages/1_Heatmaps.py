@@ -43,6 +43,12 @@ P_CMP = Param("cmp", False)
 P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
 P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
 P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
+FULLY_MASKED_NOTE = (
+    "Valid length 0 hides every key: each row is fully masked, so attncore gives it zero weights and a "
+    "zero output (not NaN), as torch's SDPA does on the CPU (math and memory-efficient kernels). Two "
+    "others differ: torch's fused cuDNN kernel on CUDA (float16/bfloat16) returns a non-zero output "
+    "for such a row, and d2l's masked_softmax, which masks with −1e6 instead of −∞, spreads the row "
+    "uniformly (1/S on every key).")
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_WIN,
@@ -235,8 +241,7 @@ def body(ctx: PageContext) -> None:
                        "stored in float16. attncore scores half inputs in float32 (as fused kernels "
                        "accumulate), so the weights below stay finite.")
     if spec.mask == "padding" and spec.valid_len == 0:
-        st.info("Valid length 0 hides every key: each row is fully masked, so its weights and "
-                "output are zero (not NaN).")
+        st.info(FULLY_MASKED_NOTE)
     if spec.mask == "window" and spec.window >= spec.L:
         st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
                 "it equals the causal mask.")
