@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from attncore import theory
@@ -31,9 +32,12 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 TABS = ("Why √d", "Saturation", "Gradients")
-SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # source text 001's worked example, the default row
+# The "Why √d Matters" tutorial's worked examples (the source texts' "Scaled Attention" section):
+SOURCE = '"Scaled Attention: Why √d Matters" tutorial'
+SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # its worked example, the default row
 DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)
-SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what source text 001 prints for the scaled row
+SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what it prints for that row divided by √64
+SOURCE_PEAKED = ((8.5, -2.1, 7.9), (0.99, 0.00, 0.01))  # its "extremely peaked" example, first 3 entries
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")  # the rows of attncore.gradients.temperature_rows
 ROW_LABELS = {"unscaled": "unscaled (τ = 1)", "tau0.5": "τ = 0.5·√d", "tau1": "τ = √d", "tau2": "τ = 2·√d"}
 
@@ -177,7 +181,7 @@ def saturation(ctx: PageContext) -> None:
                                 f"{sc.x.numel()} rows of {n} entries in float64 through attncore's softmax.")
     st.markdown("##### A worked example, and what temperature does")
     st.markdown(
-        "Source text 001 scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
+        f"The {SOURCE} scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
         "unscaled d = 64 dot product. Edit them; each row below is softmax(scores / τ): unscaled, then "
         "τ = 0.5√d, √d and 2√d. A smaller τ sharpens the row, a larger one flattens it."
     )
@@ -204,13 +208,18 @@ def saturation(ctx: PageContext) -> None:
 
 
 def source_check(rows: TemperatureRows) -> None:
-    """Compare the live numbers with what source text 001 prints, and say where it is wrong."""
+    """Compare the live numbers with what the source prints, and say where it is wrong (twice)."""
     unscaled, scaled = rows.weights[0].tolist(), rows.weights[2].tolist()
     fmt = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
+    (x1, _, x3), (p1, _, p3) = SOURCE_PEAKED
+    ratio = math.exp(x1 - x3)
     st.info(
-        f"**Checked against the source.** Unscaled, attncore gives {fmt(unscaled)}, as source text 001 "
+        f"**Checked against the source.** Unscaled, attncore gives {fmt(unscaled)}, as the {SOURCE} "
         f"prints. Divided by √64 = 8 it gives **{fmt(scaled)}** (sum {sum(scaled):.3f}); the source prints "
-        f"{fmt(SOURCE_SCALED)}, which sums to {sum(SOURCE_SCALED):.2f} and so cannot be a softmax row.",
+        f"{fmt(SOURCE_SCALED)}, which sums to {sum(SOURCE_SCALED):.2f} and so cannot be a softmax row. "
+        f"Its other example is impossible too: scores [{x1:g}, −2.1, {x3:g}, …] cannot give weights "
+        f"[{p1:.2f}, 0.00, {p3:.2f}, …], because softmax fixes the ratio of two weights whatever the rest "
+        f"of the row holds: p₁/p₃ = e^({x1:g} − {x3:g}) = **{ratio:.2f}**, not {p1 / p3:.0f}.",
         icon=":material/fact_check:")
 
 
@@ -298,9 +307,9 @@ def depth_section(ctx: PageContext) -> None:
         "Q, K, V ~ N(0, 1) with L = S = n and head dim d, pushed through `attncore.attention` twice: with "
         "scale 1/√d and with scale 1; the loss is a fixed random projection of the output and autograd "
         "gives ∂loss/∂Q and ∂loss/∂K. Scaled, every curve is flat in d. Unscaled, the **typical** row "
-        "(median) loses its gradient geometrically, but the **mean** does not fall: a few rows with "
-        "near-tied top scores still get large gradients. Training then learns from a handful of rows, "
-        "which is noisy and unstable. Switch the statistic to see both."
+        "(median) loses its gradient fast while the **means** hold on: a few rows with near-tied top "
+        "scores still get large gradients, so training learns from a handful of rows, which is noisy "
+        "and unstable. Switch the statistic to see both; the numbers below the chart say how fast."
     )
     c = st.columns(3)
     batch = widgets.select_slider(P_BATCH, "Batch (independent draws)", where=c[0])
@@ -322,6 +331,7 @@ def depth_section(ctx: PageContext) -> None:
         m[2].metric(f"median ‖∂loss/∂q‖ at d = {gs.d[last]}, unscaled ÷ scaled",
                     f"{med['unscaled'] / med['scaled']:.2g}" if med["scaled"] > 0 else "n/a")
         chart(view.depth_figure(gs, stat), "sat-grad")
+        st.markdown(depth_reading(view.unscaled_decay(gs)))
         widgets.csv_download(lambda: view.depth_frame(gs), "gradients_vs_d.csv", label="Download (CSV)",
                              key="dl_sat_grad")
         check = (f" Autograd's ∂loss/∂Q and ∂loss/∂K match the chain rule through J = diag(p) − ppᵀ to a "
@@ -331,6 +341,33 @@ def depth_section(ctx: PageContext) -> None:
                                 f"{ctx.dtype}; values at exactly 0 are drawn at {view.LOG_FLOOR:g} on log "
                                 "axes."
                                 + check)
+
+
+def depth_reading(dec: pd.DataFrame) -> str:
+    """What the unscaled curves do as d grows fourfold, in numbers from this sweep."""
+    dec = dec[dec["d"] >= 16]  # below 16 the rows are not yet saturated
+    if len(dec) < 2:
+        return "Raise the largest d to 64 or more to see how fast the unscaled gradients fall."
+    d = dec["d"].to_numpy()
+    nl = dec["neg_log_median_jac"].to_numpy()
+    ok = np.isfinite(nl)
+    steps = nl[1:][ok[1:] & ok[:-1]] / nl[:-1][ok[1:] & ok[:-1]]
+    ladder = ", ".join(f"{v:.2f}" for v in nl[ok]) + " at d = " + ", ".join(str(int(v)) for v in d[ok])
+    text = (f"**Unscaled, in numbers.** −ln(median ‖J‖) is {ladder}: it grows about ×{steps.mean():.1f} "
+            "each time d grows fourfold")
+    if 1.5 <= steps.mean() <= 2.7:
+        c = nl[ok][-1] / math.sqrt(d[ok][-1])
+        text += (f", close to ×√4 = 2, so it grows like √d and the typical ‖J‖ decays like "
+                 f"e^(−{c:.2f}·√d): faster than any power of d, but not geometrically in d (that would "
+                 "be ×4 per step)")
+    a, b = dec.iloc[-2], dec.iloc[-1]
+    return text + (
+        f". The means fall far more slowly: from d = {int(a['d'])} to {int(b['d'])} the mean ‖J‖ goes "
+        f"×{b['mean_jac'] / a['mean_jac']:.2f} and the mean ‖∂loss/∂logits‖ ×"
+        f"{b['mean_grad_scores'] / a['mean_grad_scores']:.2f}, where d^(−1/2) gives ×0.5 (the dashed "
+        "large-d theory in the ‖J‖ panel when the statistic is the mean), and the mean ‖∂loss/∂q‖ and "
+        "‖∂loss/∂k‖ stay of order one "
+        f"({b['mean_grad_q']:.2f} and {b['mean_grad_k']:.2f} at d = {int(b['d'])}).")
 
 
 def overflow_section(ctx: PageContext) -> None:

@@ -276,3 +276,22 @@ def overflow_table(rows: Sequence[OverflowRow]) -> pd.DataFrame:
         "weights": "[" + ", ".join("nan" if math.isnan(w) else f"{w:.4f}" for w in r.weights) + "]",
         "row sum": r.row_sum, "max |error|": r.max_error, "finite": "yes" if r.finite else "NO",
     } for r in rows])
+
+
+def unscaled_decay(gs: GradientSweep) -> pd.DataFrame:
+    """Unscaled statistics on the ladder d = 1, 4, 16, 64, ... (each d four times the last).
+
+    Columns: ``d``, ``neg_log_median_jac`` (``-ln median ||J||``, NaN where the median is 0),
+    ``mean_jac``, ``mean_grad_scores``, ``mean_grad_q``, ``mean_grad_k``. Fourfold steps make
+    the growth law readable: ``-ln median`` doubles per step if it grows like ``sqrt(d)`` and
+    quadruples if it grows like d (geometric decay); a mean halves per step if it falls like
+    ``d^-1/2``.
+    """
+    keep = [i for i, d in enumerate(gs.d) if int(d) in {4**k for k in range(7)}]
+    st = {q: gs.stats[("unscaled", q)] for q in ("jac", "grad_scores", "grad_q", "grad_k")}
+    med = st["jac"].median[keep]
+    with np.errstate(divide="ignore"):
+        neg_log = np.where(med > 0, -np.log(np.where(med > 0, med, 1.0)), np.nan)
+    return pd.DataFrame({"d": gs.d[keep], "neg_log_median_jac": neg_log, "mean_jac": st["jac"].mean[keep],
+                         "mean_grad_scores": st["grad_scores"].mean[keep],
+                         "mean_grad_q": st["grad_q"].mean[keep], "mean_grad_k": st["grad_k"].mean[keep]})
