@@ -28,6 +28,7 @@ __all__ = [
     "expected_max_normal",
     "freezing_length",
     "fully_scaled_multiplier",
+    "gate_bias_for_mean",
     "gate_mean_theory",
     "gate_rms_theory",
     "gaussian_expectation",
@@ -440,6 +441,17 @@ def sigmoid_output_rms_theory(n: ArrayLike, content: ArrayLike = 0.0, spread: Ar
 def gate_mean_theory(bias: ArrayLike) -> NDArray[np.float64] | float:
     """Mean of the output gate ``σ(b + Z)``, Z standard normal (unit-variance pre-activations)."""
     return gaussian_expectation(_sigmoid, bias, 1.0)
+
+
+def gate_bias_for_mean(mean: float) -> float:
+    """The bias b with ``E[σ(b + Z)] = mean`` (inverse of :func:`gate_mean_theory`, by bisection)."""
+    if not 0.0 < mean < 1.0:
+        raise ValueError(f"a mean gate lies in (0, 1); got {mean}.")
+    lo, hi = -60.0, 60.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(gate_mean_theory(mid)) < mean else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def gate_rms_theory(bias: ArrayLike) -> NDArray[np.float64] | float:

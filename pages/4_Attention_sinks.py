@@ -17,7 +17,7 @@ from attncore.sinks import (
     sink_report,
     zoo_theory,
 )
-from attncore.theory import gate_rms_theory
+from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
 from ui import cached, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -35,6 +35,10 @@ P_GB = Param("snk_gb", -2.0, lo=-6.0, hi=6.0)
 P_GATE = Param("snk_gate", "elementwise", options=GATE_KINDS)
 MP = realtext.model_params("snk_", layer=2)
 P_EPS = Param("snk_eps", 0.3, lo=0.05, hi=0.95)
+GATE_HELP = (
+    "Output gate σ(x W_g + b_g) with unit-Gaussian pre-activations x W_g, so its mean is E σ(b_g + Z). "
+    f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
+    f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS)
 
 
@@ -94,8 +98,7 @@ def lab_controls(where) -> SinkSpec:
     b = widgets.slider(P_B, "Sink logit b (learned, per head)", step=0.25, where=where,
                        help="The extra denominator logit of the gpt-oss form; b = 0 is softmax1.")
     gb = widgets.slider(P_GB, "Gate bias b_g", step=0.25, where=where,
-                        help="Output gate σ(x W_g + b_g). Trained gates are mostly nearly closed "
-                             "(mean ≈ 0.1, i.e. b_g ≈ −2).")
+                        help=GATE_HELP)
     gate = widgets.radio(P_GATE, "Gate shape", where=where,
                          labels={"elementwise": "elementwise", "headwise": "headwise"},
                          help="Elementwise: one gate per output dimension; headwise: one per query.")
