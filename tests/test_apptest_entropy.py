@@ -11,8 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import ui.sweep
-from attncore.row_theory import sweep_theory
-from attncore.sweeps import SweepSpec, peak_weight_sweep, run_sweep
+from attncore.row_theory import sweep_theory, sweep_theory_given_queries
+from attncore.sweeps import SweepSpec, peak_weight_sweep, query_norms, run_sweep
 from attncore.theory import fully_scaled_multiplier, peak_weight
 from tests.chart_data import decode, figure, no_errors, run_app, same
 from ui.views.entropy import Series, panel_frame, sweep_spec, theory_lengths
@@ -244,3 +244,25 @@ def test_long_sweeps_wait_for_run_and_a_stop_is_honoured(monkeypatch: pytest.Mon
     no_errors(at)
     assert any("stopped before it finished" in i.value for i in at.info)
     assert not [f for f in at.get("plotly_chart") if "entropy-panels" in f.proto.spec]
+
+
+def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s_finding() -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    # issue 9, correction 4: beside the unconditional expectation, the one given the rows drawn
+    label, spec = specs_of(at)[0]
+    df = run_sweep(spec, device="cpu")
+    n = int(df["n"].iloc[-1])
+    given = sweep_theory_given_queries([n], query_norms(spec, "cpu").numpy(), d=spec.d,
+                                       scale_rule=spec.scale_rule, temperature=spec.temperature,
+                                       normalizer=spec.normalizer, ssmax_s=spec.ssmax_s).iloc[0]
+    deltas = {m.label.split(" at ")[0]: m.delta for m in at.metric}
+    assert f"given these queries {given['entropy']:.3f}" in deltas["Entropy"]
+    assert f"given these queries {given['max_weight']:.3g}" in deltas["Max weight"]
+    assert f"given these queries {given['output_std']:.3g}" in deltas["Output std"]
+    assert abs(df["entropy"].iloc[-1] - given["entropy"]) < 4.5 * df["entropy_sem"].iloc[-1]
+    # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse
+    text = " ".join(m.value for m in at.markdown)
+    assert "fully scaled" in text and "trained worse" in text
+    assert "about 1.4 with fully scaled attention against 1.2 with standard attention" in text
+    assert "Shakespeare" in text

@@ -27,13 +27,15 @@ from attncore.attention import AttentionStages
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
-from attncore.row_theory import sweep_theory
+from attncore.row_theory import sweep_theory, sweep_theory_given_queries
+from attncore.sweeps import SweepSpec, query_norms
 from attncore.synthetic import QKV
 
 __all__ = [
     "SWEEP_POINTS",
     "Timed",
     "entropy_theory",
+    "entropy_theory_given_queries",
     "heatmap_stages",
     "language_model",
     "peak_weights",
@@ -226,3 +228,14 @@ def peak_weights(lengths: tuple[int, ...], peak: float, rest: float, s: float,
                  device: str) -> Timed[pd.DataFrame]:
     """The SSMax figure-1 rows measured with attncore's normalisers."""
     return timed(lambda: peak_weight_sweep(lengths, peak=peak, rest=rest, s=s, device=device))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[pd.DataFrame]:
+    """The exact expectation at length n given the sweep's own queries (drawn as the engine draws them)."""
+    def compute() -> pd.DataFrame:
+        qn = query_norms(spec, device).cpu().numpy()
+        return sweep_theory_given_queries([n], qn, d=spec.d, scale_rule=spec.scale_rule,
+                                          temperature=spec.temperature, normalizer=spec.normalizer,
+                                          ssmax_s=spec.ssmax_s)
+    return timed(compute)

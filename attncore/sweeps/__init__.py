@@ -54,6 +54,7 @@ from attncore.scale_rules import (
 )
 from attncore.sweeps.engine import Progress, SweepCancelled, entropy_vs_length, run_sweep
 from attncore.sweeps.reference import reference_sweep
+from attncore.sweeps.rng import query_norms
 from attncore.sweeps.spec import (
     COLUMNS,
     MAX_SWEEP_D,
@@ -94,6 +95,7 @@ __all__ = [
     "logit_multiplier",
     "peak_weight_sweep",
     "plan",
+    "query_norms",
     "reference_sweep",
     "run_sweep",
     "sweep_work",

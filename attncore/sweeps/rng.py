@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attncore.sweeps.spec import SweepSpec
+from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec
 
-__all__ = ["LANES", "ROW_GROUPS", "TAIL_Z", "draw_queries", "fill_logit_tile", "gauss_tail", "row_groups",
-           "unit_generator"]
+__all__ = ["LANES", "ROW_GROUPS", "TAIL_Z", "draw_queries", "fill_logit_tile", "gauss_tail", "query_norms",
+           "row_groups", "unit_generator"]
 
 LANES = 16  # fixed random-stream lanes: block b belongs to lane b % LANES
 ROW_GROUPS = 2  # logits: the rows split into this many groups, each with its own streams
@@ -90,6 +90,16 @@ def draw_queries(spec: SweepSpec, device: torch.device, dtype: torch.dtype) -> T
     """Queries ``(L, d)``, N(0, 1), the same for both methods."""
     g = _generator(spec.seed, _STREAM_QUERIES, 0, device)
     return torch.randn(spec.queries, spec.d, generator=g, device=device, dtype=dtype)
+
+
+def query_norms(spec: SweepSpec, device: torch.device | str = "cpu") -> Tensor:
+    """``|q_r|`` of the sweep's L query rows (L,), float64: the queries the engine draws on ``device``.
+
+    The same seed gives the same queries for both methods; for the exact expectation given these
+    queries see :func:`attncore.row_theory.sweep_theory_given_queries`.
+    """
+    q = draw_queries(spec, torch.device(device), SWEEP_DTYPES[spec.dtype])  # (L, d)
+    return torch.linalg.vector_norm(q.to(torch.float64), dim=1)
 
 
 def fill_logit_tile(tile: Tensor, std: Tensor, g: torch.Generator, fix_tail: bool) -> Tensor:
