@@ -232,6 +232,21 @@ def _nodes_for(d: int) -> int:
     return 10 if d < 16 else 6 if d < 32 else 4
 
 
+def _logit_factors(lengths: Sequence[int] | ArrayLike, d: int, scale_rule: str, temperature: float,
+                   ssmax_s: float) -> tuple[NDArray[np.int64], F64]:
+    """Sorted distinct lengths and the factor on ``q.k`` at each (base scale x multiplier / temperature)."""
+    check_scale_rule(scale_rule)
+    if d < 1:
+        raise AttnInputError("d must be at least 1.")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise AttnInputError("the temperature must be a positive number.")
+    ns = np.unique(np.asarray(lengths, dtype=np.int64))
+    if ns.size == 0 or ns[0] < 1:
+        raise AttnInputError("lengths must be at least 1.")
+    mult = np.atleast_1d(np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64))
+    return ns, base_scale(scale_rule, d) * mult / temperature
+
+
 def sweep_theory(
     lengths: Sequence[int] | ArrayLike,
     *,
@@ -259,17 +274,8 @@ def sweep_theory(
     * ``sigma2`` (mean logit variance), ``valid_from`` (``e^{sigma2}``) and ``frozen_below``
       (``e^{sigma2/2}``).
     """
-    check_scale_rule(scale_rule)
-    if d < 1:
-        raise AttnInputError("d must be at least 1.")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise AttnInputError("the temperature must be a positive number.")
-    ns = np.unique(np.asarray(lengths, dtype=np.int64))
-    if ns.size == 0 or ns[0] < 1:
-        raise AttnInputError("lengths must be at least 1.")
-    base = base_scale(scale_rule, d)
-    mult = np.atleast_1d(np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64))
-    f2d = (base * mult / temperature) ** 2 * d  # mean logit variance at each n
+    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
+    f2d = factor**2 * d  # mean logit variance at each n
     xs, ws = chi2_nodes(d, nodes or _nodes_for(d))
     keys = ("entropy", "max_weight", "sum_sq", "row_sum")
     acc = {k: np.zeros(ns.size) for k in keys}
@@ -343,17 +349,10 @@ def sweep_theory_given_queries(
         (``sqrt`` of the mean ``sum p^2``, as the engine reports) and ``effective_support``
         (``exp`` of the mean entropy).
     """
-    check_scale_rule(scale_rule)
     qn = np.asarray(q_norms, dtype=np.float64).reshape(-1)
     if qn.size == 0 or not np.all(np.isfinite(qn)) or np.any(qn < 0):
         raise AttnInputError("q_norms must be finite non-negative numbers, one per query row.")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise AttnInputError("the temperature must be a positive number.")
-    ns = np.unique(np.asarray(lengths, dtype=np.int64))
-    if ns.size == 0 or ns[0] < 1:
-        raise AttnInputError("lengths must be at least 1.")
-    factor = base_scale(scale_rule, d) * np.atleast_1d(
-        np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64)) / temperature
+    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
     keys = ("entropy", "max_weight", "sum_sq", "row_sum")
     acc = {k: np.zeros(ns.size) for k in keys}
     groups: dict[float, list[int]] = {}

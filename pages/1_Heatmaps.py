@@ -191,13 +191,11 @@ def real_text(ctx: PageContext) -> None:
     st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
              r"{\sqrt{d_h}}\right),"
              r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
-    model = realtext.model_controls(RT, ctx.controls)
-    text = realtext.text_box(RT)
-    if model is None:
+    chosen = realtext.choose(RT, ctx)
+    if chosen is None:
         return
-    lm, res = realtext.load(model, text, ctx)
+    lm, res, layer, head = chosen
     att = res.value
-    layer, head = realtext.pick_head(RT, lm, ctx.controls)
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)
     L = len(att.tokens)

@@ -16,6 +16,7 @@ from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
 from ui.views.entropy import (
+    ASYMPTOTE_RTOL,
     Controls,
     Series,
     build_series,
@@ -138,7 +139,9 @@ def explain() -> None:
              r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
     st.markdown(
         "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
-        "The dotted large-n asymptotes hold once n is well past $e^{\\sigma^2}$; below about "
+        "The large-n asymptotes need n well past $e^{\\sigma^2}$, and the dotted lines are drawn only "
+        f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact expectation (from the first n that stays "
+        "so); below about "
         "$e^{\\sigma^2/2}$ the row is *frozen*: a handful of keys carry nearly all the weight. The output of "
         "attention over unit-variance values shrinks like $\\sqrt{e^{\\sigma^2}/n}$ (Graphcore's log-normal "
         "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1. "
@@ -206,11 +209,14 @@ def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: l
                                 "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
                                 "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
                                 "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
-                                "H with 1/n term": num(format="%.4f")})
+                                "H with 1/n term": num(format="%.4f"),
+                                f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": num(format="%.3g")})
     st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
-               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Unscaled logits at d = 64 have "
-               "σ² = 64: the asymptote would need n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every "
-               "length you can run.")
+               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Both expansions are shown only "
+               f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact value; a blank cell means they "
+               "are further off at this n (outside their range they can even leave [0, log n], where "
+               "every entropy lies). Unscaled logits at d = 64 have σ² = 64: the asymptote would need "
+               "n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every length you can run.")
 
 
 @st.fragment

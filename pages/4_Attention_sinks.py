@@ -196,13 +196,11 @@ def middle_layers(n_layers: int) -> range:
 
 
 def model_view(ctx: PageContext) -> None:
-    source = realtext.model_controls(MP, ctx.controls)
-    text = realtext.text_box(MP)
-    if source is None:
+    chosen = realtext.choose(MP, ctx)
+    if chosen is None:
         return
-    lm, res = realtext.load(source, text, ctx)
+    lm, res, layer, head = chosen
     att = res.value
-    layer, head = realtext.pick_head(MP, lm, ctx.controls)
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,
                          help="A head is a sink head for key k when the queries that see k give it a mean "

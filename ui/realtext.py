@@ -32,6 +32,7 @@ from ui.views import heatmaps as view_builders
 __all__ = [
     "DEFAULT_TEXT",
     "ModelParams",
+    "choose",
     "head_view",
     "load",
     "model_controls",
@@ -125,6 +126,21 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
                 f"tokens per pass, so it was truncated to the first {len(att.tokens)} (special tokens kept) "
                 f"and {att.dropped:,} tokens were dropped.", icon=":material/content_cut:")
     return lm, res
+
+
+def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention], int, int] | None:
+    """Model picker, text box, the cached forward pass and the head sliders, in that order.
+
+    Returns the model, its timed attentions and the chosen (layer, head), or None while the
+    local-folder box is empty.
+    """
+    source = model_controls(mp, ctx.controls)
+    text = text_box(mp)
+    if source is None:
+        return None
+    lm, res = load(source, text, ctx)
+    layer, head = pick_head(mp, lm, ctx.controls)
+    return lm, res, layer, head
 
 
 def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
