@@ -271,6 +271,9 @@ def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s
     assert f"given these queries {given['max_weight']:.3g}" in deltas["Max weight"]
     assert f"given these queries {given['output_std']:.3g}" in deltas["Output std"]
     assert abs(df["entropy"].iloc[-1] - given["entropy"]) < 4.5 * df["entropy_sem"].iloc[-1]
+    caption = " ".join(c.value for c in at.caption)
+    assert (f"entropy {given['entropy']:.3f}, max weight {given['max_weight']:.3g}, output std "
+            f"{given['output_std']:.3g}") in caption
     # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse
     text = " ".join(m.value for m in at.markdown)
     assert "fully scaled" in text and "trained worse" in text
