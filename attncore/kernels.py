@@ -64,11 +64,13 @@ __all__ = [
     "KernelSpec",
     "SizeResult",
     "SweepResult",
+    "check_sweep",
     "default_budget_bytes",
     "default_choice",
     "fully_masked_rows",
     "make_inputs",
     "materialised_bytes",
+    "measure_memory",
     "notebook_attention",
     "probe",
     "reference_error",
@@ -883,6 +885,32 @@ def _with_memory(sizes: list[SizeResult], spec: KernelSpec, device: torch.device
 # ---------------------------------------------------------------------------- sweep
 
 
+def check_sweep(spec: KernelSpec, lengths: Sequence[int], device: torch.device | str, repeats: int,
+                budget_bytes: float) -> None:
+    """Raise :class:`~attncore.errors.ResourceLimitError` when a sweep's work exceeds
+    :data:`MAX_SWEEP_FLOPS` for the device (and :class:`AttnInputError` for a bad T)."""
+    spec.validate()
+    device = torch.device(device)
+    for t in lengths:
+        if not MIN_T <= int(t) <= MAX_T:
+            raise AttnInputError(f"T must be between {MIN_T} and {MAX_T}; got {t}.")
+    flops = sweep_flops(spec, lengths, device, repeats, budget_bytes)
+    limit = MAX_SWEEP_FLOPS.get(device.type, MAX_SWEEP_FLOPS["cpu"])
+    check_limit(flops, limit, "The sweep's work (flops)",
+                f"on {device.type.upper()} to keep a run within seconds",
+                "Lower the largest T, the heads or the head dim.")
+
+
+def measure_memory(sizes: Sequence[SizeResult], spec: KernelSpec,
+                   device: torch.device | str) -> tuple[list[SizeResult], str]:
+    """Fill ``peak_bytes`` of every row that ran; returns the sizes and how memory was measured.
+
+    CUDA: already measured in process by :func:`probe`. CPU: one fresh subprocess measures
+    every (size, backend) in turn (bounded in time; what it could not measure stays None).
+    """
+    return _with_memory(list(sizes), spec, torch.device(device))
+
+
 def sweep(
     spec: KernelSpec,
     lengths: Sequence[int],
@@ -917,11 +945,7 @@ def sweep(
         if not MIN_T <= t <= MAX_T:
             raise AttnInputError(f"T must be between {MIN_T} and {MAX_T}; got {t}.")
     budget = default_budget_bytes(device) if budget_bytes is None else float(budget_bytes)
-    flops = sweep_flops(spec, Ts, device, repeats, budget)
-    limit = MAX_SWEEP_FLOPS.get(device.type, MAX_SWEEP_FLOPS["cpu"])
-    check_limit(flops, limit, "The sweep's work (flops)",
-                f"on {device.type.upper()} to keep a run within seconds",
-                "Lower the largest T, the heads or the head dim.")
+    check_sweep(spec, Ts, device, repeats, budget)
     # Timing counts for 80% of the progress bar, the memory pass for the rest.
     share = 0.8 if (measure_memory and device.type == "cpu") else 1.0
     weights = [float(t) * t for t in Ts]

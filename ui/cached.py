@@ -212,3 +212,29 @@ def peak_weights(lengths: tuple[int, ...], peak: float, rest: float, s: float,
                  device: str) -> Timed[pd.DataFrame]:
     """The SSMax figure-1 rows measured with attncore's normalisers."""
     return timed(lambda: peak_weight_sweep(lengths, peak=peak, rest=rest, s=s, device=device))
+
+
+# ---------------------------------------------------------------------------- Kernels page (issue 13)
+from attncore import kernels as _kernels  # noqa: E402
+
+KERNEL_REPEATS = 3  # timed calls per backend after a warm-up (fewer once a second is spent)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def kernel_probe(spec: _kernels.KernelSpec, T: int, device: str) -> Timed[_kernels.SizeResult]:
+    """Every SDPA backend, the default dispatch and both baselines at L = S = T (no memory yet)."""
+    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=1.0,
+                                        measure_memory=False))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def kernel_memory(spec: _kernels.KernelSpec, lengths: tuple[int, ...],
+                  device: str) -> Timed[tuple[tuple[_kernels.SizeResult, ...], str]]:
+    """The probes of ``lengths`` with peak memory filled in (CPU: one fresh measuring process)."""
+    sizes = [kernel_probe(spec, T, device).value for T in lengths]
+
+    def run() -> tuple[tuple[_kernels.SizeResult, ...], str]:
+        out, note = _kernels.measure_memory(sizes, spec, device)
+        return tuple(out), note
+
+    return timed(run)
