@@ -99,6 +99,7 @@ def backend_notes() -> None:
 
 
 def body(ctx: PageContext) -> None:
+    st.title("Kernels")
     heads, groups, dim, mask, drop, lengths, mem = controls(ctx.controls)
     if groups > heads:
         st.info(f"{groups} query heads per key/value head needs at least {groups} heads; "
@@ -163,10 +164,8 @@ def body(ctx: PageContext) -> None:
 
     st.markdown("##### 3 · Source 004 beside this machine")
     src = view.source_frame(df, [s.default_backend for s in sizes])
-    st.dataframe(src, hide_index=True, key="chart_kernels_source",
-                 column_config={"topic": st.column_config.TextColumn("topic"),
-                                "source_004": st.column_config.TextColumn("source 004 says", width="medium"),
-                                "measured": st.column_config.TextColumn("measured here", width="large")})
+    st.table(src.rename(columns={"source_004": "source 004 says", "measured": "measured here"}),
+             hide_index=True)
     if drop > 0:
         st.warning("dropout_p > 0: SDPA drops weights on every call — it has no training flag of its own. "
                    "Pass dropout_p=0 at inference (nn.MultiheadAttention does so in eval mode).",

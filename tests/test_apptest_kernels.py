@@ -122,7 +122,7 @@ def test_memory_column_and_chart_and_source_sentences() -> None:
         x, y = decode(tr["x"]).astype(float), decode(tr["y"]).astype(float)
         assert np.allclose(np.diff(np.log(y)) / np.diff(np.log(x)), power, atol=1e-4)
     # Every number in the "measured here" column is the table's number.
-    src = at.dataframe[1].value.set_index("topic")["measured"]
+    src = at.table[0].value.set_index("topic")["measured here"]
     d = df.set_index(["T", "backend"])
     for name, slow, fast, t, ratio in re.findall(
             r"([^;]+?) took ([\d.e+-]+) ms, the default dispatch ([\d.e+-]+) ms at T = (\d+): ([\d.e+-]+)×",
@@ -150,7 +150,7 @@ def test_budget_skips_materialised_paths_with_a_note_and_work_limit_is_a_plain_e
     for name in ("math", "attncore", "notebook"):
         assert df.loc[name, "accepted"] == "not tried" and "the budget is 1 GiB" in df.loc[name, "reason"]
     assert df.loc["flash", "accepted"] == "yes" and df.loc["flash", "time_ms"] > 0
-    src = at.dataframe[1].value.set_index("topic")["measured"]
+    src = at.table[0].value.set_index("topic")["measured here"]
     assert src["speed"].startswith("no materialised path ran")
 
     at = run_app(PAGE, k_tmin="16384", k_tmax="16384", k_heads="32", k_dim="256")

@@ -18,7 +18,8 @@ def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_
     expect(page.get_by_text("Which backend accepts this call")).to_be_visible()
     # Both log-log charts and the two tables are drawn.
     assert page.locator(".js-plotly-plot").count() == 2
-    assert page.locator("[data-testid=stDataFrame]").count() == 2
+    assert page.locator("[data-testid=stDataFrame]").count() == 1
+    assert page.locator("[data-testid=stTable]").count() == 1
     seconds = nudge_and_time(page, "Head dim E", timeout_s=120)
     assert_clean(page)
     report(f"redraw Kernels (T 64..512, boolean mask), slider 'Head dim E': {seconds:.3f} s")

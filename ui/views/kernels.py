@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.kernels import BACKENDS, BASELINES, SizeResult
-from ui.figures import PALETTE, Curve, legend_below, line_chart
+from ui.figures import PALETTE, Curve, legend_below, line_chart, log_ticks
 
 __all__ = ["LABELS", "backend_frame", "growth_exponent", "memory_figure", "source_frame", "time_figure"]
 
@@ -104,6 +104,7 @@ def _chart(df: pd.DataFrame, column: str, y_title: str, view: str, anchor_t2: st
     fig = line_chart([*curves, *_guides(xs, anchors)], x_title="T (= L = S)", y_title=y_title,
                      log_x=True, log_y=True, height=400)
     fig.update_xaxes(tickvals=list(xs), ticktext=[f"{int(t)}" for t in xs])
+    log_ticks(fig)
     fig.update_layout(meta={"view": view, "anchors": {k: list(v) for k, v in anchors.items()}})
     return legend_below(fig)
 
