@@ -358,28 +358,18 @@ def _run_once(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device
     return _call(name, x, spec.dropout, gen)
 
 
-def _time(fn: Callable[[], Tensor], device: torch.device, repeats: int,
-          max_seconds: float) -> tuple[float, int]:
-    """Median seconds of up to ``repeats`` calls (at least one); stops once ``max_seconds`` are spent."""
-    times: list[float] = []
-    spent = 0.0
-    for _ in range(max(1, repeats)):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            t = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
-        times.append(t)
-        spent += t
-        if spent >= max_seconds:
-            break
-    return statistics.median(times), len(times)
+def _time_one(fn: Callable[[], Tensor], device: torch.device) -> float:
+    """Seconds of one call (CUDA events on a GPU, the wall clock on the CPU)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------------------- results
@@ -636,7 +626,8 @@ def probe(
         T: queries ``L``.
         device: where to run.
         S: keys (default ``T``).
-        repeats: timed calls per backend after one warm-up (fewer once ``max_seconds`` is spent).
+        repeats: timed calls per backend after one warm-up, in interleaved rounds (fewer rounds
+            once the backends have spent ``max_seconds`` each on average).
         budget_bytes: memory budget for the materialised paths (default
             :func:`default_budget_bytes`).
         measure_memory: measure peak memory (CUDA: in process; CPU: a fresh subprocess).
@@ -670,7 +661,7 @@ def _probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats:
     rows: list[BackendResult] = []
     for i, name in enumerate(names):
         if progress is not None:
-            progress(i / len(names), name)
+            progress(0.5 * i / len(names), name)
         est = materialised_bytes(name, spec, L, S) if name in MATERIALISING else None
         if est is not None and est > budget:
             rows.append(BackendResult(
@@ -678,7 +669,8 @@ def _probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats:
                 reason=(f"materialising the {spec.batch}×{spec.heads}×{L}×{S} score matrices would need "
                         f"about {_fmt_bytes(est)}; the budget is {_fmt_bytes(budget)}")))
             continue
-        rows.append(_run_backend(name, x, spec, device, repeats, max_seconds, est, outputs))
+        rows.append(_warm_up(name, x, spec, device, est, outputs))
+    rows = _timed_rounds(rows, x, spec, device, repeats, max_seconds, outputs, progress)
     # Bitwise agreement with the default dispatch (random outputs under dropout: not compared).
     default_out = outputs.get("default")
     final: list[BackendResult] = []
@@ -709,13 +701,14 @@ def _probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats:
     return SizeResult(L, S, tuple(final), chosen, source)
 
 
-def _run_backend(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device, repeats: int,
-                 max_seconds: float, est: float | None, outputs: dict[str, Tensor]) -> BackendResult:
+def _warm_up(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device, est: float | None,
+             outputs: dict[str, Tensor]) -> BackendResult:
+    """First call of ``name``: torch's refusal (with its reason) or the output that is compared."""
     L, S = x.query.shape[-2], x.key.shape[-2]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            out = _run_once(name, x, spec, device)  # warm-up; its output is the one compared
+            outputs[name] = _run_once(name, x, spec, device)
             _sync(device)
         except Exception as exc:  # torch refuses with RuntimeError; anything else is reported too
             _free(device)
@@ -724,18 +717,54 @@ def _run_backend(name: str, x: KernelInputs, spec: KernelSpec, device: torch.dev
                                      estimated_bytes=est)
             status = "refused" if name in SDPA_BACKENDS and isinstance(exc, RuntimeError) else "failed"
             return BackendResult(name, L, S, status, reason=_refusal(exc, caught), estimated_bytes=est)
-    try:
-        seconds, n = _time(lambda: _run_once(name, x, spec, device), device, repeats, max_seconds)
-        peak = _cuda_peak(name, x, spec, device) if device.type == "cuda" else None
-    except Exception as exc:
-        _free(device)
-        if _is_oom(exc):
-            return BackendResult(name, L, S, "out of memory", reason=_clean(str(exc))[:300],
-                                 estimated_bytes=est)
-        raise
-    outputs[name] = out
-    return BackendResult(name, L, S, "ran", seconds=seconds, repeats=n, peak_bytes=peak,
-                         estimated_bytes=est)
+    return BackendResult(name, L, S, "ran", estimated_bytes=est)
+
+
+def _timed_rounds(rows: list[BackendResult], x: KernelInputs, spec: KernelSpec, device: torch.device,
+                  repeats: int, max_seconds: float, outputs: dict[str, Tensor],
+                  progress: Progress | None) -> list[BackendResult]:
+    """Time every backend that ran in interleaved rounds (one call each per round), so a drift in
+    the machine's speed hits them alike; median per backend. CUDA: then the peak memory."""
+    names = [r.name for r in rows if r.status == "ran"]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    lost: dict[str, str] = {}
+    spent = 0.0
+    for k in range(max(1, repeats)):
+        if progress is not None:
+            progress(0.5 + 0.5 * k / max(1, repeats), f"timing, round {k + 1}")
+        for n in names:
+            if n in lost:
+                continue
+            try:
+                t = _time_one(lambda n=n: _run_once(n, x, spec, device), device)
+            except Exception as exc:
+                if not _is_oom(exc):
+                    raise
+                outputs.pop(n, None)
+                _free(device)
+                lost[n] = _clean(str(exc))[:300]
+                continue
+            times[n].append(t)
+            spent += t
+        if spent >= max_seconds * max(1, len(names)):
+            break
+    out = []
+    for r in rows:
+        if r.name in lost:
+            r = replace(r, status="out of memory", reason=lost[r.name])
+        elif r.name in times and times[r.name]:
+            peak = None
+            if device.type == "cuda":
+                try:
+                    peak = _cuda_peak(r.name, x, spec, device)
+                except Exception as exc:
+                    if not _is_oom(exc):
+                        raise
+                    _free(device)
+            r = replace(r, seconds=statistics.median(times[r.name]), repeats=len(times[r.name]),
+                        peak_bytes=peak)
+        out.append(r)
+    return out
 
 
 def _cuda_peak(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device) -> float:

@@ -17,7 +17,7 @@ from ui.state import Param
 from ui.views import kernels as view
 
 POW2 = tuple(2**i for i in range(4, 15))  # 16 .. 16384
-P_HEADS = Param("k_heads", 8, options=(1, 2, 4, 8, 16, 32))
+P_HEADS = Param("k_heads", 4, options=(1, 2, 4, 8, 16, 32))
 P_GROUPS = Param("k_groups", 1, options=(1, 2, 4, 8, 16, 32))
 P_DIM = Param("k_dim", 64, options=(16, 32, 64, 128, 256))
 P_MASK = Param("k_mask", "none", options=MASK_KINDS)

@@ -109,7 +109,7 @@ def test_default_view_matches_attncore_and_changes_with_every_control() -> None:
 
 
 def test_memory_column_and_chart_and_source_sentences() -> None:
-    at = run_app(PAGE, k_tmin="64", k_tmax="256", k_heads="4", k_mem="1")
+    at = run_app(PAGE, k_tmin="128", k_tmax="512", k_heads="4", k_mem="1")
     no_errors(at)
     df = table(at)
     ran = df[df["accepted"] == "yes"]
@@ -138,8 +138,11 @@ def test_memory_column_and_chart_and_source_sentences() -> None:
         assert a == f"{want:.2f}"
     exps = dict((BY_LABEL[lbl.strip()], float(a))
                 for lbl, a in re.findall(r"([^;:]+): peak memory grows as T\^([\d.]+)", src["memory"]))
-    # O(T) for the fused default, O(T²) for the math path, as source 004 says.
-    assert exps["default"] < 1.4 and exps["math"] > 1.6
+    # The math path holds at least one (B, H, L, S) float32 matrix, the fused default far less;
+    # the math path's memory grows faster with T (fixed overheads blur the slopes at small T).
+    matrix = 4 * 512 * 512 * 4 / 2**20
+    assert d.loc[(512, "math"), "peak_MiB"] >= matrix > 4 * d.loc[(512, "default"), "peak_MiB"]
+    assert exps["math"] > exps["default"] + 0.5
     assert "flash (FLASH_ATTENTION)" in src["default backend"]
 
 
