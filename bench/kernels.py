@@ -19,7 +19,7 @@ import time
 import torch
 
 from attncore import resolve_device
-from attncore.kernels import KernelSpec, SizeResult, default_budget_bytes, probe
+from attncore.kernels import KernelSpec, SizeResult, default_budget_bytes, measure_memory, probe
 
 MIB = 1 << 20
 
@@ -69,9 +69,13 @@ def main() -> None:
     for dtype, T in plans:
         spec = KernelSpec(heads=16, head_dim=64, dtype=dtype)
         t0 = time.perf_counter()
-        res = probe(spec, T, device, repeats=3, max_seconds=10.0, budget_bytes=budget)
+        res = probe(spec, T, device, repeats=3, max_seconds=10.0, budget_bytes=budget,
+                    measure_memory=False)
+        res, note = measure_memory([res], spec, device)
+        res = res[0]
         print(f"{dtype} (probe took {time.perf_counter() - t0:.0f} s)")
         print_size(res)
+        print(f"  memory: {note}")
         fused = res.row("default")
         for name in ("math", "notebook", "attncore"):
             r = res.row(name)
