@@ -87,14 +87,15 @@ def backend_notes() -> None:
         "and arbitrary masks; CUDA only.\n"
         "- **cuDNN (CUDNN_ATTENTION)** — NVIDIA's fused attention in cuDNN; CUDA only.\n"
         "- **math (MATH)** — the composite of matmul, softmax and matmul in ATen: it forms the L × S "
-        "matrices, runs on every device and dtype, and is the only one that takes every argument "
-        "(dropout included).\n"
+        "matrices, runs on every device and dtype and accepts every combination of arguments; the "
+        "dispatch falls back to it when no fused kernel accepts the call.\n"
         "- **default dispatch** — no `sdpa_kernel` context: torch checks the backends in its priority "
         "order and runs the first whose conditions hold (named here by `torch._fused_sdp_choice`, and "
         "checked by comparing the outputs bit for bit).\n"
         "- **baselines** — `attncore.attention` with its weights (every stage kept) and the notebook "
         "version from source 004 (`scores → masked_fill_ → softmax → @ V`), which returns NaN for a "
-        "query that may see no key where torch and attncore return zeros."
+        "query that may see no key; attncore returns zeros there (torch's kernels: the table's "
+        "“max |out| on fully masked rows” column)."
     )
 
 
@@ -156,14 +157,13 @@ def body(ctx: PageContext) -> None:
 
     st.markdown("##### 2 · Time and memory against T")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(view.time_figure(df), key="chart_kernels_time", width="stretch")
-    c2.plotly_chart(view.memory_figure(df), key="chart_kernels_memory", width="stretch")
-    st.caption("Dashed: a T² line; dotted: a T line, both through the first point of the default dispatch "
-               "(memory: T² through the math backend's first point). Every path does O(T²) work, so all "
-               "times grow like T²; only memory separates fused from materialised.")
+    tfig, mfig = view.time_figure(df), view.memory_figure(df)
+    c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
+    c2.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
+    st.caption(view.guide_caption(tfig, mfig))
 
     st.markdown("##### 3 · Source 004 beside this machine")
-    src = view.source_frame(df, [s.default_backend for s in sizes])
+    src = view.source_frame(df, [(s.L, s.default_backend) for s in sizes])
     st.table(src.rename(columns={"source_004": "source 004 says", "measured": "measured here"}),
              hide_index=True)
     if drop > 0:

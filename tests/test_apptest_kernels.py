@@ -143,7 +143,12 @@ def test_memory_column_and_chart_and_source_sentences() -> None:
     matrix = 4 * 512 * 512 * 4 / 2**20
     assert d.loc[(512, "math"), "peak_MiB"] >= matrix > 4 * d.loc[(512, "default"), "peak_MiB"]
     assert exps["math"] > exps["default"] + 0.5
-    assert "flash (FLASH_ATTENTION)" in src["default backend"]
+    assert src["default backend"] == "the default dispatch ran flash (FLASH_ATTENTION) at every T of this sweep."
+    assert (df[df.backend == "default"]["default"] == "→ flash").all()
+    # The guide caption names the curves the guides pass through, as the figures' meta says.
+    cap = [c.value for c in at.caption if c.value.startswith("Dashed")][0]
+    assert "memory: T² through math (MATH)'s first point, T through default dispatch's first point" in cap
+    assert mem["layout"]["meta"]["through"] == {"O(T²)": "math", "O(T)": "default"}
 
 
 def test_budget_skips_materialised_paths_with_a_note_and_work_limit_is_a_plain_error() -> None:
@@ -166,3 +171,25 @@ def test_groups_above_heads_fall_back_to_multi_query_with_a_note() -> None:
     no_errors(at)
     assert any("multi-query" in i.value for i in at.info)
     assert_table_matches_attncore(at, KernelSpec(heads=2, groups=2), [32, 64])
+
+
+def test_source_sentences_name_each_default_when_they_differ_and_skip_claims_without_data() -> None:
+    from attncore.kernels import BackendResult, SizeResult
+
+    def size(T: int, chosen: str, t_default: float, t_math: float | None) -> SizeResult:
+        rows = (BackendResult("flash", T, T, "ran", chosen=chosen == "flash", seconds=t_default),
+                BackendResult("math", T, T, "ran" if t_math else "skipped", chosen=chosen == "math",
+                              seconds=t_math),
+                BackendResult("default", T, T, "ran", seconds=t_default))
+        return SizeResult(T, T, rows, chosen, "torch._fused_sdp_choice")
+
+    sizes = [size(64, "math", 0.002, 0.002), size(128, "flash", 0.004, 0.010)]
+    df = view.backend_frame(sizes)
+    src = view.source_frame(df, [(s.L, s.default_backend) for s in sizes]).set_index("topic")["measured"]
+    assert src["default backend"] == ("the default dispatch ran math (MATH) at T = 64; "
+                                      "flash (FLASH_ATTENTION) at T = 128.")
+    assert src["speed"] == "math (MATH) took 10 ms, the default dispatch 4 ms at T = 128: 2.5× as long."
+    assert src["memory"].startswith("memory was not measured")
+    sizes = [size(64, "flash", 0.002, None)]
+    src = view.source_frame(view.backend_frame(sizes), [(64, "flash")]).set_index("topic")["measured"]
+    assert src["speed"].startswith("no materialised path ran")

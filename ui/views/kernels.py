@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 from attncore.kernels import BACKENDS, BASELINES, SizeResult
 from ui.figures import PALETTE, Curve, legend_below, line_chart, log_ticks
 
-__all__ = ["LABELS", "backend_frame", "growth_exponent", "memory_figure", "source_frame", "time_figure"]
+__all__ = ["LABELS", "backend_frame", "growth_exponent", "guide_caption", "memory_figure", "source_frame",
+           "time_figure"]
 
 MIB = float(1 << 20)
 LABELS: dict[str, str] = {
@@ -95,17 +96,19 @@ def _chart(df: pd.DataFrame, column: str, y_title: str, view: str, anchor_t2: st
                     hover=f"{LABELS[n]}<br>T %{{x:.0f}}<br>%{{y:.4g}} {unit}")
               for n, (x, y) in series.items()]
     xs = np.unique(df["T"].to_numpy(np.float64))
-    anchors = {}
+    anchors, through = {}, {}
     for key, pick in (("O(T²)", anchor_t2), ("O(T)", anchor_t1)):
         for n in (pick, "default", *series):
             if n in series:
                 anchors[key] = (float(series[n][0][0]), float(series[n][1][0]))
+                through[key] = n
                 break
     fig = line_chart([*curves, *_guides(xs, anchors)], x_title="T (= L = S)", y_title=y_title,
                      log_x=True, log_y=True, height=400)
     fig.update_xaxes(tickvals=list(xs), ticktext=[f"{int(t)}" for t in xs])
     log_ticks(fig)
-    fig.update_layout(meta={"view": view, "anchors": {k: list(v) for k, v in anchors.items()}})
+    fig.update_layout(meta={"view": view, "anchors": {k: list(v) for k, v in anchors.items()},
+                            "through": through})
     return legend_below(fig)
 
 
@@ -117,6 +120,20 @@ def time_figure(df: pd.DataFrame) -> go.Figure:
 def memory_figure(df: pd.DataFrame) -> go.Figure:
     """Peak extra memory against T, log-log; O(T²) through math's first point, O(T) through the default's."""
     return _chart(df, "peak_MiB", "peak extra memory (MiB)", "kernels_memory", "math", "default", "MiB")
+
+
+def guide_caption(time_fig: go.Figure, memory_fig: go.Figure) -> str:
+    """Which curve's first point each guide line passes through (read from the figures' meta)."""
+    parts = []
+    for what, fig in (("time", time_fig), ("memory", memory_fig)):
+        through = (fig.layout.meta or {}).get("through", {})
+        lines = [f"{'T²' if k == 'O(T²)' else 'T'} through {LABELS[n]}'s first point"
+                 for k, n in through.items()]
+        if lines:
+            parts.append(f"{what}: " + ", ".join(lines))
+    return ("Dashed: a T² line; dotted: a T line (" + "; ".join(parts) + "). Every path does O(T²) "
+            "work, so at large T every time curve approaches the T² slope; memory is what separates "
+            "fused from materialised.")
 
 
 def growth_exponent(df: pd.DataFrame, backend: str, column: str) -> float | None:
@@ -142,17 +159,22 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def source_frame(df: pd.DataFrame, chosen: Sequence[str | None]) -> pd.DataFrame:
-    """Source 004's statements beside this machine's numbers (``measured`` is built from ``df``).
+def source_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> pd.DataFrame:
+    """Source 004's statements beside this machine's numbers (``measured`` is built from ``df``
+    and ``chosen``, the (T, backend) pairs of the default dispatch).
 
     Columns: ``topic``, ``source_004``, ``measured``.
     """
-    names = sorted({c for c in chosen if c})
-    picked = ", ".join(LABELS[c] for c in names) if names else "could not be told"
+    names = sorted({c for _, c in chosen if c})
+    if len(names) == 1 and all(c for _, c in chosen):
+        picked = f"the default dispatch ran {LABELS[names[0]]} at every T of this sweep."
+    else:
+        picked = "the default dispatch ran " + "; ".join(
+            f"{LABELS[c] if c else 'a backend it could not name'} at T = {t}" for t, c in chosen) + "."
     rows = [{"topic": "default backend",
              "source_004": "“Uses FlashAttention under the hood”; FlashAttention “is now the default "
                            "backend in PyTorch's F.scaled_dot_product_attention”.",
-             "measured": f"the default dispatch ran {picked} at every T of this sweep."}]
+             "measured": picked}]
     speed = []
     for name in ("math", "notebook", "attncore"):
         hit = _largest_common(df, name, "default", "time_ms")
@@ -168,7 +190,7 @@ def source_frame(df: pd.DataFrame, chosen: Sequence[str | None]) -> pd.DataFrame
     for name in ("default", "math"):
         a = growth_exponent(df, name, "peak_MiB")
         if a is not None:
-            mem.append(f"{LABELS[name]}: peak memory grows as T^{a:.2f}")
+            mem.append(f"{LABELS[name]}: peak memory grows as T^{a:.2f} (least-squares slope on log-log)")
     hit = _largest_common(df, "math", "default", "peak_MiB")
     if hit is not None:
         t, big, small = hit
