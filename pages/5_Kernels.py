@@ -30,7 +30,7 @@ PARAMS = (P_HEADS, P_GROUPS, P_DIM, P_MASK, P_DROP, P_TMIN, P_TMAX, P_MEM)
 MASK_LABELS = {"none": "none", "causal": "causal (is_causal=True)",
                "boolean": "boolean attn_mask", "float": "float attn_mask (additive)"}
 TABLE_COLUMNS = ["T", "label", "accepted", "default", "time_ms", "x_default", "peak_MiB", "max_err",
-                 "masked_rows_err", "reason"]
+                 "masked_rows_err", "nonfinite_rows", "reason"]
 
 
 def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
@@ -142,6 +142,8 @@ def body(ctx: PageContext) -> None:
             "max_err": st.column_config.NumberColumn("max |err| vs float64", format="%.2e"),
             "masked_rows_err": st.column_config.NumberColumn("max |out| on fully masked rows",
                                                              format="%.2e"),
+            "nonfinite_rows": st.column_config.NumberColumn(
+                "rows with NaN", help="compared query rows whose output has a NaN or infinite entry"),
             "reason": st.column_config.TextColumn("torch's reason / note", width="large"),
         })
     widgets.csv_download(df, "kernels_backends.csv")

@@ -88,6 +88,10 @@ def test_default_view_matches_attncore_and_changes_with_every_control() -> None:
         no_errors(at)
         kw.update(field)
         assert_table_matches_attncore(at, KernelSpec(**kw), [32, 64])
+        if field == {"mask": "boolean"}:  # query row 3 sees no key: NaN in the notebook version only
+            d = table(at)
+            assert (d[d.backend == "notebook"]["nonfinite_rows"] == 1).all()
+            assert (d[(d.backend != "notebook") & (d.accepted == "yes")]["nonfinite_rows"] == 0).all()
     # dropout: flash refuses with torch's reason, the default falls back to math, a warning says why
     df = table(at).set_index(["T", "backend"])
     assert df.loc[(64, "flash"), "accepted"] == "no" and "dropout" in df.loc[(64, "flash"), "reason"]

@@ -25,7 +25,7 @@ def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_
     report(f"redraw Kernels (T 64..512, boolean mask), slider 'Head dim E': {seconds:.3f} s")
     page.wait_for_url("**k_dim=128**", timeout=15_000)
     assert "k_mask=boolean" in page.url and "k_tmax=512" in page.url, page.url
-    screenshot(page, "page-kernels", height=2400)
+    screenshot(page, "page-kernels-boolean-mask", height=2600)
 
 
 def test_kernels_over_limit_request_is_a_plain_message(page: Page, app_url: str) -> None:
