@@ -4,8 +4,9 @@ SDPA's ``dropout_p`` zeroes each weight with probability ``p`` and divides the s
 ``1 - p`` (inverted dropout). A weight ``w`` becomes ``w m / (1 - p)`` with ``m`` a Bernoulli
 (1 - p) draw, so ``E[w m / (1 - p)] = w`` and the output ``sum_j w_j m_j v_j / (1 - p)`` has
 the no-dropout output as its expectation, with variance ``p / (1 - p) * sum_j w_j^2 v_j^2``
-per output entry. ``F.scaled_dot_product_attention`` has no training flag: it drops weights
-whenever ``dropout_p > 0``, so a caller must pass 0 at inference.
+per output entry (closed forms in :mod:`attncore.theory.dropout`).
+``F.scaled_dot_product_attention`` has no training flag: it drops weights whenever
+``dropout_p > 0``, so a caller must pass 0 at inference.
 
 Shape legend: ``...`` leading dims (``B, H``), ``L`` queries, ``S`` keys, ``Ev`` value dim.
 """
@@ -19,8 +20,9 @@ import torch
 from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.theory import dropout_keep_scale, dropout_output_std
 
-__all__ = ["DropoutDraws", "drop_weights", "dropout_draws", "dropout_output_std"]
+__all__ = ["DropoutDraws", "drop_weights", "dropout_draws"]
 
 MAX_DRAWS = 4096
 
@@ -41,17 +43,7 @@ def drop_weights(weights: Tensor, p: float, generator: torch.Generator | None = 
         return weights
     rng_device = weights.device if generator is None else generator.device
     keep = torch.rand(weights.shape, generator=generator, device=rng_device) >= p
-    return weights * keep.to(weights.device) / (1.0 - p)  # (..., L, S)
-
-
-def dropout_output_std(weights: Tensor, value: Tensor, p: float) -> Tensor:
-    """Closed-form std of one dropout draw's output, per entry (..., L, Ev).
-
-    ``sqrt(p / (1 - p) * (weights**2 @ value**2))`` for weights (..., L, S) before dropout and
-    value (..., S, Ev).
-    """
-    _check_p(p)
-    return torch.sqrt(p / (1.0 - p) * (weights.square() @ value.square()))
+    return weights * keep.to(weights.device) * dropout_keep_scale(p)  # (..., L, S)
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,8 @@ class DropoutDraws:
     Attributes:
         exact: (..., L, Ev) output without dropout.
         mean: (..., L, Ev) mean output over ``n`` draws.
-        std_one: (..., L, Ev) closed-form std of one draw (:func:`dropout_output_std`).
+        std_one: (..., L, Ev) closed-form std of one draw
+            (:func:`attncore.theory.dropout_output_std`).
         first_weights: (..., L, S) the weights after dropout in the first draw.
         n: number of draws.
     """

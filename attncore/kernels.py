@@ -11,9 +11,9 @@ largest difference from attncore's float64 reference, fully masked query rows in
 Two materialised baselines run beside them: :func:`attncore.attention` with its weights,
 and softmax(QK^T/sqrt(E))V written the notebook way (:func:`notebook_attention`).
 
-Shape legend: ``B`` batch, ``H`` query heads, ``Hkv`` key/value heads (``H / groups``),
-``L`` queries, ``S`` keys, ``E`` head dim (values have the same dim). A sweep runs
-``L = S = T`` for each ``T``.
+Shape vocabulary (the package's): ``B`` batch, ``H`` query heads, ``Hkv`` key/value heads
+(``H / groups``), ``L`` queries, ``S`` keys, ``E`` head dim (values have the same dim). A
+sweep runs self-attention sizes ``L = S`` over a list of lengths (the page calls them T).
 
 Limits: every size is checked against a memory budget before anything is allocated; a
 materialised path (torch's math backend and both baselines) whose L x S matrices would not
@@ -47,8 +47,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attncore.attention import attention
 from attncore.budget import check_limit
+from attncore.dtypes import DTYPES
 from attncore.errors import AttnInputError
-from attncore.explore import DTYPES
 from attncore.synthetic import make_generator
 
 __all__ = [
@@ -118,7 +118,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One SDPA configuration; ``T`` (``L = S``) is given per call.
+    """One SDPA configuration; the lengths ``L``, ``S`` are given per call.
 
     Attributes:
         heads: query heads ``H``.
@@ -455,10 +455,10 @@ class SizeResult:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """A sweep over ``T = L = S``.
+    """A sweep over lengths ``L = S``.
 
     Attributes:
-        sizes: one :class:`SizeResult` per T that was reached (all of them unless cancelled).
+        sizes: one :class:`SizeResult` per length reached (all of them unless cancelled).
         memory_note: how the memory column was measured (and any failure of that).
         cancelled: the cancel callback stopped the sweep early.
     """
@@ -528,10 +528,10 @@ def sweep_flops(spec: KernelSpec, lengths: Sequence[int], device: torch.device |
     """
     device = torch.device(device)
     total = 0.0
-    for T in lengths:
-        per_call = 4.0 * spec.batch * spec.heads * T * T * spec.head_dim
+    for n_len in lengths:
+        per_call = 4.0 * spec.batch * spec.heads * n_len * n_len * spec.head_dim
         names = [*_kernels_here(device), "default", *BASELINES]
-        calls = sum(1 for n in names if materialised_bytes(n, spec, T, T) <= budget_bytes)
+        calls = sum(1 for n in names if materialised_bytes(n, spec, n_len, n_len) <= budget_bytes)
         total += per_call * calls * (repeats + 2)
     return total
 
@@ -608,7 +608,7 @@ def default_choice(x: KernelInputs, dropout: float) -> str | None:
 
 def probe(
     spec: KernelSpec,
-    T: int,
+    L: int,
     device: torch.device | str,
     *,
     S: int | None = None,
@@ -619,13 +619,13 @@ def probe(
     compare: bool = True,
     progress: Progress | None = None,
 ) -> SizeResult:
-    """Try every SDPA backend, the default dispatch and both baselines at ``L = T``, ``S`` (default T).
+    """Try every SDPA backend, the default dispatch and both baselines at ``L`` queries, ``S`` keys.
 
     Args:
         spec: the configuration.
-        T: queries ``L``.
+        L: queries.
         device: where to run.
-        S: keys (default ``T``).
+        S: keys (default ``L``).
         repeats: timed calls per backend after one warm-up, in interleaved rounds (fewer rounds
             once the backends have spent ``max_seconds`` each on average).
         budget_bytes: memory budget for the materialised paths (default
@@ -638,7 +638,7 @@ def probe(
         A :class:`SizeResult` with one row per backend (``BACKENDS``), ``"default"`` and the
         ``BASELINES``, in that order.
     """
-    res = _probe_size(spec, T, T if S is None else S, torch.device(device), repeats, max_seconds,
+    res = _probe_size(spec, L, L if S is None else S, torch.device(device), repeats, max_seconds,
                       default_budget_bytes(device) if budget_bytes is None else budget_bytes,
                       compare, progress)
     if measure_memory:
@@ -925,12 +925,12 @@ def _with_memory(sizes: list[SizeResult], spec: KernelSpec, device: torch.device
 def check_sweep(spec: KernelSpec, lengths: Sequence[int], device: torch.device | str, repeats: int,
                 budget_bytes: float) -> None:
     """Raise :class:`~attncore.errors.ResourceLimitError` when a sweep's work exceeds
-    :data:`MAX_SWEEP_FLOPS` for the device (and :class:`AttnInputError` for a bad T)."""
+    :data:`MAX_SWEEP_FLOPS` for the device (and :class:`AttnInputError` for a bad length)."""
     spec.validate()
     device = torch.device(device)
     for t in lengths:
         if not MIN_T <= int(t) <= MAX_T:
-            raise AttnInputError(f"T must be between {MIN_T} and {MAX_T}; got {t}.")
+            raise AttnInputError(f"T (= L = S) must be between {MIN_T} and {MAX_T}; got {t}.")
     flops = sweep_flops(spec, lengths, device, repeats, budget_bytes)
     limit = MAX_SWEEP_FLOPS.get(device.type, MAX_SWEEP_FLOPS["cpu"])
     check_limit(flops, limit, "The sweep's work (flops)",
@@ -961,7 +961,7 @@ def sweep(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> SweepResult:
-    """:func:`probe` at each ``T`` in ``lengths`` (``L = S = T``), smallest first.
+    """:func:`probe` at each length in ``lengths`` (``L = S``), smallest first.
 
     Before anything runs, the whole sweep's work is checked against
     :data:`MAX_SWEEP_FLOPS` (raises :class:`~attncore.errors.ResourceLimitError`), and each
@@ -980,7 +980,7 @@ def sweep(
         raise AttnInputError("the sweep needs at least one length T.")
     for t in Ts:
         if not MIN_T <= t <= MAX_T:
-            raise AttnInputError(f"T must be between {MIN_T} and {MAX_T}; got {t}.")
+            raise AttnInputError(f"T (= L = S) must be between {MIN_T} and {MAX_T}; got {t}.")
     budget = default_budget_bytes(device) if budget_bytes is None else float(budget_bytes)
     check_sweep(spec, Ts, device, repeats, budget)
     # Timing counts for 80% of the progress bar, the memory pass for the rest.

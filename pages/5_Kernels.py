@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from attncore.kernels import (
     MASK_KINDS,
     KernelSpec,
+    SizeResult,
     check_sweep,
     default_budget_bytes,
     fully_masked_rows,
@@ -99,8 +101,8 @@ def backend_notes() -> None:
     )
 
 
-def body(ctx: PageContext) -> None:
-    st.title("Kernels")
+def spec_from_controls(ctx: PageContext) -> tuple[KernelSpec, tuple[int, ...], bool]:
+    """Widgets: the sidebar controls as a spec (GQA groups clamped to the heads, with a note)."""
     heads, groups, dim, mask, drop, lengths, mem = controls(ctx.controls)
     if groups > heads:
         st.info(f"{groups} query heads per key/value head needs at least {groups} heads; "
@@ -108,28 +110,33 @@ def body(ctx: PageContext) -> None:
         groups = heads
     spec = KernelSpec(heads=heads, groups=groups, head_dim=dim, mask=mask, dropout=drop,
                       dtype=ctx.dtype, seed=ctx.seed)
-    budget = default_budget_bytes(ctx.device)
-    check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
-    explain(ctx.device)
+    return spec, lengths, mem
 
+
+def run_sweep(spec: KernelSpec, lengths: tuple[int, ...], mem: bool,
+              device: str) -> tuple[list[SizeResult], str, float]:
+    """Cached calls, one per length (a progress bar over them), then the memory pass."""
     bar = st.progress(0.0, text="Starting…")
     seconds, sizes = 0.0, []
     weights = [t * t for t in lengths]
     for i, t in enumerate(lengths):
         bar.progress(sum(weights[:i]) / sum(weights) * (0.8 if mem else 1.0),
                      text=f"T = {t}: trying every backend…")
-        res = cached.kernel_probe(spec, t, ctx.device)
+        res = cached.kernel_probe(spec, t, device)
         seconds += res.seconds
         sizes.append(res.value)
     memory_note = "not measured (switch on “Measure peak memory”)"
     if mem:
         bar.progress(0.8, text="Measuring peak memory…")
-        m = cached.kernel_memory(spec, lengths, ctx.device)
+        m = cached.kernel_memory(spec, lengths, device)
         sizes, memory_note = list(m.value[0]), m.value[1]
         seconds += m.seconds
     bar.empty()
+    return sizes, memory_note, seconds
 
-    df = view.backend_frame(sizes)
+
+def table_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], memory_note: str,
+                  budget: float) -> None:
     st.markdown("##### 1 · Which backend accepts this call, and what it costs")
     st.dataframe(
         df[TABLE_COLUMNS], hide_index=True, key="chart_kernels_table",
@@ -147,16 +154,18 @@ def body(ctx: PageContext) -> None:
             "reason": st.column_config.TextColumn("torch's reason / note", width="large"),
         })
     widgets.csv_download(df, "kernels_backends.csv")
-    rows = fully_masked_rows(mask, max(lengths))
+    rows = fully_masked_rows(spec.mask, max(lengths))
     st.caption(
         f"Time: median of up to {cached.KERNEL_REPEATS} calls after a warm-up. Memory: {memory_note}. "
         "Error: against attncore.attention in float64 on the same inputs, over the rows counted in the "
         "CSV (all rows up to a size, a spread sample beyond), "
         + ("with the fully masked query rows (reference output 0) always included. " if rows else "")
-        + ("Dropout makes every output random, so no error is given. " if drop > 0 else "")
+        + ("Dropout makes every output random, so no error is given. " if spec.dropout > 0 else "")
         + f"Materialised paths are skipped where their L × S matrices would exceed "
           f"{budget / (1 << 30):.3g} GiB.")
 
+
+def charts_section(df: pd.DataFrame) -> None:
     st.markdown("##### 2 · Time and memory against T")
     c1, c2 = st.columns(2)
     tfig, mfig = view.time_figure(df), view.memory_figure(df)
@@ -164,18 +173,33 @@ def body(ctx: PageContext) -> None:
     c2.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
     st.caption(view.guide_caption(tfig, mfig))
 
+
+def source_section(df: pd.DataFrame, sizes: list[SizeResult], spec: KernelSpec) -> None:
     st.markdown("##### 3 · Source 004 beside this machine")
     src = view.source_frame(df, [(s.L, s.default_backend) for s in sizes])
     st.table(src.rename(columns={"source_004": "source 004 says", "measured": "measured here"}),
              hide_index=True)
-    if drop > 0:
+    if spec.dropout > 0:
         st.warning("dropout_p > 0: SDPA drops weights on every call — it has no training flag of its own. "
                    "Pass dropout_p=0 at inference (nn.MultiheadAttention does so in eval mode).",
                    icon=":material/casino:")
+
+
+def body(ctx: PageContext) -> None:
+    st.title("Kernels")
+    spec, lengths, mem = spec_from_controls(ctx)
+    budget = default_budget_bytes(ctx.device)
+    check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
+    explain(ctx.device)
+    sizes, memory_note, seconds = run_sweep(spec, lengths, mem, ctx.device)
+    df = view.backend_frame(sizes)
+    table_section(df, spec, lengths, memory_note, budget)
+    charts_section(df)
+    source_section(df, sizes, spec)
     backend_notes()
     widgets.caption_compute(ctx.device_label, seconds,
-                            f"B = 1, H = {heads}, Hkv = {heads // groups}, E = {dim}, {ctx.dtype}, "
-                            f"T = {', '.join(map(str, lengths))}.")
+                            f"B = 1, H = {spec.heads}, Hkv = {spec.kv_heads}, E = {spec.head_dim}, "
+                            f"{ctx.dtype}, T = {', '.join(map(str, lengths))}.")
 
 
 run_page(title="Kernels", icon=":material/bolt:", params=PARAMS, body=body)

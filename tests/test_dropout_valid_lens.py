@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from attncore.attention import attention
-from attncore.dropout import drop_weights, dropout_draws, dropout_output_std
+from attncore.dropout import drop_weights, dropout_draws
 from attncore.errors import AttnInputError
 from attncore.synthetic import make_generator
+from attncore.theory import dropout_output_std
 
 
 def qkv(B: int = 1, H: int = 2, L: int = 6, S: int = 7, E: int = 8, seed: int = 0):

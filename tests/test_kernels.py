@@ -220,7 +220,7 @@ def test_bad_specs_are_refused_in_plain_words() -> None:
         KernelSpec(dropout=1.0).validate()
     with pytest.raises(AttnInputError, match="mask kind"):
         KernelSpec(mask="diagonal").validate()
-    with pytest.raises(AttnInputError, match="T must be between"):
+    with pytest.raises(AttnInputError, match=r"T \(= L = S\) must be between 16"):
         sweep(SMALL, [8], CPU)
 
 
