@@ -38,7 +38,8 @@ def test_home_opens_and_links_every_page(page: Page, app_url: str) -> None:
 
 # The first slider in each page's controls, moved by the test.
 FIRST_SLIDER = {"Heatmaps": "Queries L", "Saturation & gradients": "Head dim d",
-                "Attention sinks": "Real tokens n", "Entropy vs length": "Sequence lengths n"}
+                "Attention sinks": "Real tokens n", "Entropy vs length": "Sequence lengths n",
+                "Kernels": "Head dim E"}
 
 
 @pytest.mark.parametrize("entry", PAGES, ids=[e.label for e in PAGES])

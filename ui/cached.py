@@ -20,6 +20,7 @@ import torch
 
 from attncore import dot_products as _dot
 from attncore import gradients as _grad
+from attncore import kernels as _kernels
 from attncore import models as _models
 from attncore import overflow as _overflow
 from attncore import sinks as _sinks
@@ -37,6 +38,8 @@ __all__ = [
     "entropy_theory",
     "entropy_theory_given_queries",
     "heatmap_stages",
+    "kernel_memory",
+    "kernel_probe",
     "language_model",
     "peak_weights",
     "sat_dot_histograms",
@@ -239,3 +242,27 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
                                           temperature=spec.temperature, normalizer=spec.normalizer,
                                           ssmax_s=spec.ssmax_s)
     return timed(compute)
+
+
+# ---------------------------------------------------------------------------- Kernels page (issue 13)
+KERNEL_REPEATS = 3  # timed calls per backend after a warm-up (fewer once a second is spent)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def kernel_probe(spec: _kernels.KernelSpec, T: int, device: str) -> Timed[_kernels.SizeResult]:
+    """Every SDPA backend, the default dispatch and both baselines at L = S = T (no memory yet)."""
+    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=1.0,
+                                        measure_memory=False))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def kernel_memory(spec: _kernels.KernelSpec, lengths: tuple[int, ...],
+                  device: str) -> Timed[tuple[tuple[_kernels.SizeResult, ...], str]]:
+    """The probes of ``lengths`` with peak memory filled in (CPU: one fresh measuring process)."""
+    sizes = [kernel_probe(spec, T, device).value for T in lengths]
+
+    def run() -> tuple[tuple[_kernels.SizeResult, ...], str]:
+        out, note = _kernels.measure_memory(sizes, spec, device)
+        return tuple(out), note
+
+    return timed(run)
