@@ -136,10 +136,7 @@ def logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows,
     lo = key_lo + pc.to(tl.int64) * chunk
     hi = tl.minimum(lo + chunk, key_hi)
     p = tl.arange(0, Q4)
-    if SIGMOID:
-        m = tl.zeros([RB], tl.float32)
-    else:
-        m = tl.zeros([RB], tl.float32) - 1.0e30
+    m = tl.zeros([RB], tl.float32) - (0.0 if SIGMOID else 1.0e30)  # sigmoid: max weight >= 0
     s0 = tl.zeros([RB], tl.float32)
     s1 = tl.zeros([RB], tl.float32)
     s2 = tl.zeros([RB], tl.float32)
@@ -255,10 +252,7 @@ def vectors_kernel(part_ptr, q_ptr, k_ptr, v_ptr, seed_k, seed_v, key_lo, key_hi
     lo = key_lo + pc.to(tl.int64) * chunk
     hi = tl.minimum(lo + chunk, key_hi)
     DP = n_dch * 64
-    if SIGMOID:
-        m = tl.zeros([BR], tl.float32)
-    else:
-        m = tl.zeros([BR], tl.float32) - 1.0e30
+    m = tl.zeros([BR], tl.float32) - (0.0 if SIGMOID else 1.0e30)  # sigmoid: max weight >= 0
     s0 = tl.zeros([BR], tl.float32)
     s1 = tl.zeros([BR], tl.float32)
     s2 = tl.zeros([BR], tl.float32)
@@ -343,7 +337,20 @@ def normals_kernel(out_ptr, seed, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + 3 * n + ctr, n4, mask=ok)
 
 
+@triton.jit
+def box_muller_kernel(w1_ptr, w2_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """The transform alone on given uint32 words (as int64 in [0, 2^32)): out (2, n) (tests)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < n
+    w1 = tl.load(w1_ptr + i, mask=ok, other=0).to(tl.uint32)
+    w2 = tl.load(w2_ptr + i, mask=ok, other=0).to(tl.uint32)
+    a, b = _box_muller(w1, w2)
+    tl.store(out_ptr + i, a, mask=ok)
+    tl.store(out_ptr + n + i, b, mask=ok)
+
+
 __all__ = [
+    "box_muller_kernel",
     "DCH",
     "ROW_COUNTERS",
     "draw_logits_kernel",

@@ -305,7 +305,8 @@ class _Fused:
             raise AttnInputError("the vectors method needs fixed keys and values.")
         keys, vals = fixed.keys, fixed.values
         if keys.shape[0] < n_max or keys.shape[1] != self.spec.d or vals.shape != (keys.shape[0], self.dv):
-            raise AttnInputError(f"fixed keys must be (n>={n_max}, d={self.spec.d}) and values (n, {self.dv}).")
+            raise AttnInputError(f"fixed keys must be (n>={n_max}, d={self.spec.d}) and values "
+                                 f"(n, {self.dv}).")
         n = int(keys.shape[0])
         kp = torch.zeros(n, 64 * self.plan.n_dch, device=dev, dtype=f32)
         kp[:, : self.spec.d] = keys.to(device=dev, dtype=f32)
@@ -485,8 +486,8 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
                 "Lower n or d.")
     kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
     vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
-    k.draw_vectors_kernel[(-(-n // BN),)](kp, vp, _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES),
-                                          n, plan.n_dch, BN=BN, DVP=plan.dvp)
+    seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
+    k.draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp)
     return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
 
 
