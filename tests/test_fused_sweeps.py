@@ -331,3 +331,27 @@ def test_cuda_fused_equals_materialised_and_memory_stays_flat(method):
     base = torch.cuda.memory_allocated()
     run_fused_sweep(SweepSpec(lengths=(1 << 26,), queries=64, d=128, method=method), device="cuda")
     assert torch.cuda.max_memory_allocated() - base < 64 << 20
+
+
+def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
+    """bench.entropy --device cuda, its Python logic end to end at n = 2^10 with DEV = cpu (no GPU timing)."""
+    import types
+
+    from bench import entropy_cuda
+
+    if not _CUDA:
+        props = types.SimpleNamespace(name="(interpreter)", total_memory=1 << 30, multi_processor_count=0)
+        for name, fn in (("is_available", lambda: True), ("synchronize", lambda: None),
+                         ("reset_peak_memory_stats", lambda: None), ("memory_allocated", lambda: 0),
+                         ("max_memory_allocated", lambda: 0), ("empty_cache", lambda: None),
+                         ("mem_get_info", lambda: (1 << 30, 1 << 30)),
+                         ("get_device_properties", lambda _i: props)):
+            monkeypatch.setattr(torch.cuda, name, fn)
+        monkeypatch.setattr(entropy_cuda, "DEV", "cpu")
+        monkeypatch.setattr(entropy_cuda, "Q", 4)
+        monkeypatch.setattr(entropy_cuda, "D", 16)
+    assert entropy_cuda.main(["--min-exp", "10", "--max-exp", "10", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.strip().startswith("2^10")]
+    assert [ln.split()[1] for ln in lines] == ["logits", "vectors"]
+    assert "targets (issue 12" in out and "materialised" in out
