@@ -54,7 +54,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from attncore.budget import check_limit, fmt_count
+from attncore.budget import check_limit, fmt_count, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.sweeps import (
@@ -72,9 +72,12 @@ from attncore.sweeps import (
 )
 
 __all__ = [
+    "ENGINES",
+    "ENGINE_ENV",
     "MAX_FUSED_WORK",
     "MAX_SWEEP_N_CUDA",
     "FixedInputs",
+    "choose_engine",
     "fused_available",
     "fused_draws",
     "fused_floor",
@@ -98,6 +101,8 @@ BN = 64  # vectors: keys per tile
 MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
 STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
 INTERPRET_ENV = "TRITON_INTERPRET"
+ENGINE_ENV = "ATTNCORE_SWEEP_ENGINE"  # auto | torch | fused: which engine entropy_vs_length uses
+ENGINES: tuple[str, ...] = ("auto", "torch", "fused")
 
 Progress = Callable[[float, str], "bool | None"]
 
@@ -151,6 +156,28 @@ def max_sweep_n(device: torch.device | str | None = None) -> int:
     if dev.type == "cuda" and fused_available(dev):
         return MAX_SWEEP_N_CUDA
     return MAX_SWEEP_N
+
+
+def choose_engine(engine: str | None, device: torch.device | str, dtype: str = "float32") -> str:
+    """``"fused"`` or ``"torch"``: which engine runs a sweep on ``device``.
+
+    ``engine``: ``"auto"``/None (then the :data:`ENGINE_ENV` environment variable, then auto:
+    the fused kernels on CUDA for float32 when triton is at hand, the torch engine otherwise),
+    ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter: for tests).
+    """
+    name = str(engine or "auto").strip().lower()
+    if name == "auto":
+        name = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
+    if name not in ENGINES:
+        raise AttnInputError(f"unknown sweep engine {name!r}; choose one of {', '.join(ENGINES)}.")
+    dev = torch.device(device)
+    if name == "auto":
+        return "fused" if dev.type == "cuda" and dtype == "float32" and fused_available(dev) else "torch"
+    if name == "fused":
+        why = fused_unavailable_reason(dev)
+        if why is not None:
+            raise AttnInputError(f"the fused sweep engine cannot run here: {why}")
+    return name
 
 
 def _kernels() -> ModuleType:
@@ -425,6 +452,12 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
     validate_fused(spec, dev)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
+    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, fixed, chunk, launch_keys),
+                        "this sweep", "Lower the query rows (or d and the value dim for the vectors method).")
+
+
+def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
+         fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None) -> pd.DataFrame:
     eng = _Fused(spec, dev, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
     total = max(1, fused_work(spec))
     done = [0]

@@ -355,3 +355,39 @@ def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if ln.strip().startswith("2^10")]
     assert [ln.split()[1] for ln in lines] == ["logits", "vectors"]
     assert "targets (issue 12" in out and "materialised" in out
+
+
+def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
+    from attncore import fused_sweeps
+    from attncore.budget import oom_to_limit
+
+    freed = []
+    monkeypatch.setattr("attncore.budget.free_gpu_memory", lambda: freed.append(1))
+
+    def oom(*_a, **_k):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(fused_sweeps, "_run", oom)
+    with pytest.raises(ResourceLimitError, match="ran out of memory.*Lower the query rows") as info:
+        run_fused_sweep(_spec(), device=DEV)
+    assert freed == [1] and info.value.__context__ is None  # the failed frames were let go first
+    assert oom_to_limit(lambda: 3, "x", "y") == 3
+
+
+def test_engine_choice(monkeypatch):
+    from attncore.fused_sweeps import ENGINE_ENV, choose_engine
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    assert choose_engine(None, "cpu") == "torch"
+    assert choose_engine("torch", DEV) == "torch"
+    assert choose_engine("fused", DEV) == "fused"  # interpreted on the CPU, compiled on CUDA
+    assert choose_engine("auto", DEV, "float64") == "torch"
+    monkeypatch.setenv(ENGINE_ENV, "fused")
+    assert choose_engine(None, DEV) == "fused" and choose_engine("torch", DEV) == "torch"
+    with pytest.raises(AttnInputError, match="unknown sweep engine"):
+        choose_engine("fast", DEV)
+    with pytest.raises(AttnInputError, match="cannot run here"):
+        choose_engine("fused", "mps")
+    monkeypatch.setattr("attncore.fused_sweeps.fused_available", lambda dev: True)
+    monkeypatch.delenv(ENGINE_ENV)
+    assert choose_engine(None, "cuda") == "fused" and choose_engine(None, "cpu") == "torch"
