@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-ROW_COUNTERS = 1 << 28  # counters per logits row: 2^30 keys / 4 outputs
+ROW_COUNTERS = tl.constexpr(1 << 28)  # counters per logits row: 2^30 keys / 4 outputs (a constexpr global)
 DCH = 64  # head-dim chunk of the vectors kernel: four 16-wide tl.dot sub-chunks
 
 

@@ -97,9 +97,12 @@ LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-50 ms on an H1
 TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
 GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
 RB = 4  # logits: rows per program
-BN = 64  # vectors: keys per tile
+BN = 32  # vectors: keys per tile (64 spilled registers in the sm_90 build; see VECTOR_WARPS)
+VECTOR_WARPS = 8  # vectors kernel: 212 registers, a 32-byte stack on sm_90 (4 warps: a 96-byte spill)
 MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
 STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
+# compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
+_OPTS: dict = {"enable_fp_fusion": True}
 INTERPRET_ENV = "TRITON_INTERPRET"
 ENGINE_ENV = "ATTNCORE_SWEEP_ENGINE"  # auto | torch | fused: which engine entropy_vs_length uses
 ENGINES: tuple[str, ...] = ("auto", "torch", "fused")
@@ -355,10 +358,11 @@ class _Fused:
             k.vectors_kernel[grid](
                 part, factor_arg, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
                 self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block, BN=BN,
-                DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3")
+                DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3", num_warps=VECTOR_WARPS,
+                **_OPTS)
         else:
             k.logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
-                                  SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP)
+                                  SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
         return part
 
     def _fold(self, part: Tensor) -> _Acc:
@@ -418,11 +422,14 @@ class _Fused:
                     in_flight.popleft().synchronize()
             tick((hi - lo) * self.plan.samples_per_key)
         total = _new_acc(R, self.dv or None, dev, self.sigmoid)
-        out = []
+        stats = []
         for s, n in enumerate(checkpoints):
             _merge_into(total, accs[s], self.sigmoid)
-            out.append({k: v.detach().to("cpu") for k, v in _row_stats(total, n, spec).items()})
-        return out
+            stats.append(_row_stats(total, n, spec))
+        names = list(stats[0])
+        # one copy to the host for the whole pass (each copy is a synchronisation)
+        host = torch.stack([torch.stack([st[k] for k in names]) for st in stats]).to("cpu")  # (C, K, R)
+        return [dict(zip(names, host[i], strict=True)) for i in range(len(stats))]
 
 
 def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None,
@@ -513,14 +520,14 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
         check_limit(R * n, 1 << 24, "the replayed logits", "numbers", "Lower n or the rows.")
         z = torch.empty(R, n, device=dev, dtype=torch.float32)
         k.draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
-                                                                  RB=RB, GROUP=GROUP)
+                                                                  RB=RB, GROUP=GROUP, **_OPTS)
         return {"z": z}
     check_limit(n * (64 * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
                 "Lower n or d.")
     kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
     vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
     seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
-    k.draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp)
+    k.draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
     return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
 
 
@@ -577,7 +584,7 @@ def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = Non
     k = _kernels()
     out = torch.empty(4 * n, device=dev, dtype=torch.float32)
     block = 1024
-    k.normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block)
+    k.normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
     return out
 
 
@@ -595,5 +602,6 @@ def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> 
     programs = -(-n // chunk)
     out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
     std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
-    k.logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP)
+    k.logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
+                                                         **_OPTS)
     return out
