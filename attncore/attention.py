@@ -201,6 +201,11 @@ def attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention, the same function as torch's SDPA plus weights and masks.
 
+    Fully masked rows (a query that may see no key) are the one place where torch's SDPA
+    kernels disagree: the math and memory-efficient kernels return a zero output, as
+    attncore does, but the fused cuDNN kernel on CUDA (float16/bfloat16) returns a non-zero
+    output for such a row. "The same function" holds everywhere else.
+
     Args:
         query: (..., L, E); with ``enable_gqa`` (..., Hq, L, E).
         key: (..., S, E); with ``enable_gqa`` (..., Hkv, S, E).
@@ -213,7 +218,12 @@ def attention(
         scale: factor on ``q·k``; default ``1/sqrt(E)``.
         enable_gqa: share each key/value head with ``Hq/Hkv`` query heads.
         valid_lens: (B,) or (B, L) padding lengths with d2l's meaning: keys at
-            positions ``>= valid_len`` get weight 0. ``B`` is the query's first dim.
+            positions ``>= valid_len`` get weight 0. ``B`` is the query's first dim. Whole
+            numbers only (a fraction raises :class:`AttnInputError`). Where they differ:
+            for ``valid_len = 0`` attncore gives zero weights and a zero output, like
+            torch's SDPA on the CPU, whereas d2l's ``masked_softmax`` (the "Attention
+            Scoring Functions" chapter) masks with ``-1e6`` instead of ``-inf`` and so
+            gives that row uniform weights ``1/S``.
         window: causal sliding window; query ``i`` sees keys ``i-window+1 .. i``.
         normalizer: ``"softmax"``, ``"softmax1"``, ``"ssmax"``, ``"sigmoid"`` or a
             :class:`~attncore.normalizers.Normalizer`.
@@ -223,7 +233,7 @@ def attention(
     Returns:
         output (..., L, Ev) in the query's dtype and device, or ``(output, weights)``
         with weights (..., L, S) when ``return_weights``. A query that may see no key
-        gets zero weights and a zero output.
+        gets zero weights and a zero output (see the note on fully masked rows above).
     """
     st = attention_stages(
         query,

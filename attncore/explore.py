@@ -15,6 +15,7 @@ from torch import Tensor
 
 from attncore.attention import AttentionStages, attention_stages
 from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_limit
+from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.masks import MASK_KINDS, block_diagonal_mask
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
@@ -23,7 +24,6 @@ from attncore.stats import entropy, max_weight, row_sum
 from attncore.synthetic import QKV, gaussian_qkv, make_generator
 
 __all__ = [
-    "DTYPES",
     "POOL_LEN",
     "RowStats",
     "SyntheticSpec",
@@ -33,12 +33,6 @@ __all__ = [
     "synthetic_stages",
 ]
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
 ADDITIVE_HIDDEN = 16
 POOL_LEN = 1024  # longest L and S: inputs are drawn at this length and sliced
 VALUE_DIM = 16  # the page shows weights, not outputs, so values stay small
@@ -111,7 +105,7 @@ def draw_pool(spec: SyntheticSpec, device: str | torch.device = "cpu") -> QKV:
     ``heads, kv_heads, d_k, seed, dtype``: slicing a prefix keeps the first rows
     fixed, so growing L or S adds queries and keys without redrawing the others.
     """
-    sample = torch.float64 if spec.dtype == "float64" else torch.float32
+    sample = sampling_dtype(spec.dtype)
     return gaussian_qkv(heads=spec.heads, kv_heads=spec.kv_heads, L=POOL_LEN, S=POOL_LEN,
                         d_k=spec.d_k, d_v=VALUE_DIM, std=1.0, seed=spec.seed,
                         device=torch.device(device), dtype=sample)

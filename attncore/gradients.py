@@ -1,8 +1,9 @@
-"""Why attention divides by sqrt(d): the spread of q·k, softmax saturation and its gradients.
+"""Softmax saturation and its gradients: the Jacobian of a row, and how it fades as logits grow.
 
-Shape legend: ``N`` Monte Carlo samples, ``D`` values of the head dim d, ``X`` points
-on a logit axis, ``R`` rows, ``n`` entries of one softmax row (keys), ``B`` batch,
-``L`` queries, ``S`` keys, ``E`` head dim.
+Shape legend (see the package docstring): ``n`` entries of one softmax row (keys), ``P``
+points on a logit-scale axis, ``B`` batch, ``L`` queries, ``S`` keys, ``E`` head dim. The
+spread of ``q·k`` itself is in :mod:`attncore.dot_products`, float overflow in
+:mod:`attncore.overflow`.
 
 Everything here is measured; :mod:`attncore.theory` holds the closed forms the
 measurements are drawn against. Sweeps return small frozen dataclasses of numpy
@@ -25,246 +26,41 @@ from torch import Tensor
 
 from attncore.attention import attention
 from attncore.budget import MAX_ATTENTION_CELLS, check_limit, fmt_count
+from attncore.dot_products import MAX_MC_ELEMENTS, check_d
+from attncore.dtypes import check_sample_dtype, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.normalizers import Softmax
 from attncore.stats import entropy, max_weight
 from attncore.synthetic import make_generator
 
 __all__ = [
-    "D_GRID",
-    "MAX_D",
     "MAX_KEYS",
-    "MAX_MC_ELEMENTS",
     "MAX_SCORES",
-    "DotHistograms",
     "GradientSweep",
-    "OverflowRow",
-    "OverflowSweep",
     "RowSummary",
     "SaturationCurve",
     "ScaleSweep",
-    "StdSweep",
     "TemperatureRows",
-    "dot_histograms",
-    "dot_product_samples",
-    "dot_std_sweep",
     "gradient_sweep",
-    "histogram_density",
     "jacobian_frobenius",
     "jacobian_vs_scale",
     "naive_softmax",
-    "overflow_rows",
-    "overflow_sweep",
     "parse_scores",
     "saturation_crossing",
     "saturation_curve",
     "softmax_jacobian",
     "softmax_vjp",
     "stable_softmax",
-    "std_with_error",
     "temperature_rows",
 ]
 
-MAX_D = 4096
 MAX_KEYS = 4096
-# Products q_i k_i one Monte Carlo request may draw (two normals each, ~0.7 s on 2 CPU cores).
-MAX_MC_ELEMENTS = 1 << 25
+_CHUNK = 1 << 22  # softmax entries per op in jacobian_vs_scale: bounded memory
 MAX_SCORES = 64
 MAX_SCORE_CHARS = 2000
 MAX_SCORE_ABS = 1e6
-D_GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-_CHUNK = 1 << 22  # elements per drawn block: bounded memory, same numbers for any n
 
 
-def _check_d(d: int) -> int:
-    if int(d) != d or not 1 <= int(d) <= MAX_D:
-        raise AttnInputError(f"the head dim d must be a whole number from 1 to {MAX_D}; got {d}.")
-    return int(d)
-
-
-def _check_var(name: str, v: float) -> float:
-    if not (math.isfinite(v) and 0.0 < v <= 1e4):
-        raise AttnInputError(f"the {name} variance must be a positive number up to 10,000; got {v}.")
-    return float(v)
-
-
-def _mc_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype not in (torch.float32, torch.float64):
-        raise AttnInputError(f"Monte Carlo sampling runs in float32 or float64; got {dtype}.")
-    return dtype
-
-
-# --------------------------------------------------------------------------- q·k statistics
-
-
-def dot_product_samples(
-    d: int,
-    n: int,
-    *,
-    var_q: float = 1.0,
-    var_k: float = 1.0,
-    seed: int = 0,
-    generator: torch.Generator | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> Tensor:
-    """N samples of ``q·k`` for independent q ~ N(0, var_q I_d), k ~ N(0, var_k I_d).
-
-    Returns the raw (unscaled) dot products, shape (N,), on ``device``; divide by
-    sqrt(d) for the scaled logits. Vectors are drawn in blocks of at most 4M
-    entries, so memory stays bounded; ``generator`` (else one seeded with ``seed``
-    on ``device``) makes the draw reproducible.
-
-    Raises:
-        ResourceLimitError: ``n · d`` exceeds :data:`MAX_MC_ELEMENTS`.
-    """
-    d = _check_d(d)
-    if int(n) < 2:
-        raise AttnInputError(f"at least 2 samples are needed for a spread; got {n}.")
-    n = int(n)
-    sq, sk = math.sqrt(_check_var("query", var_q)), math.sqrt(_check_var("key", var_k))
-    check_limit(n * d, MAX_MC_ELEMENTS, "samples × d", "products q_i·k_i per request (about a second)",
-                "Reduce the samples or d.")
-    dev = torch.device(device)
-    g = generator if generator is not None else make_generator(seed, dev)
-    dt = _mc_dtype(dtype)
-    rows = max(1, _CHUNK // d)
-    out = torch.empty(n, device=dev, dtype=dt)
-    for start in range(0, n, rows):
-        m = min(rows, n - start)
-        q = torch.randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
-        k = torch.randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
-        out[start : start + m] = (q * k).sum(-1) * (sq * sk)
-    return out
-
-
-def std_with_error(x: Tensor) -> tuple[float, float]:
-    r"""Sample std of x (N,) and its standard error from the sample's own fourth moment.
-
-    :math:`\mathrm{SE} = \sqrt{(m_4 - s^4)/N} / (2s)` (delta method), so the error bars
-    come from the measurement, not from the theory they are compared with.
-    """
-    x = x.to(torch.float64)
-    c = x - x.mean()
-    var = float((c * c).mean())
-    m4 = float((c**4).mean())
-    s = math.sqrt(var)
-    se = math.sqrt(max(m4 - var * var, 0.0) / x.numel()) / (2.0 * s) if s > 0 else 0.0
-    return s, se
-
-
-def histogram_density(x: Tensor, bins: int, lo: float, hi: float) -> tuple[NDArray[np.float64],
-                                                                          NDArray[np.float64], int]:
-    """Density histogram of x (N,) over [lo, hi]: ``(edges (bins+1,), density (bins,), outside)``.
-
-    ``density`` integrates to the fraction of samples inside the range; ``outside``
-    counts the samples beyond it. Counted on x's device.
-    """
-    if not 1 <= int(bins) <= 1000:
-        raise AttnInputError(f"the histogram needs 1 to 1000 bins; got {bins}.")
-    if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-        raise AttnInputError("the histogram range must be finite with hi > lo.")
-    counts = torch.histc(x.to(torch.float64), bins=int(bins), min=lo, max=hi)  # (bins,)
-    counts_np = counts.cpu().numpy()
-    width = (hi - lo) / bins
-    edges = np.linspace(lo, hi, int(bins) + 1)
-    return edges, counts_np / (x.numel() * width), int(x.numel() - counts_np.sum())
-
-
-@dataclass(frozen=True)
-class DotHistograms:
-    """Histograms of one Monte Carlo draw of q·k, raw and scaled by 1/sqrt(d).
-
-    ``edges_*`` (bins+1,) and ``density_*`` (bins,); the raw range is ±``span``
-    theoretical standard deviations and the scaled one the same range divided by
-    sqrt(d). ``outside`` counts samples beyond the range.
-    """
-
-    d: int
-    samples: int
-    edges_raw: NDArray[np.float64]
-    density_raw: NDArray[np.float64]
-    edges_scaled: NDArray[np.float64]
-    density_scaled: NDArray[np.float64]
-    outside: int
-    std_raw: float
-    se_raw: float
-    mean_raw: float
-
-    @property
-    def std_scaled(self) -> float:
-        return self.std_raw / math.sqrt(self.d)
-
-    @property
-    def se_scaled(self) -> float:
-        return self.se_raw / math.sqrt(self.d)
-
-
-def dot_histograms(
-    d: int,
-    n: int,
-    bins: int,
-    *,
-    var_q: float = 1.0,
-    var_k: float = 1.0,
-    span: float = 5.0,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> DotHistograms:
-    """Draw n samples of q·k (see :func:`dot_product_samples`) and histogram them, raw and scaled."""
-    x = dot_product_samples(d, n, var_q=var_q, var_k=var_k, seed=seed, device=device, dtype=dtype)  # (N,)
-    half = span * math.sqrt(d * var_q * var_k)
-    edges, dens, outside = histogram_density(x, bins, -half, half)
-    s, se = std_with_error(x)
-    root = math.sqrt(d)
-    return DotHistograms(d=int(d), samples=int(n), edges_raw=edges, density_raw=dens,
-                         edges_scaled=edges / root, density_scaled=dens * root, outside=outside,
-                         std_raw=s, se_raw=se, mean_raw=float(x.double().mean()))
-
-
-@dataclass(frozen=True)
-class StdSweep:
-    """std of q·k against d (each (D,)): raw and scaled by 1/sqrt(d), with standard errors."""
-
-    d: NDArray[np.int64]
-    std_raw: NDArray[np.float64]
-    se_raw: NDArray[np.float64]
-    std_scaled: NDArray[np.float64]
-    se_scaled: NDArray[np.float64]
-    samples: int
-
-
-def dot_std_sweep(
-    ds: Sequence[int],
-    n: int,
-    *,
-    var_q: float = 1.0,
-    var_k: float = 1.0,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> StdSweep:
-    """Measured std of ``q·k`` and of ``q·k/sqrt(d)`` for each d in ``ds``, n samples each.
-
-    One generator seeded with ``seed`` draws every d in turn (independent samples per d).
-    The whole sweep must fit :data:`MAX_MC_ELEMENTS` products.
-    """
-    ds = [_check_d(d) for d in ds]
-    if not ds:
-        raise AttnInputError("the sweep needs at least one d.")
-    check_limit(int(n) * sum(ds), MAX_MC_ELEMENTS, "samples × (sum of d over the sweep)",
-                "products per request (about a second)", "Reduce the samples per d.")
-    g = make_generator(seed, device)
-    raw, se_raw = [], []
-    for d in ds:
-        s, se = std_with_error(dot_product_samples(d, n, var_q=var_q, var_k=var_k, generator=g,
-                                                   device=device, dtype=dtype))
-        raw.append(s)
-        se_raw.append(se)
-    root = np.sqrt(np.asarray(ds, dtype=np.float64))
-    return StdSweep(d=np.asarray(ds, dtype=np.int64), std_raw=np.asarray(raw), se_raw=np.asarray(se_raw),
-                    std_scaled=np.asarray(raw) / root, se_scaled=np.asarray(se_raw) / root, samples=int(n))
 
 
 # --------------------------------------------------------------------------- softmax rows
@@ -329,7 +125,7 @@ def naive_softmax(x: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class SaturationCurve:
-    """``softmax([x, 0, ..., 0])`` along x (X,): top weight, each other weight and ``||J||_F``."""
+    """``softmax([x, 0, ..., 0])`` along x (P,): top weight, each other weight and ``||J||_F``."""
 
     x: Tensor
     top: Tensor
@@ -339,16 +135,16 @@ class SaturationCurve:
 
 
 def saturation_curve(x: Tensor, n: int) -> SaturationCurve:
-    """Softmax of the row ``[x, 0, ..., 0]`` (n entries) for each x in x (X,), via attncore.
+    """Softmax of the row ``[x, 0, ..., 0]`` (n entries) for each x in x (P,), via attncore.
 
     Tensors follow x's device and dtype.
     """
     if not 2 <= int(n) <= MAX_KEYS:
         raise AttnInputError(f"the row needs 2 to {MAX_KEYS} entries; got {n}.")
     check_limit(x.numel() * int(n), MAX_ATTENTION_CELLS, "points × entries", "cells", "Use fewer points.")
-    logits = torch.zeros(x.numel(), int(n), device=x.device, dtype=x.dtype)  # (X, n)
+    logits = torch.zeros(x.numel(), int(n), device=x.device, dtype=x.dtype)  # (P, n)
     logits[:, 0] = x
-    p = stable_softmax(logits)  # (X, n)
+    p = stable_softmax(logits)  # (P, n)
     return SaturationCurve(x=x, top=p[:, 0], other=p[:, 1], jac_norm=jacobian_frobenius(p), n=int(n))
 
 
@@ -403,7 +199,7 @@ def parse_scores(text: str, *, max_len: int = MAX_SCORES) -> list[float]:
 
 @dataclass(frozen=True)
 class TemperatureRows:
-    """One score row divided by several temperatures; tensors (R, n) / (R,) in float64 on the CPU."""
+    """One score row divided by several temperatures; tensors (P, n) / (P,) in float64 on the CPU."""
 
     labels: tuple[str, ...]
     divisors: tuple[float, ...]
@@ -422,15 +218,15 @@ def temperature_rows(scores: Sequence[float], d: int,
     gives ≈ [0.599, 0.000, 0.401, 0.000, 0.000] and tau = sqrt(64) = 8 gives
     ≈ [0.371, 0.080, 0.353, 0.060, 0.136] (which sums to 1).
     """
-    d = _check_d(d)
+    d = check_d(d)
     s = torch.tensor([float(v) for v in scores], dtype=torch.float64)  # (n,)
     if s.dim() != 1 or s.numel() < 2 or not bool(torch.isfinite(s).all()):
         raise AttnInputError("temperature rows need at least two finite scores.")
     root = math.sqrt(d)
     divisors = (1.0, *(float(m) * root for m in multipliers))
     labels = ("unscaled (τ = 1)", *(f"τ = {_mult(m)}√d = {m * root:.3g}" for m in multipliers))
-    logits = s[None, :] / torch.tensor(divisors, dtype=torch.float64)[:, None]  # (R, n)
-    w = stable_softmax(logits)  # (R, n)
+    logits = s[None, :] / torch.tensor(divisors, dtype=torch.float64)[:, None]  # (P, n)
+    w = stable_softmax(logits)  # (P, n)
     return TemperatureRows(labels=labels, divisors=divisors, logits=logits, weights=w,
                            entropy=entropy(w), max_weight=max_weight(w), jac_norm=jacobian_frobenius(w))
 
@@ -444,7 +240,7 @@ def _mult(m: float) -> str:
 
 @dataclass(frozen=True)
 class ScaleSweep:
-    """``||J||_F`` and max weight of softmax(sigma·z), z ~ N(0, I_n), against sigma (each (X,))."""
+    """``||J||_F`` and max weight of softmax(sigma·z), z ~ N(0, I_n), against sigma (each (P,))."""
 
     sigma: NDArray[np.float64]
     jac_mean: NDArray[np.float64]
@@ -479,7 +275,7 @@ def jacobian_vs_scale(
     check_limit(int(trials) * int(n) * sig.size, MAX_MC_ELEMENTS // 2, "trials × keys × scales",
                 "softmax entries per request (about a second)", "Reduce the trials or the keys.")
     dev = torch.device(device)
-    dt = _mc_dtype(dtype)
+    dt = check_sample_dtype(dtype)
     z = torch.randn(int(trials), int(n), generator=make_generator(seed, dev), device=dev, dtype=dt)
     scales = torch.as_tensor(sig, device=dev, dtype=dt)
     per_block = max(1, _CHUNK // z.numel())  # several sigmas per op: few large ops, bounded memory
@@ -489,7 +285,7 @@ def jacobian_vs_scale(
         jn, mw = jacobian_frobenius(p), max_weight(p)  # (c, trials)
         root = math.sqrt(trials)
         rows.append(torch.stack([jn.mean(1), jn.std(1) / root, mw.mean(1), mw.std(1) / root], dim=1))
-    out = torch.cat(rows).to(torch.float64).cpu().numpy()  # (X, 4)
+    out = torch.cat(rows).to(torch.float64).cpu().numpy()  # (P, 4)
     return ScaleSweep(sigma=sig, jac_mean=out[:, 0], jac_se=out[:, 1], max_mean=out[:, 2],
                       max_se=out[:, 3], n=int(n), trials=int(trials))
 
@@ -574,7 +370,7 @@ def gradient_sweep(
     Raises:
         ResourceLimitError: ``batch · keys · (sum of d)`` exceeds :data:`MAX_MC_ELEMENTS`.
     """
-    ds = [_check_d(d) for d in ds]
+    ds = [check_d(d) for d in ds]
     if not ds or not 2 <= int(keys) <= 1024 or not 2 <= int(batch) <= 4096:
         raise AttnInputError("the gradient sweep needs some d, 2 to 1024 keys and 2 to 4096 batch elements.")
     if not 0.0 < level < 1.0:
@@ -584,7 +380,7 @@ def gradient_sweep(
                 "entries per tensor (about a second with autograd)", "Reduce the batch, keys or largest d.")
     dev = torch.device(device)
     g = make_generator(seed, dev)
-    sample = torch.float64 if dtype == torch.float64 else torch.float32
+    sample = sampling_dtype(dtype)
     cols: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     worst = 0.0
     for d in ds:
@@ -615,91 +411,5 @@ def gradient_sweep(
                          chain_rule_error=worst)
 
 
-# --------------------------------------------------------------------------- overflow
-
-OVERFLOW_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64")
-_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-                 "float64": torch.float64}
 
 
-@dataclass(frozen=True)
-class OverflowSweep:
-    """Naive vs stable softmax of ``[x, 0, ..., 0]`` per dtype along x.
-
-    Arrays are (T, X) for T = len(dtypes): the largest absolute error against a
-    float64 stable softmax of the same (dtype-rounded) logits, NaN where the output
-    is not finite, and the count of non-finite outputs per row.
-    """
-
-    x: NDArray[np.float64]
-    dtypes: tuple[str, ...]
-    naive_error: NDArray[np.float64]
-    stable_error: NDArray[np.float64]
-    naive_nonfinite: NDArray[np.int64]
-    stable_nonfinite: NDArray[np.int64]
-    n: int
-
-
-def overflow_sweep(x: Sequence[float], n: int = 4, dtypes: Sequence[str] = OVERFLOW_DTYPES,
-                   device: torch.device | str = "cpu") -> OverflowSweep:
-    """Run :func:`naive_softmax` and :func:`stable_softmax` on ``[x, 0, ..., 0]`` in each dtype.
-
-    The reference is the stable softmax in float64 of the logits as rounded to the
-    dtype, so the error measures the softmax arithmetic alone.
-    """
-    xs = np.asarray(x, dtype=np.float64)
-    if xs.ndim != 1 or xs.size == 0 or xs.size > 10_000 or not np.all(np.isfinite(xs)):
-        raise AttnInputError("the overflow sweep needs 1 to 10,000 finite logits.")
-    if not 2 <= int(n) <= 1024:
-        raise AttnInputError(f"the row needs 2 to 1024 entries; got {n}.")
-    bad = [t for t in dtypes if t not in _TORCH_DTYPES]
-    if bad:
-        raise AttnInputError(f"unknown dtype(s) {bad}; choose from {', '.join(OVERFLOW_DTYPES)}.")
-    dev = torch.device(device)
-    base = torch.zeros(xs.size, int(n), dtype=torch.float64, device=dev)  # (X, n)
-    base[:, 0] = torch.as_tensor(xs, device=dev)
-    res: dict[str, list[NDArray]] = {"ne": [], "se": [], "nn": [], "sn": []}
-    for name in dtypes:
-        logits = base.to(_TORCH_DTYPES[name])  # (X, n)
-        ref = stable_softmax(logits.to(torch.float64))
-        for key, fn in (("n", naive_softmax), ("s", stable_softmax)):
-            p = fn(logits).to(torch.float64)
-            finite = torch.isfinite(p).all(-1)
-            err = torch.where(finite, (p - ref).abs().amax(-1), torch.full_like(finite, float("nan"),
-                                                                                dtype=torch.float64))
-            res[key + "e"].append(err.cpu().numpy())
-            res[key + "n"].append((~torch.isfinite(p)).sum(-1).cpu().numpy())
-    return OverflowSweep(x=xs, dtypes=tuple(dtypes), naive_error=np.stack(res["ne"]),
-                         stable_error=np.stack(res["se"]), naive_nonfinite=np.stack(res["nn"]),
-                         stable_nonfinite=np.stack(res["sn"]), n=int(n))
-
-
-@dataclass(frozen=True)
-class OverflowRow:
-    """Naive or stable softmax of ``[x, 0, ..., 0]`` in one dtype, for a table."""
-
-    dtype: str
-    method: str
-    exp_x: float  # exp(x) as computed in the dtype (inf once it overflows)
-    weights: tuple[float, ...]
-    row_sum: float
-    max_error: float  # against float64 stable; NaN when the output is not finite
-    finite: bool
-
-
-def overflow_rows(x: float, n: int = 4, dtypes: Sequence[str] = OVERFLOW_DTYPES) -> list[OverflowRow]:
-    """Both softmax forms of ``[x, 0, ..., 0]`` in every dtype (see :func:`overflow_sweep`)."""
-    if not math.isfinite(x) or abs(x) > 1e4:
-        raise AttnInputError(f"x must be a finite number within ±10,000; got {x}.")
-    rows = []
-    for name in dtypes:
-        sweep = overflow_sweep([x], n, (name,))
-        logits = torch.zeros(int(n), dtype=_TORCH_DTYPES[name])
-        logits[0] = x
-        for method, fn, err in (("naive", naive_softmax, sweep.naive_error),
-                                ("stable", stable_softmax, sweep.stable_error)):
-            p = fn(logits).to(torch.float64)
-            rows.append(OverflowRow(dtype=name, method=method, exp_x=float(torch.exp(logits[0])),
-                                    weights=tuple(float(v) for v in p), row_sum=float(p.sum()),
-                                    max_error=float(err[0, 0]), finite=bool(torch.isfinite(p).all())))
-    return rows

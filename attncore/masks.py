@@ -69,6 +69,10 @@ def block_diagonal_mask(
 def valid_lens_mask(valid_lens: Tensor, L: int, S: int, query_ndim: int) -> Tensor:
     """Padding mask from d2l's ``valid_lens``: key ``j`` is kept when ``j < valid_len``.
 
+    ``valid_len = 0`` (or less) hides every key of the row. Lengths must be whole numbers
+    (integer tensors, or floats with whole values); anything else raises
+    :class:`AttnInputError` instead of being rounded.
+
     Args:
         valid_lens: ``(B,)`` one length per sequence, or ``(B, L)`` one per query.
         L, S: query and key lengths.
@@ -83,8 +87,13 @@ def valid_lens_mask(valid_lens: Tensor, L: int, S: int, query_ndim: int) -> Tens
             "valid_lens needs a batch dimension: query must be (B, ..., L, E)."
         )
     vl = torch.as_tensor(valid_lens)
+    if vl.is_complex():
+        raise AttnInputError("valid_lens must be whole numbers of keys; got complex numbers.")
     if vl.dtype.is_floating_point:
-        vl = vl.round()
+        whole = torch.isfinite(vl) & (vl == vl.round())
+        if not bool(whole.all()):
+            raise AttnInputError(f"valid_lens must be whole numbers of keys; got {vl[~whole][0].item():g}. "
+                                 "A fraction of a key has no meaning, and attncore does not round it.")
     vl = vl.long()
     if vl.dim() == 1:
         keep = torch.arange(S, device=vl.device)[None, :] < vl[:, None]  # (B, S)

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 from torch import Tensor
 
+from attncore.budget import check_limit
 from attncore.errors import AttnInputError
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "allowed_counts",
     "effective_allowed",
     "get_normalizer",
+    "peak_weight_sweep",
 ]
 
 
@@ -241,3 +245,36 @@ def get_normalizer(spec: str | Normalizer, **params: float | None) -> Normalizer
         return _FACTORIES[key](**params)
     except TypeError as exc:
         raise AttnInputError(f"bad parameters for normaliser {key!r}: {exc}") from exc
+
+
+def peak_weight_sweep(
+    lengths: Sequence[int],
+    *,
+    peak: float = 3.0,
+    rest: float = -2.0,
+    s: float = 0.43,
+    device: str | torch.device = "cpu",
+) -> pd.DataFrame:
+    """The SSMax paper's figure-1 setup, measured: one logit at ``peak``, n-1 at ``rest``.
+
+    For each n a row of logits ``(n,)`` is materialised on ``device`` and normalised by
+    attncore's :class:`~attncore.normalizers.Softmax` and :class:`~attncore.normalizers.SSMax`
+    (logits times ``s log n``); the weight on the peak key is reported. Columns ``n``,
+    ``softmax``, ``ssmax``. Limited to n <= 2**20 per row.
+    """
+    ns = sorted(set(int(n) for n in lengths))
+    if not ns or ns[0] < 2:
+        raise AttnInputError("the figure needs rows of at least 2 keys.")
+    check_limit(ns[-1], 1 << 20, "the longest row of the figure-1 panel", "keys", "Lower its largest n.")
+    for name, v in (("peak", peak), ("rest", rest)):
+        if not (math.isfinite(v) and abs(v) <= 100):
+            raise AttnInputError(f"the {name} logit must be a number in [-100, 100]; got {v}.")
+    ssmax = SSMax(s)  # validates s
+    dev = torch.device(device)
+    out = {"n": ns, "softmax": [], "ssmax": []}
+    for n in ns:
+        x = torch.full((1, n), float(rest), dtype=torch.float64, device=dev)  # (1, n)
+        x[0, 0] = float(peak)
+        out["softmax"].append(float(Softmax()(x)[0, 0]))
+        out["ssmax"].append(float(ssmax(x)[0, 0]))
+    return pd.DataFrame(out)

@@ -37,6 +37,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from attncore.errors import AttnInputError
+from attncore.scale_rules import base_scale, check_scale_rule, logit_multiplier
 from attncore.theory import (
     asymptote_valid_from,
     entropy_asymptote,
@@ -45,7 +46,7 @@ from attncore.theory import (
     gaussian_max_moment,
 )
 
-__all__ = ["chi2_nodes", "gaussian_row_expectations", "sweep_theory"]
+__all__ = ["chi2_nodes", "gaussian_row_expectations", "sweep_theory", "sweep_theory_given_queries"]
 
 F64 = NDArray[np.float64]
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -231,6 +232,21 @@ def _nodes_for(d: int) -> int:
     return 10 if d < 16 else 6 if d < 32 else 4
 
 
+def _logit_factors(lengths: Sequence[int] | ArrayLike, d: int, scale_rule: str, temperature: float,
+                   ssmax_s: float) -> tuple[NDArray[np.int64], F64]:
+    """Sorted distinct lengths and the factor on ``q.k`` at each (base scale x multiplier / temperature)."""
+    check_scale_rule(scale_rule)
+    if d < 1:
+        raise AttnInputError("d must be at least 1.")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise AttnInputError("the temperature must be a positive number.")
+    ns = np.unique(np.asarray(lengths, dtype=np.int64))
+    if ns.size == 0 or ns[0] < 1:
+        raise AttnInputError("lengths must be at least 1.")
+    mult = np.atleast_1d(np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64))
+    return ns, base_scale(scale_rule, d) * mult / temperature
+
+
 def sweep_theory(
     lengths: Sequence[int] | ArrayLike,
     *,
@@ -258,20 +274,8 @@ def sweep_theory(
     * ``sigma2`` (mean logit variance), ``valid_from`` (``e^{sigma2}``) and ``frozen_below``
       (``e^{sigma2/2}``).
     """
-    from attncore.sweeps import SCALE_RULES, logit_multiplier
-
-    if scale_rule not in SCALE_RULES:
-        raise AttnInputError(f"unknown scale rule {scale_rule!r}.")
-    if d < 1:
-        raise AttnInputError("d must be at least 1.")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise AttnInputError("the temperature must be a positive number.")
-    ns = np.unique(np.asarray(lengths, dtype=np.int64))
-    if ns.size == 0 or ns[0] < 1:
-        raise AttnInputError("lengths must be at least 1.")
-    base = 1.0 if scale_rule == "none" else 1.0 / math.sqrt(d)
-    mult = np.atleast_1d(np.asarray(logit_multiplier(scale_rule, ns, ssmax_s), dtype=np.float64))
-    f2d = (base * mult / temperature) ** 2 * d  # mean logit variance at each n
+    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
+    f2d = factor**2 * d  # mean logit variance at each n
     xs, ws = chi2_nodes(d, nodes or _nodes_for(d))
     keys = ("entropy", "max_weight", "sum_sq", "row_sum")
     acc = {k: np.zeros(ns.size) for k in keys}
@@ -311,4 +315,57 @@ def sweep_theory(
     df["output_std_asymptote"] = np.sqrt(mgf / nf)
     df["valid_from"] = asymptote_valid_from(f2d)
     df["frozen_below"] = freezing_length(f2d)
+    return df
+
+
+def sweep_theory_given_queries(
+    lengths: Sequence[int] | ArrayLike,
+    q_norms: ArrayLike,
+    *,
+    d: int = 64,
+    scale_rule: str = "sqrt_d",
+    temperature: float = 1.0,
+    normalizer: str = "softmax",
+    ssmax_s: float = 0.43,
+    want_max: bool = True,
+) -> pd.DataFrame:
+    """The exact expectation of a sweep's row averages given the queries actually drawn.
+
+    :func:`sweep_theory` averages over ``|q|^2 ~ chi2_d`` as well; a sweep's L rows are one draw
+    of it, so with few rows the two can differ by more than the keys' sampling error (seed 0's
+    64 queries at d = 64 have rms ``|q|/sqrt(d)`` = 0.975). Here each row keeps its own logit
+    variance ``sigma_r^2 = f(n)^2 |q_r|^2`` and only the keys are averaged over: the result is
+    what the engine's means estimate, with the keys as the only source of error.
+
+    Args:
+        lengths: key counts n. q_norms: ``|q_r|`` of the L query rows, shape (L,)
+            (:func:`attncore.sweeps.query_norms` gives the engine's).
+        d, scale_rule, temperature, normalizer, ssmax_s: as in :func:`sweep_theory`.
+        want_max: also the max weight (the costlier integral; NaN otherwise).
+
+    Returns:
+        One row per n: ``entropy``, ``normalized_entropy``, ``max_weight``, ``sum_sq``,
+        ``row_sum`` (means over the rows of the exact per-row expectations), ``output_std``
+        (``sqrt`` of the mean ``sum p^2``, as the engine reports) and ``effective_support``
+        (``exp`` of the mean entropy).
+    """
+    qn = np.asarray(q_norms, dtype=np.float64).reshape(-1)
+    if qn.size == 0 or not np.all(np.isfinite(qn)) or np.any(qn < 0):
+        raise AttnInputError("q_norms must be finite non-negative numbers, one per query row.")
+    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
+    keys = ("entropy", "max_weight", "sum_sq", "row_sum")
+    acc = {k: np.zeros(ns.size) for k in keys}
+    groups: dict[float, list[int]] = {}
+    for i, f in enumerate(factor):
+        groups.setdefault(float(f), []).append(i)
+    for f, idx in groups.items():
+        for s2 in (f * qn) ** 2:
+            res = gaussian_row_expectations(ns[idx], float(s2), normalizer=normalizer, want_max=want_max)
+            for k in keys:
+                acc[k][idx] += np.asarray(res[k]) / qn.size
+    nf = ns.astype(np.float64)
+    df = pd.DataFrame({"n": ns, **acc})
+    df["normalized_entropy"] = np.where(nf > 1, df["entropy"] / np.log(np.where(nf > 1, nf, 2.0)), 0.0)
+    df["effective_support"] = np.exp(df["entropy"])
+    df["output_std"] = np.sqrt(df["sum_sq"])
     return df

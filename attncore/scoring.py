@@ -68,7 +68,13 @@ class AdditiveScorer:
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> AdditiveScorer:
-        """Gaussian parameters scaled so every pre-activation has unit variance for unit inputs."""
+        """Gaussian parameters scaled so ``W_q q`` and ``W_k k`` each have unit variance per entry.
+
+        For inputs with unit-variance entries, the tanh input ``W_q q + W_k k`` is the sum of
+        the two, so its entries have variance 2 (not 1); averaged over the parameters, the
+        scores ``w_v^T tanh(...)`` then have variance ``E[tanh(Z sqrt 2)^2] = 0.52``
+        (Z standard normal).
+        """
         if min(d_q, d_k, hidden) < 1:
             raise AttnInputError("additive scoring needs d_q, d_k and hidden >= 1.")
         g = generator if generator is not None else torch.default_generator

@@ -37,10 +37,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attncore import theory as T
 from attncore.attention import attention_stages
 from attncore.budget import check_limit
+from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
-from attncore.explore import DTYPES
 from attncore.normalizers import Normalizer, Sigmoid, Softmax, SoftmaxWithSink
 from attncore.synthetic import make_generator
 
@@ -69,6 +70,7 @@ __all__ = [
     "strength_sweep",
     "normaliser_zoo",
     "ZooTheory",
+    "zoo_content_theory",
     "zoo_theory",
     "SinkReport",
     "sink_report",
@@ -173,7 +175,7 @@ def sink_sequence(spec: SinkSpec, device: torch.device | str = "cpu") -> SinkSeq
     dtype = DTYPES[spec.dtype]
     n, E = int(spec.n), HEAD_DIM
     g = make_generator(spec.seed, dev)
-    sample = torch.float64 if dtype == torch.float64 else torch.float32
+    sample = sampling_dtype(dtype)
 
     def draw(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=g, device=dev, dtype=sample)
@@ -461,8 +463,6 @@ def zoo_theory(spec: SinkSpec) -> dict[str, ZooTheory]:
     the gate's pre-activations are unit Gaussian, so it scales the output RMS by
     ``sqrt(E[σ(b_g + Z)²])``.
     """
-    from attncore import theory as T
-
     spec.validate()
     n, c, sd, nu = float(spec.n), float(spec.content), float(spec.spread), float(spec.sink_value)
     s = float(spec.strength) if spec.sink else None
@@ -483,6 +483,26 @@ def zoo_theory(spec: SinkSpec) -> dict[str, ZooTheory]:
     out["gated"] = ZooTheory(row_sum=1.0, sink_weight=soft.sink_weight,
                              output_rms=soft.output_rms * float(T.gate_rms_theory(spec.gate_bias)))
     return out
+
+
+def zoo_content_theory(name: str, spec: SinkSpec, content: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(real mass, output RMS) of zoo entry ``name`` over content levels ``content`` (P,), no sink key.
+
+    The closed forms of :func:`zoo_theory` along the content sweep (:func:`content_sweep`):
+    sigmoid with ``b = -log n``, the softmax family with its extra logit (none, 0 for
+    softmax1, ``sink_logit``), the gate scaling softmax's output RMS.
+    """
+    n, sd, x = spec.n, spec.spread, np.asarray(content, dtype=np.float64)
+    if name == "sigmoid":
+        return np.asarray(T.sigmoid_mass_theory(n, x, sd)), np.asarray(T.sigmoid_output_rms_theory(n, x, sd))
+    if name not in ZOO:
+        raise AttnInputError(f"unknown normaliser {name!r}; choose one of {', '.join(ZOO)}.")
+    extra = {"softmax": None, "gated": None, "softmax1": 0.0, "sink_logit": spec.sink_logit}[name]
+    mass = np.asarray(T.real_mass_theory(n, x, sd, extra_logit=extra)) * np.ones_like(x)
+    rms = np.asarray(T.softmax_output_rms_theory(n, x, sd, extra_logit=extra)) * np.ones_like(x)
+    if name == "gated":
+        rms = rms * float(T.gate_rms_theory(spec.gate_bias))
+    return mass, rms
 
 
 # ---------------------------------------------------------------------------- a whole model

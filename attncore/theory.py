@@ -6,27 +6,85 @@ so the UI can evaluate a curve on a grid without touching torch.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import lru_cache
+
 import numpy as np
+import torch
 from numpy.typing import ArrayLike, NDArray
 
+from attncore.dtypes import DTYPES
+
 __all__ = [
+    "asymptote_valid_from",
+    "dot_product_density",
+    "dot_product_kurtosis",
     "dot_product_std",
     "dot_product_variance",
+    "entropy_asymptote",
+    "entropy_corrected",
+    "exp_overflow_logit",
+    "expected_max_normal",
+    "freezing_length",
+    "fully_scaled_multiplier",
+    "gate_bias_for_mean",
+    "gate_mean_theory",
+    "gate_rms_theory",
+    "gaussian_expectation",
+    "gaussian_max_moment",
+    "inverse_chi_mean",
+    "jacobian_norm_large_scale",
+    "jacobian_norm_small_scale",
+    "margin_for_half_weight",
+    "max_weight_asymptote",
+    "max_weight_large_scale",
+    "max_weight_small_scale",
+    "normal_density",
+    "output_std_flat",
+    "output_std_lognormal",
+    "output_std_onehot",
+    "peak_weight",
+    "real_mass_theory",
+    "sample_std_error",
+    "saturation_jacobian_norm",
+    "saturation_other_weight",
+    "saturation_threshold",
+    "saturation_top_weight",
+    "scaled_chi2_mgf",
     "scaled_logit_std",
+    "sigmoid_mass_theory",
+    "sigmoid_output_rms_theory",
+    "sink_weight_theory",
+    "softmax_output_rms_theory",
+    "ssmax_margin_for_half_weight",
+    "top2_gap_density_at_zero",
     "uniform_entropy",
+    "uniform_row_jacobian_norm",
+    "uniform_share",
+    "unscaled_jacobian_norm_large_d",
+    "unscaled_max_weight_large_d",
 ]
 
+
+def _scalar(a: ArrayLike) -> NDArray[np.float64] | float:
+    """A 0-d result as a Python float, an array as a float64 array (every function here ends so)."""
+    a = np.asarray(a, dtype=np.float64)
+    return float(a) if a.ndim == 0 else a
+
+
+# --------------------------------------------------------------------------- dot products and scale
 
 def dot_product_variance(d: ArrayLike, var_q: float = 1.0, var_k: float = 1.0) -> NDArray[np.float64] | float:
     """``Var(q·k) = d · var_q · var_k`` for independent zero-mean q, k with d coordinates."""
     out = np.asarray(d, dtype=np.float64) * var_q * var_k
-    return float(out) if out.ndim == 0 else out
+    return _scalar(out)
 
 
 def dot_product_std(d: ArrayLike, var_q: float = 1.0, var_k: float = 1.0) -> NDArray[np.float64] | float:
     """``std(q·k) = sqrt(d · var_q · var_k)``; d=64 with unit variances gives 8."""
     out = np.sqrt(np.asarray(dot_product_variance(d, var_q, var_k), dtype=np.float64))
-    return float(out) if out.ndim == 0 else out
+    return _scalar(out)
 
 
 def scaled_logit_std(
@@ -43,55 +101,24 @@ def scaled_logit_std(
     d_arr = np.asarray(d, dtype=np.float64)
     s = 1.0 / np.sqrt(d_arr) if scale is None else np.float64(scale)
     out = np.asarray(dot_product_std(d_arr, var_q, var_k)) * s / temperature
-    return float(out) if out.ndim == 0 else out
+    return _scalar(out)
 
 
 def uniform_entropy(n: ArrayLike) -> NDArray[np.float64] | float:
     """Entropy of a uniform row over n keys: ``log n`` nats (the maximum)."""
     out = np.log(np.asarray(n, dtype=np.float64))
-    return float(out) if out.ndim == 0 else out
+    return _scalar(out)
 
 
-# ---------------------------------------------------------------------------
-# Saturation & gradients page (issue 4): the distribution of q·k, softmax
-# saturation, the softmax Jacobian's norm in its two limits, and float overflow.
-# ---------------------------------------------------------------------------
-import math  # noqa: E402
-from functools import lru_cache  # noqa: E402
-
-import torch  # noqa: E402
-
-__all__ += [
-    "dot_product_density",
-    "dot_product_kurtosis",
-    "expected_max_normal",
-    "exp_overflow_logit",
-    "inverse_chi_mean",
-    "jacobian_norm_large_scale",
-    "jacobian_norm_small_scale",
-    "max_weight_large_scale",
-    "max_weight_small_scale",
-    "normal_density",
-    "sample_std_error",
-    "saturation_other_weight",
-    "saturation_threshold",
-    "saturation_top_weight",
-    "saturation_jacobian_norm",
-    "top2_gap_density_at_zero",
-    "uniform_row_jacobian_norm",
-    "unscaled_jacobian_norm_large_d",
-    "unscaled_max_weight_large_d",
-]
+# --------------------------------------------------------------------------- the distribution of q·k
 
 
-def _out(a: NDArray[np.float64]) -> NDArray[np.float64] | float:
-    return float(a) if a.ndim == 0 else a
 
 
 def normal_density(x: ArrayLike, var: float = 1.0) -> NDArray[np.float64] | float:
     """Density of N(0, var) at x."""
     x_arr = np.asarray(x, dtype=np.float64)
-    return _out(np.exp(-0.5 * x_arr**2 / var) / math.sqrt(2.0 * math.pi * var))
+    return _scalar(np.exp(-0.5 * x_arr**2 / var) / math.sqrt(2.0 * math.pi * var))
 
 
 def _log_bessel_k(twice_nu: int, x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -153,12 +180,12 @@ def dot_product_density(
         log_f = (nu * np.log(up) + _log_bessel_k(d - 1, up) - 0.5 * math.log(math.pi)
                  - math.lgamma(d / 2) - nu * math.log(2.0) - math.log(s))
         out[pos] = np.exp(log_f)
-    return _out(out)
+    return _scalar(out)
 
 
 def dot_product_kurtosis(d: ArrayLike) -> NDArray[np.float64] | float:
     """Kurtosis ``E[x^4] / Var(x)^2`` of q·k: ``3 + 6/d`` (each product q_i k_i has kurtosis 9)."""
-    return _out(3.0 + 6.0 / np.asarray(d, dtype=np.float64))
+    return _scalar(3.0 + 6.0 / np.asarray(d, dtype=np.float64))
 
 
 def sample_std_error(
@@ -171,19 +198,19 @@ def sample_std_error(
     """
     d_arr = np.asarray(d, dtype=np.float64)
     sigma = np.sqrt(d_arr * var_q * var_k)
-    return _out(sigma * np.sqrt((2.0 + 6.0 / d_arr) / n) / 2.0)
+    return _scalar(sigma * np.sqrt((2.0 + 6.0 / d_arr) / n) / 2.0)
 
 
 def saturation_top_weight(x: ArrayLike, n: int) -> NDArray[np.float64] | float:
     """Top weight of ``softmax([x, 0, ..., 0])`` over n entries: ``1 / (1 + (n-1) e^{-x})``."""
     x_arr = np.asarray(x, dtype=np.float64)
-    return _out(np.exp(x_arr - np.logaddexp(x_arr, math.log(n - 1))))
+    return _scalar(np.exp(x_arr - np.logaddexp(x_arr, math.log(n - 1))))
 
 
 def saturation_other_weight(x: ArrayLike, n: int) -> NDArray[np.float64] | float:
     """Each of the n-1 other weights of ``softmax([x, 0, ..., 0])``: ``1 / (e^x + n - 1)``."""
     x_arr = np.asarray(x, dtype=np.float64)
-    return _out(np.exp(-np.logaddexp(x_arr, math.log(n - 1))))
+    return _scalar(np.exp(-np.logaddexp(x_arr, math.log(n - 1))))
 
 
 def saturation_threshold(n: int, level: float = 0.99) -> float:
@@ -207,13 +234,13 @@ def saturation_jacobian_norm(x: ArrayLike, n: int) -> NDArray[np.float64] | floa
     q = np.asarray(saturation_other_weight(x, n))
     m = n - 1
     sq = (p * m * q) ** 2 + 2 * m * (p * q) ** 2 + m * (q * (p + (m - 1) * q)) ** 2 + m * (m - 1) * q**4
-    return _out(np.sqrt(sq))
+    return _scalar(np.sqrt(sq))
 
 
 def uniform_row_jacobian_norm(n: ArrayLike) -> NDArray[np.float64] | float:
     """``||J||_F`` of a uniform row over n keys: ``sqrt(n-1)/n``, which vanishes like ``1/sqrt(n)``."""
     n_arr = np.asarray(n, dtype=np.float64)
-    return _out(np.sqrt(n_arr - 1.0) / n_arr)
+    return _scalar(np.sqrt(n_arr - 1.0) / n_arr)
 
 
 _GRID = torch.linspace(-12.0, 12.0, 48001, dtype=torch.float64)
@@ -247,7 +274,7 @@ def jacobian_norm_small_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] |
     row's value and, for n > 4, first grows as the row sharpens. Valid for sigma ≲ 0.5.
     """
     s = np.asarray(sigma, dtype=np.float64)
-    return _out(np.sqrt(np.maximum((n - 1) / n**2 * (1.0 + s**2 * (n - 4) / n), 0.0)))
+    return _scalar(np.sqrt(np.maximum((n - 1) / n**2 * (1.0 + s**2 * (n - 4) / n), 0.0)))
 
 
 def jacobian_norm_large_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
@@ -260,20 +287,20 @@ def jacobian_norm_large_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] |
     """
     s = np.asarray(sigma, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        return _out(top2_gap_density_at_zero(n) / s)
+        return _scalar(top2_gap_density_at_zero(n) / s)
 
 
 def max_weight_small_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
     """``E[max weight]`` to first order in sigma: ``(1 + sigma · E[max of n normals]) / n``."""
     s = np.asarray(sigma, dtype=np.float64)
-    return _out((1.0 + s * expected_max_normal(n)) / n)
+    return _scalar((1.0 + s * expected_max_normal(n)) / n)
 
 
 def max_weight_large_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
     """``E[max weight]`` for large sigma: ``1 - log(2) f_G(0) / sigma``."""
     s = np.asarray(sigma, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        return _out(1.0 - math.log(2.0) * top2_gap_density_at_zero(n) / s)
+        return _scalar(1.0 - math.log(2.0) * top2_gap_density_at_zero(n) / s)
 
 
 def inverse_chi_mean(d: ArrayLike) -> NDArray[np.float64] | float:
@@ -281,7 +308,7 @@ def inverse_chi_mean(d: ArrayLike) -> NDArray[np.float64] | float:
     d_arr = np.atleast_1d(np.asarray(d, dtype=np.float64))
     out = np.array([math.exp(math.lgamma((k - 1) / 2) - math.lgamma(k / 2)) / math.sqrt(2.0)
                     if k >= 2 else np.inf for k in d_arr])
-    return _out(out.reshape(np.shape(d)))
+    return _scalar(out.reshape(np.shape(d)))
 
 
 def unscaled_jacobian_norm_large_d(d: ArrayLike, n: int) -> NDArray[np.float64] | float:
@@ -290,17 +317,12 @@ def unscaled_jacobian_norm_large_d(d: ArrayLike, n: int) -> NDArray[np.float64] 
     Given the query, the unscaled logits are iid N(0, |q|^2), so
     :func:`jacobian_norm_large_scale` at sigma = |q| averages to ``f_G(0) E[1/|q|] ≈ f_G(0)/sqrt(d)``.
     """
-    return _out(top2_gap_density_at_zero(n) * np.asarray(inverse_chi_mean(d)))
+    return _scalar(top2_gap_density_at_zero(n) * np.asarray(inverse_chi_mean(d)))
 
 
 def unscaled_max_weight_large_d(d: ArrayLike, n: int) -> NDArray[np.float64] | float:
     """Mean max weight of unscaled unit-Gaussian attention at large d: ``1 - log 2 f_G(0) E[1/|q|]``."""
-    return _out(1.0 - math.log(2.0) * np.asarray(unscaled_jacobian_norm_large_d(d, n)))
-
-
-_DTYPE_MAX = {"float16": 65504.0, "bfloat16": float(torch.finfo(torch.bfloat16).max),
-              "float32": float(torch.finfo(torch.float32).max),
-              "float64": float(torch.finfo(torch.float64).max)}
+    return _scalar(1.0 - math.log(2.0) * np.asarray(unscaled_jacobian_norm_large_d(d, n)))
 
 
 def exp_overflow_logit(dtype: str) -> float:
@@ -310,14 +332,13 @@ def exp_overflow_logit(dtype: str) -> float:
     softmax ``e^x / sum e^x`` turns into inf/inf = NaN there; subtracting the row
     maximum first keeps every exponent <= 0.
     """
-    if dtype not in _DTYPE_MAX:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPE_MAX)}.")
-    return math.log(_DTYPE_MAX[dtype])
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}.")
+    return math.log(float(torch.finfo(DTYPES[dtype]).max))
 
 
-# ---------------------------------------------------------------------------- Attention sinks page
+# --------------------------------------------------------------------------- sinks and gates (mean field)
 
-from collections.abc import Callable  # noqa: E402
 
 # Mean-field closed forms for one query over n real keys whose scaled logits are
 # content + spread * Z (Z standard normal), optionally with a sink key of logit
@@ -338,7 +359,7 @@ def gaussian_expectation(f: Callable[[NDArray[np.float64]], NDArray[np.float64]]
     m = np.asarray(mean, dtype=np.float64)[..., None]
     s = np.asarray(std, dtype=np.float64)[..., None]
     out = (f(m + s * nodes) * weights).sum(axis=-1) / np.sqrt(2 * np.pi)
-    return float(out) if np.ndim(out) == 0 else out
+    return _scalar(out)
 
 
 def _log_real_sum(n: ArrayLike, content: ArrayLike, spread: ArrayLike) -> NDArray[np.float64]:
@@ -355,11 +376,6 @@ def _log_others(strength: ArrayLike | None, extra_logit: ArrayLike | None) -> ND
     if extra_logit is not None:
         out = np.logaddexp(out, np.asarray(extra_logit, dtype=np.float64))
     return out
-
-
-def _scalar(a: ArrayLike) -> NDArray[np.float64] | float:
-    a = np.asarray(a, dtype=np.float64)
-    return float(a) if a.ndim == 0 else a
 
 
 def sink_weight_theory(strength: ArrayLike, n: ArrayLike, content: ArrayLike = 0.0, spread: ArrayLike = 1.0,
@@ -427,6 +443,17 @@ def gate_mean_theory(bias: ArrayLike) -> NDArray[np.float64] | float:
     return gaussian_expectation(_sigmoid, bias, 1.0)
 
 
+def gate_bias_for_mean(mean: float) -> float:
+    """The bias b with ``E[σ(b + Z)] = mean`` (inverse of :func:`gate_mean_theory`, by bisection)."""
+    if not 0.0 < mean < 1.0:
+        raise ValueError(f"a mean gate lies in (0, 1); got {mean}.")
+    lo, hi = -60.0, 60.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(gate_mean_theory(mid)) < mean else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def gate_rms_theory(bias: ArrayLike) -> NDArray[np.float64] | float:
     """RMS of the output gate ``σ(b + Z)``: the factor it applies to the output RMS."""
     return _scalar(np.sqrt(np.asarray(gaussian_expectation(lambda x: _sigmoid(x) ** 2, bias, 1.0))))
@@ -437,39 +464,11 @@ def uniform_share(n_keys: ArrayLike) -> NDArray[np.float64] | float:
     return _scalar(1.0 / np.asarray(n_keys, dtype=np.float64))
 
 
-__all__ += [
-    "gate_mean_theory",
-    "gate_rms_theory",
-    "gaussian_expectation",
-    "real_mass_theory",
-    "sigmoid_mass_theory",
-    "sigmoid_output_rms_theory",
-    "sink_weight_theory",
-    "softmax_output_rms_theory",
-    "uniform_share",
-]
-# --------------------------------------------------------------------------------------
-# Entropy vs length page (issue 3): a row of n iid Gaussian logits x_j ~ N(0, sigma2).
-# Exact expectations (by quadrature) live in attncore.row_theory; these are the closed forms.
-# --------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- a row of n Gaussian logits
+# x_j ~ N(0, sigma2) iid. Exact expectations (by quadrature) live in attncore.row_theory;
+# these are the closed forms.
 
 
-__all__ += [
-    "asymptote_valid_from",
-    "entropy_asymptote",
-    "entropy_corrected",
-    "freezing_length",
-    "fully_scaled_multiplier",
-    "gaussian_max_moment",
-    "margin_for_half_weight",
-    "max_weight_asymptote",
-    "output_std_flat",
-    "output_std_lognormal",
-    "output_std_onehot",
-    "peak_weight",
-    "scaled_chi2_mgf",
-    "ssmax_margin_for_half_weight",
-]
 
 
 def entropy_asymptote(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -481,7 +480,7 @@ def entropy_asymptote(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | 
     ``e^{sigma2/2}`` (``sigma2 > 2 log n``) the row is frozen onto a few keys and H is O(1).
     The uniform limit (sigma2 = 0) is ``log n``.
     """
-    return _out(np.log(np.asarray(n, dtype=np.float64)) - 0.5 * np.asarray(sigma2, dtype=np.float64))
+    return _scalar(np.log(np.asarray(n, dtype=np.float64)) - 0.5 * np.asarray(sigma2, dtype=np.float64))
 
 
 def entropy_corrected(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -498,7 +497,7 @@ def entropy_corrected(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | 
     s2 = np.asarray(sigma2, dtype=np.float64)
     nn = np.asarray(n, dtype=np.float64)
     es = np.exp(s2)
-    return _out(np.log(nn) - 0.5 * s2 + (s2 * es - 0.5 * (es - 1.0)) / nn)
+    return _scalar(np.log(nn) - 0.5 * s2 + (s2 * es - 0.5 * (es - 1.0)) / nn)
 
 
 def asymptote_valid_from(sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -508,7 +507,7 @@ def asymptote_valid_from(sigma2: ArrayLike) -> NDArray[np.float64] | float:
     ``2 e^{2 sigma2}/n`` (relative) for the output scale, so "well past" means a factor
     of a few to tens for sigma2 near 1, and more for larger sigma2.
     """
-    return _out(np.exp(np.asarray(sigma2, dtype=np.float64)))
+    return _scalar(np.exp(np.asarray(sigma2, dtype=np.float64)))
 
 
 def freezing_length(sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -517,7 +516,7 @@ def freezing_length(sigma2: ArrayLike) -> NDArray[np.float64] | float:
     The random-energy-model transition: the sum of ``e^{x_j}`` stops being a law-of-large-
     numbers sum and is dominated by its largest terms, so the entropy stays O(1).
     """
-    return _out(np.exp(0.5 * np.asarray(sigma2, dtype=np.float64)))
+    return _scalar(np.exp(0.5 * np.asarray(sigma2, dtype=np.float64)))
 
 
 def output_std_lognormal(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -528,22 +527,22 @@ def output_std_lognormal(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64]
     Relative correction about ``-(2e^{2\sigma^2} - 3e^{\sigma^2} + 1)/n``.
     """
     nn = np.asarray(n, dtype=np.float64)
-    return _out(np.sqrt(np.exp(np.asarray(sigma2, dtype=np.float64)) / nn))
+    return _scalar(np.sqrt(np.exp(np.asarray(sigma2, dtype=np.float64)) / nn))
 
 
 def output_std_flat(n: ArrayLike) -> NDArray[np.float64] | float:
     """Output std of a uniform row (temperature -> infinity): ``1/sqrt(n)``."""
-    return _out(1.0 / np.sqrt(np.asarray(n, dtype=np.float64)))
+    return _scalar(1.0 / np.sqrt(np.asarray(n, dtype=np.float64)))
 
 
 def output_std_onehot(n: ArrayLike) -> NDArray[np.float64] | float:
     """Output std of a one-hot row (temperature -> 0): 1 whatever n."""
-    return _out(np.ones_like(np.asarray(n, dtype=np.float64)))
+    return _scalar(np.ones_like(np.asarray(n, dtype=np.float64)))
 
 
 def fully_scaled_multiplier(n: ArrayLike) -> NDArray[np.float64] | float:
     """``sqrt(n / e)``: Graphcore's "fully scaled attention" output factor (unit std at sigma2 = 1)."""
-    return _out(np.sqrt(np.asarray(n, dtype=np.float64) / np.e))
+    return _scalar(np.sqrt(np.asarray(n, dtype=np.float64) / np.e))
 
 
 def scaled_chi2_mgf(mean_sigma2: ArrayLike, d: int, t: float = 1.0) -> NDArray[np.float64] | float:
@@ -557,7 +556,7 @@ def scaled_chi2_mgf(mean_sigma2: ArrayLike, d: int, t: float = 1.0) -> NDArray[n
     a = 2.0 * t * m / d
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = np.where(a < 1.0, np.power(np.maximum(1.0 - a, 1e-300), -0.5 * d), np.inf)
-    return _out(out)
+    return _scalar(out)
 
 
 def margin_for_half_weight(n: ArrayLike) -> NDArray[np.float64] | float:
@@ -565,13 +564,13 @@ def margin_for_half_weight(n: ArrayLike) -> NDArray[np.float64] | float:
 
     ``e^a / (e^a + n - 1) = 1/2`` gives ``a = log(n - 1)``: 6.9 at n = 1000, 13.8 at 10^6.
     """
-    return _out(np.log(np.asarray(n, dtype=np.float64) - 1.0))
+    return _scalar(np.log(np.asarray(n, dtype=np.float64) - 1.0))
 
 
 def ssmax_margin_for_half_weight(n: ArrayLike, s: float = 0.43) -> NDArray[np.float64] | float:
     """The same margin under SSMax (logits times ``s log n``): ``log(n-1) / (s log n)`` -> ``1/s``."""
     nn = np.asarray(n, dtype=np.float64)
-    return _out(np.log(nn - 1.0) / (s * np.log(nn)))
+    return _scalar(np.log(nn - 1.0) / (s * np.log(nn)))
 
 
 def peak_weight(
@@ -587,7 +586,7 @@ def peak_weight(
     nn = np.asarray(n, dtype=np.float64)
     gap = (peak - rest) * (1.0 if s is None else s * np.log(nn))
     with np.errstate(divide="ignore"):
-        return _out(1.0 / (1.0 + np.exp(np.log(nn - 1.0) - gap)))
+        return _scalar(1.0 / (1.0 + np.exp(np.log(nn - 1.0) - gap)))
 
 
 def gaussian_max_moment(n: ArrayLike, sigma: ArrayLike) -> NDArray[np.float64] | float:
@@ -608,7 +607,7 @@ def gaussian_max_moment(n: ArrayLike, sigma: ArrayLike) -> NDArray[np.float64] |
         flat = zip(np.ravel(arg), np.ravel(ok), strict=True)
         lg = np.array([math.lgamma(v) if o else np.nan for v, o in flat])
         out = np.where(ok, np.exp(sg * b + lg.reshape(nn.shape)), np.nan)
-    return _out(out)
+    return _scalar(out)
 
 
 def max_weight_asymptote(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64] | float:
@@ -620,4 +619,4 @@ def max_weight_asymptote(n: ArrayLike, sigma2: ArrayLike) -> NDArray[np.float64]
     nn = np.asarray(n, dtype=np.float64)
     s2 = np.broadcast_to(np.asarray(sigma2, dtype=np.float64), nn.shape)
     num = np.asarray(gaussian_max_moment(nn, np.sqrt(s2)))
-    return _out(num / (nn * np.exp(0.5 * s2)))
+    return _scalar(num / (nn * np.exp(0.5 * s2)))

@@ -40,7 +40,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from attncore.sweeps import SweepSpec, _plan_blocks, run_sweep
+from attncore.sweeps import SweepSpec, run_sweep
+from attncore.sweeps.spec import plan_blocks
 
 Q, D, DV = 64, 128, 16
 WORKERS = max(1, min(8, torch.get_num_threads()))
@@ -110,8 +111,8 @@ def _parallel_rate(work: Callable[[int], int], seconds: float = 0.25) -> float:
 def floor_rates() -> dict[str, float]:
     """Machine rates at the engine's shapes: normal_ samples/s, exp elements/s, matmul flop/s."""
     cpu = torch.device("cpu")
-    b_log, rt_log = _plan_blocks(SweepSpec(lengths=(1,), queries=Q, d=D, method="logits"), cpu)
-    b_vec, rt_vec = _plan_blocks(SweepSpec(lengths=(1,), queries=Q, d=D, method="vectors"), cpu)
+    b_log, rt_log = plan_blocks(SweepSpec(lengths=(1,), queries=Q, d=D, method="logits"), cpu)
+    b_vec, rt_vec = plan_blocks(SweepSpec(lengths=(1,), queries=Q, d=D, method="vectors"), cpu)
     gens = [torch.Generator().manual_seed(i) for i in range(WORKERS)]
     tiles = [torch.empty(rt_log, b_log) for _ in range(WORKERS)]
     keys = [torch.empty(b_vec, D) for _ in range(WORKERS)]
@@ -149,7 +150,7 @@ def floor_run(method: str, n: int) -> float:
     """
     cpu = torch.device("cpu")
     spec = SweepSpec(lengths=(n,), queries=Q, d=D, method=method, value_dim=DV)
-    block, rt = _plan_blocks(spec, cpu)
+    block, rt = plan_blocks(spec, cpu)
     n_blocks = -(-n // block)
     units = [(b, half) for b in range(n_blocks) for half in range(2 if method == "logits" else 1)]
 

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from attncore import theory
-from attncore.gradients import dot_product_samples, jacobian_frobenius, softmax_jacobian, softmax_vjp
+from attncore.dot_products import dot_product_samples
+from attncore.gradients import jacobian_frobenius, softmax_jacobian, softmax_vjp
 from attncore.synthetic import make_generator
 
 

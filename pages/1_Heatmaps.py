@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-import pandas as pd
 import streamlit as st
 
 from attncore.explore import RowStats, SyntheticSpec, float16_overflow, row_stats
@@ -13,10 +11,11 @@ from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import figures, realtext, widgets
+from ui import realtext, widgets
 from ui.cached import heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.views import heatmaps as view
 
 D_K_OPTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 SCORING_LABELS = {"scaled_dot": "scaled dot  q·k/√d", "dot": "dot  q·k (unscaled)",
@@ -44,13 +43,16 @@ P_CMP = Param("cmp", False)
 P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
 P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
 P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
+FULLY_MASKED_NOTE = (
+    "Valid length 0 hides every key: each row is fully masked, so attncore gives it zero weights and a "
+    "zero output (not NaN), as torch's SDPA does on the CPU (math and memory-efficient kernels). Two "
+    "others differ: torch's fused cuDNN kernel on CUDA (float16/bfloat16) returns a non-zero output "
+    "for such a row, and d2l's masked_softmax, which masks with −1e6 instead of −∞, spreads the row "
+    "uniformly (1/S on every key).")
+P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
+RT = realtext.model_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_WIN,
-          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM,
-          *realtext.HEATMAP_PARAMS)
-
-STAGE_SIDE = 128  # cells per side for the four stage maps
-MAIN_SIDE = 512  # cells per side for the selected head
-THUMB_SIDE = 64  # cells per side for head thumbnails
+          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM, P_SOURCE, *RT.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -106,28 +108,6 @@ def explain() -> None:
              r"+M\right)V,\qquad \operatorname{Var}(q\cdot k)=d_k\,\sigma^4")
 
 
-def stage_row(stages, head: int) -> None:
-    """Raw, scaled, masked scores and weights of one head, side by side in one figure."""
-    raw = stages.raw[head].cpu().numpy()
-    scaled = stages.scaled[head].cpu().numpy()
-    masked = stages.masked[head].cpu().numpy()
-    weights = stages.weights[head].cpu().numpy()
-    finite = np.abs(scaled[np.isfinite(scaled)])
-    lim = float(finite.max()) if finite.size else 1.0
-    raw_lim = float(np.abs(raw[np.isfinite(raw)]).max()) if np.isfinite(raw).any() else 1.0
-    # Red = positive, blue = negative, white = 0; each score map's range is in its title, and
-    # only the weights carry a colour bar (every bar costs the browser a redraw).
-    fig = figures.heatmap_row(
-        [raw, scaled, masked, weights],
-        [f"1 · raw scores a(q, k) · ±{raw_lim:.3g}", f"2 · scaled ×{stages.scale:.3g}/τ · ±{lim:.3g}",
-         f"3 · masked (blank = −∞) · ±{lim:.3g}", "4 · weights"],
-        diverging=[True, True, True, False], limits=[raw_lim or 1.0, lim or 1.0, lim or 1.0, None],
-        value_names=["score", "score", "score", "weight"], max_side=STAGE_SIDE,
-        colorbars=[False, False, False, True])
-    fig.update_layout(meta={"view": "stages"})
-    st.plotly_chart(fig, key="chart_stages")
-
-
 def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
     scaled = stages.scaled[head]
     measured = float(scaled.std()) if scaled.numel() > 1 else 0.0
@@ -150,40 +130,23 @@ def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
 
 
 def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
-    w = stages.weights[head]
-    vis = rs.visible.cpu().numpy().astype(np.float64)
-    fig = figures.weights_with_row_stats(
-        w.cpu().numpy(), rs.entropy.cpu().numpy(), rs.max_weight.cpu().numpy(),
-        max_entropy=np.log(np.maximum(vis, 1)), max_side=MAIN_SIDE,
-        title=f"Head {head} (key/value head {head // (spec.heads // spec.kv_heads)})",
-    )
-    fig.update_layout(meta={"view": "weights"})
-    st.plotly_chart(fig, key="chart_weights")
-    if max(spec.L, spec.S) > MAIN_SIDE:
-        st.caption(f"Shown at ≤{MAIN_SIDE}×{MAIN_SIDE} cells: each cell averages a block of weights; "
-                   "the CSV has every value.")
-    widgets.csv_download(lambda: weights_frame(w.cpu().numpy()), f"attention_weights_head{head}.csv",
+    st.plotly_chart(view.head_figure(stages, spec, head, rs), key="chart_weights")
+    if max(spec.L, spec.S) > view.MAIN_SIDE:
+        side = view.MAIN_SIDE
+        st.caption(f"Shown at ≤{side}×{side} cells: each cell averages a block of weights; the CSV has every "
+                   "value.")
+    w = stages.weights[head].cpu().numpy()
+    widgets.csv_download(lambda: view.weights_frame(w), f"attention_weights_head{head}.csv",
                          label="Download weights (CSV)", key="dl_weights")
-
-
-def weights_frame(w: np.ndarray) -> pd.DataFrame:
-    """Weights (L, S) as a wide table: one row per query, one column per key."""
-    df = pd.DataFrame(w.astype(np.float64), columns=[f"key_{j}" for j in range(w.shape[1])])
-    df.insert(0, "query", np.arange(w.shape[0]))
-    return df
 
 
 def heads_grid(stages, spec: SyntheticSpec) -> None:
     if spec.heads == 1:
         return
-    group = spec.heads // spec.kv_heads
-    maps = [stages.weights[h].cpu().numpy() for h in range(spec.heads)]
-    titles = [f"head {h} · kv {h // group}" for h in range(spec.heads)]
-    fig = figures.heatmap_grid(maps, titles, cols=min(8, spec.heads), max_side=THUMB_SIDE, zmin=0.0)
-    fig.update_layout(meta={"view": "heads"})
     st.markdown("##### All heads")
-    st.plotly_chart(fig, key="chart_heads")
+    st.plotly_chart(view.heads_figure(stages, spec), key="chart_heads")
     if spec.kv_heads < spec.heads:
+        group = spec.heads // spec.kv_heads
         st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by "
                    f"{group} query heads. Heads in a group see the same keys but differ in their queries.")
 
@@ -203,16 +166,61 @@ def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
         w = res.value.weights[head]
         rs = row_stats(w, None if res.value.allowed is None else res.value.allowed[head])
         title = f"{name}: {SCORING_LABELS[s.scoring].split('  ')[0]}, τ={s.temperature:g}, {s.normalizer}"
-        fig = figures.heatmap(w.cpu().numpy(), title=title, max_side=256, zmin=0.0, height=380)
-        fig.update_layout(meta={"view": f"compare-{name}"})
-        col.plotly_chart(fig, key=f"chart_compare{name}")
+        col.plotly_chart(view.compare_figure(w.cpu().numpy(), name, title), key=f"chart_compare{name}")
         col.caption(f"mean entropy {float(rs.entropy.mean()):.3f} nats · mean max weight "
                     f"{float(rs.max_weight.mean()):.3f} · computed in {res.seconds * 1e3:.0f} ms")
 
 
+def source(ctx: PageContext) -> str:
+    """The source switch: synthetic Q, K, V or real text through a transformer."""
+    return widgets.radio(P_SOURCE, "Source", where=ctx.controls,
+                         labels={"synthetic": "synthetic Q, K, V", "real": "real text (transformer)"},
+                         help="Synthetic: seeded Gaussian inputs you can shape. Real text: the attention "
+                              "maps of a real transformer on the text you type.")
+
+
+def real_text(ctx: PageContext) -> None:
+    """The \"real text\" source: a transformer's attention on the text the user types."""
+    st.markdown(
+        "Each head of a trained transformer turns its queries and keys into one map per layer: row "
+        "*i* says how token *i* spreads its attention over the text. The dashed line beside the map is "
+        "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees; trained heads sit "
+        "well below it, many of them because they park their weight on `[CLS]` (see the Attention sinks "
+        "page)."
+    )
+    st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
+             r"{\sqrt{d_h}}\right),"
+             r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
+    chosen = realtext.choose(RT, ctx)
+    if chosen is None:
+        return
+    lm, res, layer, head = chosen
+    att = res.value
+    w = att.attentions[layer, head]
+    rs = row_stats(w, att.allowed)
+    L = len(att.tokens)
+    c = st.columns(4)
+    c[0].metric("Tokens", f"{L}", help="Including the special tokens the tokenizer adds.")
+    c[1].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
+                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off",
+                delta_arrow="off")
+    c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
+                delta_color="off", delta_arrow="off")
+    c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
+                help="Mean weight the queries of this head put on the first token.")
+    realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights")
+    widgets.caption_compute(ctx.device_label, res.seconds,
+                            f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
+                            f"over {L} tokens.")
+    maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
+    st.markdown(f"##### Every head of layer {layer}")
+    st.plotly_chart(view.layer_heads_figure(maps), key="chart_rt_heads")
+
+
 def body(ctx: PageContext) -> None:
     st.title("Heatmaps")
-    if realtext.heatmaps_source(ctx):  # the "real text" source renders its own view
+    if source(ctx) == "real":
+        real_text(ctx)
         return
     explain()
     spec = replace(controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
@@ -231,8 +239,7 @@ def body(ctx: PageContext) -> None:
                        "stored in float16. attncore scores half inputs in float32 (as fused kernels "
                        "accumulate), so the weights below stay finite.")
     if spec.mask == "padding" and spec.valid_len == 0:
-        st.info("Valid length 0 hides every key: each row is fully masked, so its weights and "
-                "output are zero (not NaN).")
+        st.info(FULLY_MASKED_NOTE)
     if spec.mask == "window" and spec.window >= spec.L:
         st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
                 "it equals the causal mask.")
@@ -241,7 +248,7 @@ def body(ctx: PageContext) -> None:
     st.markdown("##### Stages of one head")
     st.caption("Scores: red positive, blue negative, white 0, each map scaled to the ± range in its title. "
                "Hover any cell for its query, key and exact value.")
-    stage_row(stages, head)
+    st.plotly_chart(view.stages_figure(stages, head), key="chart_stages")
     main_view(stages, spec, head, rs)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")

@@ -11,8 +11,12 @@ import streamlit as st
 from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
 from ui import state, widgets
-from ui.cached import entropy_theory, peak_weights
-from ui.entropy_view import (
+from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.page import GLOBAL_PARAMS, PageContext, run_page
+from ui.state import Param
+from ui.sweep import run_sweeps
+from ui.views.entropy import (
+    ASYMPTOTE_RTOL,
     Controls,
     Series,
     build_series,
@@ -24,9 +28,6 @@ from ui.entropy_view import (
     theory_lengths,
     validity_frame,
 )
-from ui.page import GLOBAL_PARAMS, PageContext, run_page
-from ui.state import Param
-from ui.sweep import run_sweeps
 
 TAU_OPTIONS = ("0.25", "0.5", "1", "2", "4")
 RULE_LABELS = {"sqrt_d": "1/√d (standard)", "none": "none (raw q·k)", "ssmax": "SSMax: s·log n/√d",
@@ -138,10 +139,16 @@ def explain() -> None:
              r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
     st.markdown(
         "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
-        "The dotted large-n asymptotes hold once n is well past $e^{\\sigma^2}$; below about "
+        "The large-n asymptotes need n well past $e^{\\sigma^2}$, and the dotted lines are drawn only "
+        f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact expectation (from the first n that stays "
+        "so); below about "
         "$e^{\\sigma^2/2}$ the row is *frozen*: a handful of keys carry nearly all the weight. The output of "
         "attention over unit-variance values shrinks like $\\sqrt{e^{\\sigma^2}/n}$ (Graphcore's log-normal "
-        "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1."
+        "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1. "
+        "That fix trained worse, though: in the post that derives it (Graphcore's \"Almost-scaled "
+        "dot-product attention\"), a small character-level language model on Shakespeare reached a final "
+        "training loss of about 1.4 with fully scaled attention against 1.2 with standard attention, so the "
+        "shrinking output seems to help training, for reasons the post calls an open question."
     )
 
 
@@ -170,25 +177,29 @@ def how_it_is_computed() -> None:
                  r"H = \log s_0 - \frac{s_1}{s_0},\quad \max_j p_j = \frac{1}{s_0}")
 
 
-def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame) -> None:
-    """The first curve at its longest n: measured against exact theory."""
+def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame, given: pd.DataFrame) -> None:
+    """The first curve at its longest n: measured, against the exact value and the one given its queries."""
     last = df.iloc[-1]
     n = int(last["n"])
-    t = th.set_index("n").loc[n]
+    t, g = th.set_index("n").loc[n], given.iloc[0]
     cols = st.columns(4)
     quiet = {"delta_color": "off", "delta_arrow": "off"}
     cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
-                   f"exact {t['entropy']:.3f} · log n = {math.log(n):.3f}", **quiet,
-                   help="Nats: measured mean over the query rows ± 2 standard errors; exact expectation "
-                        "by quadrature; log n is the uniform maximum.")
+                   f"exact {t['entropy']:.3f} · given these queries {g['entropy']:.3f} · "
+                   f"log n = {math.log(n):.3f}", **quiet,
+                   help="Nats: measured mean over the query rows ± 2 standard errors. Exact: the expectation "
+                        "by quadrature over random queries and keys. Given these queries: the expectation "
+                        "over the keys only, for the query rows this seed drew (their |q| vary around √d), "
+                        "which is what the measurement estimates. log n is the uniform maximum.")
     cols[1].metric("Max weight", f"{last['max_weight']:.3g}",
-                   f"± {2 * last['max_weight_sem']:.1g} · exact {t['max_weight']:.3g} · 1/n = {1 / n:.2g}",
-                   **quiet)
+                   f"± {2 * last['max_weight_sem']:.1g} · exact {t['max_weight']:.3g} · given these queries "
+                   f"{g['max_weight']:.3g} · 1/n = {1 / n:.2g}", **quiet)
     cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
                    f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)
     full = last["output_std"] * math.sqrt(n / math.e)
     cols[3].metric("Output std", f"{last['output_std']:.3g}",
-                   f"exact {t['output_std']:.3g} · fully scaled {full:.3f}", **quiet)
+                   f"exact {t['output_std']:.3g} · given these queries {g['output_std']:.3g} · fully scaled "
+                   f"{full:.3f}", **quiet)
 
 
 def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
@@ -198,11 +209,14 @@ def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: l
                                 "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
                                 "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
                                 "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
-                                "H with 1/n term": num(format="%.4f")})
+                                "H with 1/n term": num(format="%.4f"),
+                                f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": num(format="%.3g")})
     st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
-               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Unscaled logits at d = 64 have "
-               "σ² = 64: the asymptote would need n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every "
-               "length you can run.")
+               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Both expansions are shown only "
+               f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact value; a blank cell means they "
+               "are further off at this n (outside their range they can even leave [0, log n], where "
+               "every entropy lies). Unscaled logits at d = 64 have σ² = 64: the asymptote would need "
+               "n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every length you can run.")
 
 
 @st.fragment
@@ -261,13 +275,12 @@ def body(ctx: PageContext) -> None:
     st.title("Entropy vs length")
     explain()
     c = controls(ctx.controls)
-    dtype = "float64" if ctx.dtype == "float64" else "float32"
     if ctx.dtype in ("float16", "bfloat16"):
         st.info("Sweeps draw float32 samples and add them up in float64; half precision applies to the "
                 "Heatmaps page only.", icon=":material/info:")
     if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
         st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
-    series = build_series(c, ctx.seed, dtype)
+    series = build_series(c, ctx.seed, ctx.sample_dtype)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
     if result is not None:
@@ -275,7 +288,8 @@ def body(ctx: PageContext) -> None:
             th = [theory_for(s) for s in series]
         theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
-        metrics(series[0], frames[0], theories[0])
+        given = entropy_theory_given_queries(series[0].spec, int(frames[0]["n"].iloc[-1]), ctx.device)
+        metrics(series[0], frames[0], theories[0], given.value)
         st.plotly_chart(main_chart(series, frames, theories, c), key="chart_entropy")
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")

@@ -12,36 +12,32 @@ import pandas as pd
 import streamlit as st
 
 from attncore import theory
+from attncore.dot_products import D_GRID
 from attncore.errors import AttnInputError
 from attncore.gradients import (
-    D_GRID,
-    GRADIENT_QUANTITIES,
     MAX_SCORES,
-    OVERFLOW_DTYPES,
     SETTINGS,
-    DotHistograms,
-    GradientSweep,
-    OverflowSweep,
-    SaturationCurve,
-    ScaleSweep,
-    StdSweep,
     TemperatureRows,
     parse_scores,
     saturation_crossing,
     softmax_jacobian,
 )
-from ui import cached, figures, widgets
-from ui.figures import PALETTE, Band, Curve, Histogram, Marker, Panel
+from attncore.overflow import OVERFLOW_DTYPES
+from ui import cached, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param, value
+from ui.views import saturation as view
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 TABS = ("Why √d", "Saturation", "Gradients")
-SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # source text 001's worked example, the default row
+# The "Why √d Matters" tutorial's worked examples (the source texts' "Scaled Attention" section):
+SOURCE = '"Scaled Attention: Why √d Matters" tutorial'
+SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # its worked example, the default row
 DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)
-SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what source text 001 prints for the scaled row
+SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what it prints for that row divided by √64
+SOURCE_PEAKED = ((8.5, -2.1, 7.9), (0.99, 0.00, 0.01))  # its "extremely peaked" example, first 3 entries
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")  # the rows of attncore.gradients.temperature_rows
 ROW_LABELS = {"unscaled": "unscaled (τ = 1)", "tau0.5": "τ = 0.5·√d", "tau1": "τ = √d", "tau2": "τ = 2·√d"}
 
@@ -74,10 +70,6 @@ P_OX = Param("sat_ox", 100.0, options=(1.0, 5.0, 10.0, 11.0, 12.0, 50.0, 88.0, 8
 PARAMS = (P_TAB, P_D, P_N, P_VQ, P_VK, P_BINS, P_SAMEX, P_NS, P_SN, P_XMAX, P_LEVEL, P_SCORES, P_DEX,
           P_JROW, P_KEYS, P_TRIALS, P_SMAX, P_BATCH, P_DMAX, P_STAT, P_OX)
 
-SCALED_C, UNSCALED_C, THEORY_C, EXACT_C = PALETTE[0], PALETTE[5], PALETTE[1], PALETTE[2]
-DTYPE_C = dict(zip(OVERFLOW_DTYPES, (PALETTE[5], PALETTE[3], PALETTE[0], PALETTE[2]), strict=True))
-LOG_FLOOR = 1e-20  # log-axis floor for values that are exactly 0 (underflow; the CSV keeps the 0)
-
 
 @contextmanager
 def guarded() -> Iterator[None]:
@@ -88,18 +80,14 @@ def guarded() -> Iterator[None]:
         st.error(str(exc), icon=":material/block:")
 
 
-def chart(fig: go.Figure, view: str, where: Any = st) -> None:
-    """Tag the figure for tests (``layout.meta.view``) and draw it under the key ``chart_<view>``."""
-    fig.update_layout(meta={"view": view})
-    where.plotly_chart(fig, key=f"chart_{view}")
+def chart(fig: go.Figure, name: str, where: Any = st) -> None:
+    """Tag the figure for tests (``layout.meta.view = name``) and draw it under the key ``chart_<name>``."""
+    fig.update_layout(meta={"view": name})
+    where.plotly_chart(fig, key=f"chart_{name}")
 
 
 def comma(v: int) -> str:
     return f"{v:,}"
-
-
-def mc_dtype(ctx: PageContext) -> str:
-    return "float64" if ctx.dtype == "float64" else "float32"
 
 
 # --------------------------------------------------------------------------- 1 · Why sqrt(d)
@@ -127,7 +115,7 @@ def why_sqrt_d(ctx: PageContext) -> None:
                             help="Draw the scaled histogram on the unscaled one's axis, to see how much "
                                  "narrower it is.")
     with guarded():
-        res = cached.sat_dot_histograms(d, n, bins, vq, vk, ctx.seed, ctx.device, mc_dtype(ctx))
+        res = cached.sat_dot_histograms(d, n, bins, vq, vk, ctx.seed, ctx.device, ctx.sample_dtype)
         h = res.value
         sd_theory, sd_scaled = theory.dot_product_std(d, vq, vk), math.sqrt(vq * vk)
         st.markdown(
@@ -138,86 +126,22 @@ def why_sqrt_d(ctx: PageContext) -> None:
             f"d = 512, the source text's exercise, **{theory.dot_product_std(512, vq, vk):.1f}** against "
             f"{sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
         )
-        chart(dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
-        widgets.csv_download(lambda: hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
+        chart(view.dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
+        widgets.csv_download(lambda: view.hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
                              label="Download histogram (CSV)", key="dl_sat_hist")
         widgets.caption_compute(ctx.device_label, res.seconds,
-                                f"{n:,} samples of q and k in {mc_dtype(ctx)}; {h.outside:,} fell outside "
+                                f"{n:,} samples of q and k in {ctx.sample_dtype}; {h.outside:,} fell outside "
                                 "±5 theoretical std and are not drawn. Error: ±1 standard error.")
     st.markdown("##### The spread against d")
     ns = widgets.select_slider(P_NS, "Samples per d (sweep)", fmt=comma)
     with guarded():
-        sw = cached.sat_std_sweep(ns, vq, vk, ctx.seed, ctx.device, mc_dtype(ctx))
-        chart(std_sweep_figure(sw.value, vq, vk, d), "sat-std")
-        widgets.csv_download(lambda: std_frame(sw.value, vq, vk), "qk_std_vs_d.csv",
+        sw = cached.sat_std_sweep(ns, vq, vk, ctx.seed, ctx.device, ctx.sample_dtype)
+        chart(view.std_sweep_figure(sw.value, vq, vk, d), "sat-std")
+        widgets.csv_download(lambda: view.std_frame(sw.value, vq, vk), "qk_std_vs_d.csv",
                              label="Download std vs d (CSV)", key="dl_sat_std")
         widgets.caption_compute(ctx.device_label, sw.seconds,
                                 f"{ns:,} fresh samples for each d = 1 … 4096. Error bars: ±2 standard errors "
                                 "from each sample's own fourth moment.")
-
-
-def _densities(h: DotHistograms, vq: float, vk: float) -> dict[str, np.ndarray]:
-    """Theory on a fine grid (no point at 0, where the d = 1 density is infinite)."""
-    xs = np.linspace(h.edges_raw[0], h.edges_raw[-1], 800)
-    root = math.sqrt(h.d)
-    exact = np.asarray(theory.dot_product_density(xs, h.d, vq, vk))
-    return {"x": xs, "normal": np.asarray(theory.normal_density(xs, h.d * vq * vk)), "exact": exact,
-            "x_scaled": xs / root, "normal_scaled": np.asarray(theory.normal_density(xs / root, vq * vk)),
-            "exact_scaled": exact * root}
-
-
-def dot_histogram_figure(h: DotHistograms, vq: float, vk: float, same_x: bool) -> go.Figure:
-    t = _densities(h, vq, vk)
-    exact_line = {"color": EXACT_C, "dash": "dot", "width": 2.5}
-    panels = [
-        Panel(f"q·k, d = {h.d} (unscaled)",
-              hist=Histogram("measured", h.edges_raw, h.density_raw, PALETTE[4]),
-              curves=[Curve("N(0, d·σq²·σk²)", t["x"], t["normal"], theory=True, color=THEORY_C),
-                      Curve("exact (variance-gamma)", t["x"], t["exact"], theory=True, color=EXACT_C,
-                            extra={"line": exact_line})],
-              x_title="q·k", y_title="density"),
-        Panel(f"q·k / √d (scaled by 1/{math.sqrt(h.d):.3g})",
-              hist=Histogram("measured", h.edges_scaled, h.density_scaled, PALETTE[4]),
-              curves=[Curve("N(0, σq²·σk²)", t["x_scaled"], t["normal_scaled"], theory=True, color=THEORY_C),
-                      Curve("exact (variance-gamma)", t["x_scaled"], t["exact_scaled"], theory=True,
-                            color=EXACT_C, extra={"line": exact_line})],
-              x_title="q·k / √d", y_title="density"),
-    ]
-    return figures.panel_grid(panels, cols=2, height=380, shared_x=same_x)
-
-
-def hist_frame(h: DotHistograms, vq: float, vk: float) -> pd.DataFrame:
-    centres = (h.edges_raw[:-1] + h.edges_raw[1:]) / 2
-    root = math.sqrt(h.d)
-    return pd.DataFrame({
-        "bin_left": h.edges_raw[:-1], "bin_right": h.edges_raw[1:], "density_measured": h.density_raw,
-        "density_normal": theory.normal_density(centres, h.d * vq * vk),
-        "density_exact": theory.dot_product_density(centres, h.d, vq, vk),
-        "scaled_bin_left": h.edges_scaled[:-1], "scaled_bin_right": h.edges_scaled[1:],
-        "scaled_density_measured": h.density_scaled,
-        "scaled_density_normal": theory.normal_density(centres / root, vq * vk),
-    })
-
-
-def std_sweep_figure(sw: StdSweep, vq: float, vk: float, d: int) -> go.Figure:
-    grid = np.geomspace(1, D_GRID[-1], 120)
-    s = math.sqrt(vq * vk)
-    panel = Panel(
-        "std of the scores against d",
-        curves=[Curve("measured std(q·k)", sw.d, sw.std_raw, err=2 * sw.se_raw, color=UNSCALED_C),
-                Curve("√(d·σq²·σk²)", grid, theory.dot_product_std(grid, vq, vk), theory=True,
-                      color=UNSCALED_C),
-                Curve("measured std(q·k/√d)", sw.d, sw.std_scaled, err=2 * sw.se_scaled, color=SCALED_C),
-                Curve("σq·σk", grid, np.full_like(grid, s), theory=True, color=SCALED_C)],
-        markers=[Marker(d, f" d = {d}")], x_title="head dim d", y_title="std", log_x=True, log_y=True)
-    return figures.panel_grid([panel], cols=1, height=380).update_yaxes(dtick=1)  # label decades only
-
-
-def std_frame(sw: StdSweep, vq: float, vk: float) -> pd.DataFrame:
-    return pd.DataFrame({"d": sw.d, "std_raw": sw.std_raw, "se_raw": sw.se_raw,
-                         "std_raw_theory": theory.dot_product_std(sw.d, vq, vk), "std_scaled": sw.std_scaled,
-                         "se_scaled": sw.se_scaled, "std_scaled_theory": math.sqrt(vq * vk),
-                         "samples": sw.samples})
 
 
 # --------------------------------------------------------------------------- 2 · Saturation
@@ -250,14 +174,14 @@ def saturation(ctx: PageContext) -> None:
         m[1].metric(f"top weight at x = {x_max:g}", f"{float(sc.top[-1]):.6f}")
         m[2].metric("‖J‖_F at x = 0 (uniform row)", f"{float(sc.jac_norm[0]):.4f}",
                     f"theory √(n−1)/n = {theory.uniform_row_jacobian_norm(n):.4f}", delta_color="off")
-        chart(saturation_figure(sc, n, level, x_star, x_max), "sat-curve")
-        widgets.csv_download(lambda: saturation_frame(sc), f"saturation_n{n}.csv",
+        chart(view.saturation_figure(sc, n, level, x_star, x_max), "sat-curve")
+        widgets.csv_download(lambda: view.saturation_frame(sc), f"saturation_n{n}.csv",
                              label="Download curve (CSV)", key="dl_sat_curve")
         widgets.caption_compute(ctx.device_label, res.seconds,
                                 f"{sc.x.numel()} rows of {n} entries in float64 through attncore's softmax.")
     st.markdown("##### A worked example, and what temperature does")
     st.markdown(
-        "Source text 001 scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
+        f"The {SOURCE} scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
         "unscaled d = 64 dot product. Edit them; each row below is softmax(scores / τ): unscaled, then "
         "τ = 0.5√d, √d and 2√d. A smaller τ sharpens the row, a larger one flattens it."
     )
@@ -271,11 +195,8 @@ def saturation(ctx: PageContext) -> None:
         rows = res.value
         if tuple(scores) == SOURCE_SCORES and d_ex == 64:
             source_check(rows)
-        positions = [f"{i}: {s:g}" for i, s in enumerate(scores)]
-        fig = figures.grouped_bars(positions, list(zip(rows.labels, rows.weights.numpy(), strict=True)),
-                                   x_title="position: score", y_title="weight", height=340)
-        chart(fig, "sat-rows")
-        frame = rows_frame(rows, scores)
+        chart(view.rows_figure(rows, scores), "sat-rows")
+        frame = view.rows_frame(rows, scores)
         st.dataframe(frame, hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(format="%.4f")
                                     for c in frame.columns[2:]})
@@ -287,52 +208,19 @@ def saturation(ctx: PageContext) -> None:
 
 
 def source_check(rows: TemperatureRows) -> None:
-    """Compare the live numbers with what source text 001 prints, and say where it is wrong."""
+    """Compare the live numbers with what the source prints, and say where it is wrong (twice)."""
     unscaled, scaled = rows.weights[0].tolist(), rows.weights[2].tolist()
     fmt = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
+    (x1, _, x3), (p1, _, p3) = SOURCE_PEAKED
+    ratio = math.exp(x1 - x3)
     st.info(
-        f"**Checked against the source.** Unscaled, attncore gives {fmt(unscaled)}, as source text 001 "
+        f"**Checked against the source.** Unscaled, attncore gives {fmt(unscaled)}, as the {SOURCE} "
         f"prints. Divided by √64 = 8 it gives **{fmt(scaled)}** (sum {sum(scaled):.3f}); the source prints "
-        f"{fmt(SOURCE_SCALED)}, which sums to {sum(SOURCE_SCALED):.2f} and so cannot be a softmax row.",
+        f"{fmt(SOURCE_SCALED)}, which sums to {sum(SOURCE_SCALED):.2f} and so cannot be a softmax row. "
+        f"Its other example is impossible too: scores [{x1:g}, −2.1, {x3:g}, …] cannot give weights "
+        f"[{p1:.2f}, 0.00, {p3:.2f}, …], because softmax fixes the ratio of two weights whatever the rest "
+        f"of the row holds: p₁/p₃ = e^({x1:g} − {x3:g}) = **{ratio:.2f}**, not {p1 / p3:.0f}.",
         icon=":material/fact_check:")
-
-
-def rows_frame(rows: TemperatureRows, scores: list[float]) -> pd.DataFrame:
-    df = pd.DataFrame(rows.weights.numpy(), columns=[f"p{i}" for i in range(len(scores))])
-    df.insert(0, "divisor τ", rows.divisors)
-    df.insert(0, "row", rows.labels)
-    df["entropy (nats)"] = rows.entropy.numpy()
-    df["max weight"] = rows.max_weight.numpy()
-    df["‖J‖_F"] = rows.jac_norm.numpy()
-    return df
-
-
-def saturation_figure(sc: SaturationCurve, n: int, level: float, x_star: float,
-                      x_max: float) -> go.Figure:
-    xs = np.linspace(0.0, x_max, 400)
-    top, other = theory.saturation_top_weight(xs, n), theory.saturation_other_weight(xs, n)
-    jac = theory.saturation_jacobian_norm(xs, n)
-    x = sc.x.numpy()
-    panel = Panel(
-        f"softmax([x, 0, …, 0]) with n = {n}",
-        curves=[Curve("top weight (measured)", x, sc.top.numpy(), color=SCALED_C),
-                Curve("top weight: 1/(1+(n−1)e^(−x))", xs, top, theory=True, color=SCALED_C),
-                Curve("each other weight (measured)", x, sc.other.numpy(), color=UNSCALED_C),
-                Curve("each other weight: 1/(eˣ+n−1)", xs, other, theory=True, color=UNSCALED_C),
-                Curve("‖J‖_F (measured)", x, sc.jac_norm.numpy(), color=EXACT_C),
-                Curve("‖J‖_F closed form", xs, jac, theory=True, color=EXACT_C),
-                Curve(f"level {level:g}", [0.0, x_max], [level, level], theory=True, color=PALETTE[7])],
-        markers=[Marker(x_star, f" x* = {x_star:.2f}", y=0.55)] if x_star <= x_max else [],
-        x_title="x (the one large score)", y_title="weight / norm", y_range=(0.0, 1.02))
-    return figures.panel_grid([panel], cols=1, height=400)
-
-
-def saturation_frame(sc: SaturationCurve) -> pd.DataFrame:
-    x = sc.x.numpy()
-    return pd.DataFrame({"x": x, "top_weight": sc.top.numpy(),
-                         "top_weight_theory": theory.saturation_top_weight(x, sc.n),
-                         "other_weight": sc.other.numpy(), "jacobian_frobenius": sc.jac_norm.numpy(),
-                         "jacobian_frobenius_theory": theory.saturation_jacobian_norm(x, sc.n)})
 
 
 # --------------------------------------------------------------------------- 3 · Gradients
@@ -382,22 +270,11 @@ def jacobian_section(ctx: PageContext) -> None:
                      + (" …" if len(scores) > 12 else "")
                      + f". Row: {res.value.labels[i]}, scores {', '.join(f'{s:g}' for s in scores[:8])}"
                      + (" …" if len(scores) > 8 else "") + f", d = {d_ex}.")
-        labels = [f"{s:g}" for s in scores]
-        lim = max(float(np.abs(jac).max()), 1e-12)
-        fig = figures.heatmap(jac, diverging=True, value_name="∂p_i/∂s_j", x_labels=labels, y_labels=labels,
-                              zmin=-lim, zmax=lim, height=360, x_title="score s_j", y_title="weight p_i")
-        fig.update_traces(hovertemplate="weight %{y}<br>score %{x}<br>∂p_i/∂s_j %{z:.4g}<extra></extra>")
-        chart(fig, "sat-jacobian", where=c[1])
+        chart(view.jacobian_figure(jac, scores), "sat-jacobian", where=c[1])
         with c[1]:
-            widgets.csv_download(lambda: jacobian_frame(jac), "softmax_jacobian.csv",
+            widgets.csv_download(lambda: view.jacobian_frame(jac), "softmax_jacobian.csv",
                                  label="Download Jacobian (CSV)", key="dl_sat_jac")
             widgets.caption_compute(ctx.device_label, res.seconds, "float64, CPU.")
-
-
-def jacobian_frame(jac: np.ndarray) -> pd.DataFrame:
-    df = pd.DataFrame(jac, columns=[f"d_by_s{j}" for j in range(jac.shape[1])])
-    df.insert(0, "weight", [f"p{i}" for i in range(jac.shape[0])])
-    return df
 
 
 def scale_section(ctx: PageContext) -> None:
@@ -415,50 +292,13 @@ def scale_section(ctx: PageContext) -> None:
     trials = widgets.select_slider(P_TRIALS, "Rows (Monte Carlo)", fmt=comma, where=c[1])
     s_max = widgets.select_slider(P_SMAX, "Largest σ", fmt=lambda v: f"{v:g}", where=c[2])
     with guarded():
-        res = cached.sat_scale_sweep(keys, trials, s_max, ctx.seed, ctx.device, mc_dtype(ctx))
-        chart(scale_figure(res.value), "sat-jscale")
-        widgets.csv_download(lambda: scale_frame(res.value), f"jacobian_vs_scale_n{keys}.csv",
+        res = cached.sat_scale_sweep(keys, trials, s_max, ctx.seed, ctx.device, ctx.sample_dtype)
+        chart(view.scale_figure(res.value), "sat-jscale")
+        widgets.csv_download(lambda: view.scale_frame(res.value), f"jacobian_vs_scale_n{keys}.csv",
                              label="Download (CSV)", key="dl_sat_jscale")
         widgets.caption_compute(ctx.device_label, res.seconds,
                                 f"{trials:,} rows of {keys} standard-normal logits, reused for every σ; "
-                                f"{mc_dtype(ctx)}. Error bars: ±2 standard errors.")
-
-
-def scale_figure(sw: ScaleSweep) -> go.Figure:
-    n, sig = sw.n, sw.sigma
-    small = np.geomspace(sig[0], min(0.6, sig[-1]), 40)
-    large = np.geomspace(min(2 * math.sqrt(2 * math.log(n)) + 1.0, sig[-1]), sig[-1], 40)
-    refs = [Marker(1.0, " σ = 1: scaled"), Marker(8.0, " √64"), Marker(math.sqrt(512), " √512")]
-    refs = [m for m in refs if m.x <= sig[-1]]
-    panels = [
-        Panel("E‖J‖_F", curves=[
-            Curve("measured", sig, sw.jac_mean, err=2 * sw.jac_se, color=SCALED_C),
-            Curve("small σ: √((n−1)/n²·(1+σ²(n−4)/n))", small, theory.jacobian_norm_small_scale(small, n),
-                  theory=True, color=THEORY_C),
-            Curve("large σ: f_G(0)/σ", large, theory.jacobian_norm_large_scale(large, n), theory=True,
-                  color=EXACT_C),
-            Curve("flat row √(n−1)/n", [sig[0], sig[-1]], [theory.uniform_row_jacobian_norm(n)] * 2,
-                  theory=True, color=PALETTE[7])],
-            markers=refs, x_title="logit scale σ", y_title="‖J‖_F", log_x=True),
-        Panel("E[max weight]", curves=[
-            Curve("measured", sig, sw.max_mean, err=2 * sw.max_se, color=SCALED_C),
-            Curve("small σ: (1 + σ·E[max z])/n", small, theory.max_weight_small_scale(small, n), theory=True,
-                  color=THEORY_C),
-            Curve("large σ: 1 − ln2·f_G(0)/σ", large, theory.max_weight_large_scale(large, n), theory=True,
-                  color=EXACT_C)],
-            markers=refs, x_title="logit scale σ", y_title="max weight", log_x=True, y_range=(0.0, 1.02)),
-    ]
-    return figures.panel_grid(panels, cols=2, height=400)
-
-
-def scale_frame(sw: ScaleSweep) -> pd.DataFrame:
-    return pd.DataFrame({"sigma": sw.sigma, "jacobian_mean": sw.jac_mean, "jacobian_se": sw.jac_se,
-                         "max_weight_mean": sw.max_mean, "max_weight_se": sw.max_se, "keys": sw.n,
-                         "rows": sw.trials})
-
-
-PANEL_ORDER = ("jac", "max", "saturated", "grad_scores", "grad_q", "grad_k")
-LOG_PANELS = {"jac", "grad_scores", "grad_q", "grad_k"}
+                                f"{ctx.sample_dtype}. Error bars: ±2 standard errors.")
 
 
 def depth_section(ctx: PageContext) -> None:
@@ -467,9 +307,9 @@ def depth_section(ctx: PageContext) -> None:
         "Q, K, V ~ N(0, 1) with L = S = n and head dim d, pushed through `attncore.attention` twice: with "
         "scale 1/√d and with scale 1; the loss is a fixed random projection of the output and autograd "
         "gives ∂loss/∂Q and ∂loss/∂K. Scaled, every curve is flat in d. Unscaled, the **typical** row "
-        "(median) loses its gradient geometrically, but the **mean** does not fall: a few rows with "
-        "near-tied top scores still get large gradients. Training then learns from a handful of rows, "
-        "which is noisy and unstable. Switch the statistic to see both."
+        "(median) loses its gradient fast while the **means** hold on: a few rows with near-tied top "
+        "scores still get large gradients, so training learns from a handful of rows, which is noisy "
+        "and unstable. Switch the statistic to see both; the numbers below the chart say how fast."
     )
     c = st.columns(3)
     batch = widgets.select_slider(P_BATCH, "Batch (independent draws)", where=c[0])
@@ -490,49 +330,44 @@ def depth_section(ctx: PageContext) -> None:
         med = {s: gs.stats[(s, "grad_q")].median[last] for s in SETTINGS}
         m[2].metric(f"median ‖∂loss/∂q‖ at d = {gs.d[last]}, unscaled ÷ scaled",
                     f"{med['unscaled'] / med['scaled']:.2g}" if med["scaled"] > 0 else "n/a")
-        chart(depth_figure(gs, stat), "sat-grad")
-        widgets.csv_download(lambda: depth_frame(gs), "gradients_vs_d.csv", label="Download (CSV)",
+        chart(view.depth_figure(gs, stat), "sat-grad")
+        st.markdown(depth_reading(view.unscaled_decay(gs)))
+        widgets.csv_download(lambda: view.depth_frame(gs), "gradients_vs_d.csv", label="Download (CSV)",
                              key="dl_sat_grad")
         check = (f" Autograd's ∂loss/∂Q and ∂loss/∂K match the chain rule through J = diag(p) − ppᵀ to a "
                  f"relative {gs.chain_rule_error:.1e}." if ctx.dtype in ("float32", "float64") else "")
         widgets.caption_compute(ctx.device_label, res.seconds,
                                 f"{batch} × {keys} query rows per d, n = {keys} keys (set above), inputs in "
-                                f"{ctx.dtype}; values at exactly 0 are drawn at {LOG_FLOOR:g} on log axes."
+                                f"{ctx.dtype}; values at exactly 0 are drawn at {view.LOG_FLOOR:g} on log "
+                                "axes."
                                 + check)
 
 
-def depth_figure(gs: GradientSweep, stat: str) -> go.Figure:
-    panels = []
-    asym = np.geomspace(64, gs.d[-1], 30) if gs.d[-1] >= 64 else None
-    for q in PANEL_ORDER:
-        curves, bands = [], []
-        for setting, color in zip(SETTINGS, (SCALED_C, UNSCALED_C), strict=True):
-            s = gs.stats[(setting, q)]
-            if stat == "median" and q != "saturated":
-                y, lo, hi = s.median, s.q25, s.q75
-            else:
-                y, lo, hi = s.mean, s.mean - 2 * s.se, s.mean + 2 * s.se
-            if q in LOG_PANELS:
-                y, lo, hi = (np.maximum(a, LOG_FLOOR) for a in (y, lo, hi))
-            curves.append(Curve(setting, gs.d, y, color=color))
-            bands.append(Band(f"{setting} band", gs.d, lo, hi, color))
-        if stat == "mean" and asym is not None and q in ("jac", "max"):
-            f = theory.unscaled_jacobian_norm_large_d if q == "jac" else theory.unscaled_max_weight_large_d
-            curves.append(Curve("unscaled, large d: f_G(0)·E[1/|q|]", asym, f(asym, gs.keys), theory=True,
-                                color=EXACT_C))
-        title = GRADIENT_QUANTITIES[q].replace("level", f"{gs.level:g}")
-        panels.append(Panel(title, curves=curves, bands=bands, x_title="head dim d", log_x=True,
-                            log_y=q in LOG_PANELS,
-                            y_range=(0.0, 1.02) if q in ("max", "saturated") else None))
-    return figures.panel_grid(panels, cols=3, height=640)
-
-
-def depth_frame(gs: GradientSweep) -> pd.DataFrame:
-    cols: dict[str, np.ndarray] = {"d": gs.d}
-    for (setting, q), s in gs.stats.items():
-        for stat in ("mean", "se", "median", "q25", "q75"):
-            cols[f"{setting}_{q}_{stat}"] = getattr(s, stat)
-    return pd.DataFrame(cols)
+def depth_reading(dec: pd.DataFrame) -> str:
+    """What the unscaled curves do as d grows fourfold, in numbers from this sweep."""
+    dec = dec[dec["d"] >= 16]  # below 16 the rows are not yet saturated
+    if len(dec) < 2:
+        return "Raise the largest d to 64 or more to see how fast the unscaled gradients fall."
+    d = dec["d"].to_numpy()
+    nl = dec["neg_log_median_jac"].to_numpy()
+    ok = np.isfinite(nl)
+    steps = nl[1:][ok[1:] & ok[:-1]] / nl[:-1][ok[1:] & ok[:-1]]
+    ladder = ", ".join(f"{v:.2f}" for v in nl[ok]) + " at d = " + ", ".join(str(int(v)) for v in d[ok])
+    text = (f"**Unscaled, in numbers.** −ln(median ‖J‖) is {ladder}: it grows about ×{steps.mean():.1f} "
+            "each time d grows fourfold")
+    if 1.5 <= steps.mean() <= 2.7:
+        c = nl[ok][-1] / math.sqrt(d[ok][-1])
+        text += (f", close to ×√4 = 2, so it grows like √d and the typical ‖J‖ decays like "
+                 f"e^(−{c:.2f}·√d): faster than any power of d, but not geometrically in d (that would "
+                 "be ×4 per step)")
+    a, b = dec.iloc[-2], dec.iloc[-1]
+    return text + (
+        f". The means fall far more slowly: from d = {int(a['d'])} to {int(b['d'])} the mean ‖J‖ goes "
+        f"×{b['mean_jac'] / a['mean_jac']:.2f} and the mean ‖∂loss/∂logits‖ ×"
+        f"{b['mean_grad_scores'] / a['mean_grad_scores']:.2f}, where d^(−1/2) gives ×0.5 (the dashed "
+        "large-d theory in the ‖J‖ panel when the statistic is the mean), and the mean ‖∂loss/∂q‖ and "
+        "‖∂loss/∂k‖ stay of order one "
+        f"({b['mean_grad_q']:.2f} and {b['mean_grad_k']:.2f} at d = {int(b['d'])}).")
 
 
 def overflow_section(ctx: PageContext) -> None:
@@ -548,53 +383,15 @@ def overflow_section(ctx: PageContext) -> None:
     x = widgets.select_slider(P_OX, "x for the table", fmt=lambda v: f"{v:g}")
     with guarded():
         res = cached.sat_overflow_sweep(4, ctx.device)
-        chart(overflow_figure(res.value), "sat-overflow")
-        widgets.csv_download(lambda: overflow_frame(res.value), "softmax_overflow.csv",
+        chart(view.overflow_figure(res.value), "sat-overflow")
+        widgets.csv_download(lambda: view.overflow_frame(res.value), "softmax_overflow.csv",
                              label="Download sweep (CSV)", key="dl_sat_overflow")
         widgets.caption_compute(ctx.device_label, res.seconds,
                                 f"{len(res.value.x)} values of x from 1 to 10,000 in four dtypes. Error is "
                                 "the largest |difference| from float64 stable softmax of the same rounded "
                                 "logits; exact zeros are drawn at 1e-20.")
         rows = cached.sat_overflow_rows(float(x), 4)
-        st.dataframe(pd.DataFrame([{
-            "dtype": r.dtype, "method": r.method, "eˣ in dtype": r.exp_x,
-            "weights": "[" + ", ".join("nan" if math.isnan(w) else f"{w:.4f}" for w in r.weights) + "]",
-            "row sum": r.row_sum, "max |error|": r.max_error, "finite": "yes" if r.finite else "NO",
-        } for r in rows]), hide_index=True, width="stretch")
-
-
-NAN_ROW = dict(zip(OVERFLOW_DTYPES, (1e2, 1e3, 1e4, 1e5), strict=True))  # where ✕ marks a NaN, per dtype
-
-
-def overflow_figure(ov: OverflowSweep) -> go.Figure:
-    """Error against x per dtype; a NaN output is an ✕ in its dtype's row above the impossible error 1."""
-    panels = []
-    for method, errs in (("naive eˣ/Σeˣ", ov.naive_error), ("stable, max subtracted", ov.stable_error)):
-        curves = []
-        for name, e in zip(ov.dtypes, errs, strict=True):
-            curves.append(Curve(name, ov.x, np.maximum(e, 1e-20), color=DTYPE_C[name],
-                                extra={"mode": "lines"}))
-            bad = np.isnan(e)
-            if bad.any():
-                curves.append(Curve(f"{name}: NaN output", ov.x[bad], np.full(int(bad.sum()), NAN_ROW[name]),
-                                    color=DTYPE_C[name],
-                                    extra={"mode": "markers", "marker": {"symbol": "x", "size": 6}}))
-        marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t], y=0.45)
-                 for t, lab in (("float16", "f16"), ("float32", "bf16/f32"), ("float64", "f64"))]
-        panels.append(Panel(method, curves=curves, markers=marks, x_title="largest logit x",
-                            y_title="max |error|  (✕ above 1: NaN)", log_x=True, log_y=True,
-                            y_range=(1e-21, 1e6)))
-    fig = figures.panel_grid(panels, cols=2, height=420)
-    return fig.update_yaxes(tickvals=[1e-20, 1e-15, 1e-10, 1e-5, 1.0])  # no ticks in the NaN rows
-
-
-def overflow_frame(ov: OverflowSweep) -> pd.DataFrame:
-    cols: dict[str, np.ndarray] = {"x": ov.x}
-    for i, name in enumerate(ov.dtypes):
-        cols[f"naive_{name}_error"] = ov.naive_error[i]
-        cols[f"stable_{name}_error"] = ov.stable_error[i]
-        cols[f"naive_{name}_nonfinite"] = ov.naive_nonfinite[i]
-    return pd.DataFrame(cols)
+        st.dataframe(view.overflow_table(rows), hide_index=True, width="stretch")
 
 
 # --------------------------------------------------------------------------- page

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from attncore.sinks import (
@@ -14,23 +13,15 @@ from attncore.sinks import (
     MAX_TOKENS,
     STRENGTH_RANGE,
     SWEEP_QUERIES,
-    ZOO,
     SinkSpec,
     sink_report,
     zoo_theory,
 )
-from attncore.theory import (
-    gate_rms_theory,
-    real_mass_theory,
-    sigmoid_mass_theory,
-    sigmoid_output_rms_theory,
-    sink_weight_theory,
-    softmax_output_rms_theory,
-)
-from ui import cached, figures, realtext, widgets
-from ui.figures import PALETTE, Curve
+from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
+from ui import cached, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.views import sinks as view
 
 P_VIEW = Param("snk_view", "lab", options=("lab", "model"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
@@ -44,12 +35,12 @@ P_GB = Param("snk_gb", -2.0, lo=-6.0, hi=6.0)
 P_GATE = Param("snk_gate", "elementwise", options=GATE_KINDS)
 MP = realtext.model_params("snk_", layer=2)
 P_EPS = Param("snk_eps", 0.3, lo=0.05, hi=0.95)
+GATE_HELP = (
+    "Output gate σ(x W_g + b_g) with unit-Gaussian pre-activations x W_g, so its mean is E σ(b_g + Z). "
+    f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
+    f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS)
 
-ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
-ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
-MAP_SIDE = 256  # cells per side of the synthetic weight maps
 
 
 # ---------------------------------------------------------------------------- explanation
@@ -107,8 +98,7 @@ def lab_controls(where) -> SinkSpec:
     b = widgets.slider(P_B, "Sink logit b (learned, per head)", step=0.25, where=where,
                        help="The extra denominator logit of the gpt-oss form; b = 0 is softmax1.")
     gb = widgets.slider(P_GB, "Gate bias b_g", step=0.25, where=where,
-                        help="Output gate σ(x W_g + b_g). Trained gates are mostly nearly closed "
-                             "(mean ≈ 0.1, i.e. b_g ≈ −2).")
+                        help=GATE_HELP)
     gate = widgets.radio(P_GATE, "Gate shape", where=where,
                          labels={"elementwise": "elementwise", "headwise": "headwise"},
                          help="Elementwise: one gate per output dimension; headwise: one per query.")
@@ -134,10 +124,6 @@ def lab(ctx: PageContext) -> None:
                             f"sweeps of 41 points over the first {min(spec.n, SWEEP_QUERIES)} queries.")
 
 
-def keys_labels(spec: SinkSpec) -> list[str]:
-    return (["sink"] if spec.sink else []) + [f"t{j}" for j in range(1, spec.n + 1)]
-
-
 def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     st.markdown("##### 1 · A sink lets a head write almost nothing")
     soft = zoo["softmax"]
@@ -155,64 +141,17 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     c[3].metric("Output RMS without a sink", f"{no_sink:.4f}",
                 help="The same queries over the real tokens only: softmax must mix real values.")
     left, mid, right = st.columns([1.1, 1, 1])
-    w = soft.weights.cpu().numpy()
-    fig = figures.heatmap(w, title="softmax weights" + ("" if spec.sink else " (no sink token)"),
-                          x_labels=keys_labels(spec), y_labels=[f"t{i}" for i in range(1, spec.n + 1)],
-                          max_side=MAP_SIDE, zmin=0.0, zmax=1.0, height=380)
-    fig.update_xaxes(side="bottom")  # keeps the key labels clear of the title
-    fig.update_layout(meta={"view": "snk-map"})
-    left.plotly_chart(fig, key="chart_snk_map")
-    x = sweep.x
-    n, cc, sd, nu = spec.n, spec.content, spec.spread, spec.sink_value
-    fig = figures.line_chart([
-        Curve("measured (mean ± sd over queries)", x, sweep.mean("sink_weight"),
-              err=sweep.std("sink_weight")),
-        Curve("theory", x, np.asarray(sink_weight_theory(x, n, cc, sd)), theory=True),
-    ], title="softmax weight on the sink vs strength s", x_title="sink strength s", y_title="weight on sink",
-        height=380)
-    fig.update_layout(meta={"view": "snk-strength"})
-    figures.legend_below(fig)
-    if spec.sink:
-        figures.mark_x(fig, spec.strength, f"s = {spec.strength:g}")
-    mid.plotly_chart(fig, key="chart_snk_strength")
-    fig = figures.line_chart([
-        Curve("output RMS (measured)", x, sweep.mean("output_rms"), err=sweep.std("output_rms")),
-        Curve("theory", x, np.asarray(softmax_output_rms_theory(n, cc, sd, strength=x, sink_value=nu)),
-              theory=True),
-        Curve("no sink token (measured)", x, np.full_like(x, no_sink), color=PALETTE[7],
-              extra={"mode": "lines", "line": {"dash": "dot", "color": PALETTE[7]}}),
-    ], title="output RMS vs strength s", x_title="sink strength s", y_title="RMS of the output",
-        log_y=True, height=380)
-    fig.update_layout(meta={"view": "snk-rms"})
-    figures.legend_below(fig)
-    figures.log_ticks(fig)
-    if spec.sink:
-        figures.mark_x(fig, spec.strength, f"s = {spec.strength:g}")
-    right.plotly_chart(fig, key="chart_snk_rms")
-    widgets.csv_download(lambda: pd.DataFrame({
-        "strength": x, "sink_weight_mean": sweep.mean("sink_weight"),
-        "sink_weight_sd": sweep.std("sink_weight"),
-        "sink_weight_theory": sink_weight_theory(x, n, cc, sd), "output_rms_mean": sweep.mean("output_rms"),
-        "output_rms_theory": softmax_output_rms_theory(n, cc, sd, strength=x, sink_value=nu)}),
-        "sink_strength_sweep.csv", label="Download the strength sweep (CSV)", key="dl_snk_strength")
+    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec), key="chart_snk_map")
+    mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
+    right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")
+    widgets.csv_download(lambda: view.strength_frame(sweep, spec), "sink_strength_sweep.csv",
+                         label="Download the strength sweep (CSV)", key="dl_snk_strength")
+    cc, n, sd = spec.content, spec.n, spec.spread
     half = cc + np.log(n) + sd**2 / 2
     st.caption(f"The sink takes half the weight at s ≈ c + log n + σ²/2 = {half:.2f}. With ν = 0 every "
                "bit of weight the sink absorbs is weight that mixes nothing, so the output shrinks towards "
                "zero: a head can switch itself off, at the price of a token that exists only to be "
                "stared at.")
-
-
-def content_theory(name: str, spec: SinkSpec, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mass, output RMS) predicted for normaliser ``name`` over content levels ``x`` (no sink)."""
-    n, sd = spec.n, spec.spread
-    if name == "sigmoid":
-        return (np.asarray(sigmoid_mass_theory(n, x, sd)), np.asarray(sigmoid_output_rms_theory(n, x, sd)))
-    extra = {"softmax": None, "gated": None, "softmax1": 0.0, "sink_logit": spec.sink_logit}[name]
-    mass = np.asarray(real_mass_theory(n, x, sd, extra_logit=extra)) * np.ones_like(x)
-    rms = np.asarray(softmax_output_rms_theory(n, x, sd, extra_logit=extra)) * np.ones_like(x)
-    if name == "gated":
-        rms = rms * float(gate_rms_theory(spec.gate_bias))
-    return mass, rms
 
 
 def nothing_section(spec: SinkSpec, sweep) -> None:
@@ -224,90 +163,28 @@ def nothing_section(spec: SinkSpec, sweep) -> None:
         "sigmoid spends $n\\,\\mathbb{E}[\\sigma(x-\\log n)]$, which has no ceiling; the gate leaves the "
         "weights alone and scales the output instead."
     )
-    x = sweep.x
-    mass_curves: list[Curve] = []
-    rms_curves: list[Curve] = []
-    for name in ZOO:
-        color, label = ZOO_COLORS[name], ZOO_LABELS[name]
-        mass_t, rms_t = content_theory(name, spec, x)
-        if name != "gated":
-            mass_curves += [Curve(label, x, sweep.mean(f"mass_{name}"), color=color),
-                            Curve(f"{label} theory", x, mass_t, theory=True, color=color,
-                                  extra={"showlegend": False})]
-        rms_curves += [Curve(label, x, sweep.mean(f"rms_{name}"), color=color),
-                       Curve(f"{label} theory", x, rms_t, theory=True, color=color,
-                             extra={"showlegend": False})]
+    mass_fig, rms_fig = view.nothing_figures(sweep, spec)
     left, right = st.columns(2)
-    fig = figures.line_chart(mass_curves, title="weight spent on the real tokens (mean over queries)",
-                             x_title="content logit c", y_title="row sum", log_y=True, height=400)
-    fig.update_layout(meta={"view": "snk-nothing-mass"})
-    figures.legend_below(fig)
-    figures.log_ticks(fig)
-    figures.mark_x(fig, spec.content, f"c = {spec.content:g}")
-    left.plotly_chart(fig, key="chart_snk_nothing_mass")
-    fig = figures.line_chart(rms_curves, title="output RMS", x_title="content logit c",
-                             y_title="RMS of the output", log_y=True, height=400)
-    fig.update_layout(meta={"view": "snk-nothing-rms"})
-    figures.legend_below(fig)
-    figures.log_ticks(fig)
-    figures.mark_x(fig, spec.content, f"c = {spec.content:g}")
-    right.plotly_chart(fig, key="chart_snk_nothing_rms")
+    left.plotly_chart(mass_fig, key="chart_snk_nothing_mass")
+    right.plotly_chart(rms_fig, key="chart_snk_nothing_rms")
     st.caption("Solid: measured; dashed: mean-field theory. Gated softmax spends exactly 1 (not drawn on "
                "the left); its output is scaled by the gate, whose RMS is "
                f"{float(gate_rms_theory(spec.gate_bias)):.3f} at b_g = {spec.gate_bias:g}.")
-
-    def table() -> pd.DataFrame:
-        cols = {"content": x}
-        for name in ZOO:
-            cols[f"mass_{name}"] = sweep.mean(f"mass_{name}")
-            cols[f"rms_{name}"] = sweep.mean(f"rms_{name}")
-        return pd.DataFrame(cols)
-
-    widgets.csv_download(table, "sink_nothing_relevant.csv", label="Download the content sweep (CSV)",
-                         key="dl_snk_nothing")
+    widgets.csv_download(lambda: view.content_frame(sweep), "sink_nothing_relevant.csv",
+                         label="Download the content sweep (CSV)", key="dl_snk_nothing")
 
 
 def zoo_section(spec: SinkSpec, zoo, theory) -> None:
     st.markdown("##### 3 · The same logits, five normalisers")
-    maps = [zoo[name].weights.cpu().numpy() for name in ZOO]
-    titles = [ZOO_LABELS[name] + (" (weights; gate on output)" if name == "gated" else "") for name in ZOO]
-    zmax = float(max(m.max() for m in maps)) or 1.0
-    fig = figures.heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
-    fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 34})
-    st.plotly_chart(fig, key="chart_snk_zoo")
-    names = [ZOO_LABELS[n] for n in ZOO]
-    cols = st.columns(3)
-    specs = [("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
-             ("output_rms", "output RMS", True)]
-    for col, (field, label, log_y) in zip(cols, specs, strict=True):
-        vals = [float(getattr(zoo[n], field).mean()) for n in ZOO]
-        errs = [float(getattr(zoo[n], field).std(unbiased=False)) for n in ZOO]
-        th = [getattr(theory[n], field) for n in ZOO]
-        fig = figures.bars_with_theory(names, vals, errors=errs, theory=th, title=label, log_y=log_y,
-                                       height=330)
-        fig.update_layout(meta={"view": f"snk-zoo-{field}"})
-        col.plotly_chart(fig, key=f"chart_snk_zoo_{field}")
+    st.plotly_chart(view.zoo_maps_figure(zoo), key="chart_snk_zoo")
+    for col, (field, label, log_y) in zip(st.columns(3), view.ZOO_FIELDS, strict=True):
+        col.plotly_chart(view.zoo_bars_figure(zoo, theory, field, label, log_y), key=f"chart_snk_zoo_{field}")
     st.caption(f"Bars: mean over the {spec.n} queries (error bar: spread over queries); grey ticks: "
                "mean-field theory. softmax1 and the sink logit spend less than 1 only when the real logits "
                "are low; sigmoid can spend far more than 1; the gate (mean "
                f"{float(zoo['gated'].gate_mean.mean()):.3f}) shrinks the output whatever the weights do.")
-    widgets.csv_download(lambda: zoo_table(spec, zoo, theory), "sink_normaliser_zoo.csv",
+    widgets.csv_download(lambda: view.zoo_table(spec, zoo, theory), "sink_normaliser_zoo.csv",
                          label="Download the comparison (CSV)", key="dl_snk_zoo")
-
-
-def zoo_table(spec: SinkSpec, zoo, theory) -> pd.DataFrame:
-    """Per query and normaliser: row sum, sink weight, output RMS, gate, with the theory."""
-    frames = []
-    for name in ZOO:
-        e = zoo[name]
-        frames.append(pd.DataFrame({
-            "normaliser": name, "query": np.arange(1, spec.n + 1),
-            "row_sum": e.row_sum.double().cpu().numpy(), "sink_weight": e.sink_weight.double().cpu().numpy(),
-            "output_rms": e.output_rms.double().cpu().numpy(),
-            "gate_mean": e.gate_mean.double().cpu().numpy(),
-            "row_sum_theory": theory[name].row_sum, "sink_weight_theory": theory[name].sink_weight,
-            "output_rms_theory": theory[name].output_rms}))
-    return pd.concat(frames, ignore_index=True)
 
 
 # ---------------------------------------------------------------------------- real model
@@ -319,13 +196,11 @@ def middle_layers(n_layers: int) -> range:
 
 
 def model_view(ctx: PageContext) -> None:
-    source = realtext.model_controls(MP, ctx.controls)
-    text = realtext.text_box(MP)
-    if source is None:
+    chosen = realtext.choose(MP, ctx)
+    if chosen is None:
         return
-    lm, res = realtext.load(source, text, ctx)
+    lm, res, layer, head = chosen
     att = res.value
-    layer, head = realtext.pick_head(MP, lm, ctx.controls)
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,
                          help="A head is a sink head for key k when the queries that see k give it a mean "
@@ -348,7 +223,7 @@ def model_view(ctx: PageContext) -> None:
                 f"uniform {rep.uniform['special']:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
     st.markdown("##### Every head (rows: layers, columns: heads)")
-    fig = figures.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
+    fig = view.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
     st.plotly_chart(fig, key="chart_snk_grid")
     st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below. "
@@ -365,21 +240,7 @@ def model_view(ctx: PageContext) -> None:
 
 def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:
     st.markdown("##### Where the attention goes, layer by layer")
-    x = np.arange(n_layers)
-    curves: list[Curve] = []
-    for i, (key, name) in enumerate(labels.items()):
-        m = rep.mass[key].double().numpy()  # (N, H)
-        color = PALETTE[i]
-        curves += [Curve(f"on {name}", x, m.mean(1), err=m.std(1), color=color,
-                         hover=f"on {name}<br>layer %{{x}}<br>mean mass %{{y:.3f}}"),
-                   Curve(f"uniform attention ({name})", x, np.full(n_layers, rep.uniform[key]), theory=True,
-                         color=color)]
-    fig = figures.line_chart(curves, title="mean attention mass per layer (error bar: spread over heads)",
-                             x_title="layer (0-based)", y_title="mass (mean over queries and heads)",
-                             height=380)
-    fig.update_xaxes(dtick=1)
-    fig.update_layout(meta={"view": "snk-glance"})
-    figures.legend_below(fig)
+    fig = view.glance_figure(rep, labels, n_layers)
     st.plotly_chart(fig, key="chart_snk_glance")
     st.caption("Dashed: what each key set would get if every query spread its weight evenly over the keys "
                "it sees (1/L per token). In a trained encoder the middle layers put several times that on "
@@ -389,25 +250,12 @@ def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:
 
 def mass_section(att, rep, labels: dict[str, str], lm) -> None:
     st.markdown("##### Attention mass on special tokens, per layer and head")
-    heads = [str(h) for h in range(lm.heads)]
-    layers = [str(l) for l in range(lm.layers)]
-    cols = st.columns(3)
-    for col, (key, name) in zip(cols, labels.items(), strict=True):
+    for col, (key, name) in zip(st.columns(3), labels.items(), strict=True):
         n_keys = int(att.categories()[key].sum())
-        fig = figures.labelled_heatmap(rep.mass[key].numpy(), heads, layers, x_title="head", y_title="layer",
-                                       title=f"on {name} ({n_keys} token{'s' if n_keys != 1 else ''})",
-                                       value_name="mass", zmin=0.0, zmax=1.0,
-                                       text_format=".2f" if lm.heads <= 6 else None,
-                                       height=int(min(600, 110 + 34 * lm.layers)))
-        fig.update_layout(meta={"view": f"snk-mass-{key}"})
-        col.plotly_chart(fig, key=f"chart_snk_mass_{key}")
-
-    def table() -> pd.DataFrame:
-        rows = [{"layer": l, "head": h, **{f"mass_{labels[k]}": float(rep.mass[k][l, h]) for k in labels}}
-                for l in range(lm.layers) for h in range(lm.heads)]
-        return pd.DataFrame(rows)
-
-    widgets.csv_download(table, "attention_mass_special_tokens.csv", label="Download the masses (CSV)",
+        col.plotly_chart(view.mass_figure(rep, key, name, n_keys, lm.layers, lm.heads),
+                         key=f"chart_snk_mass_{key}")
+    widgets.csv_download(lambda: view.mass_frame(rep, labels, lm.layers, lm.heads),
+                         "attention_mass_special_tokens.csv", label="Download the masses (CSV)",
                          key="dl_snk_mass")
 
 
@@ -416,28 +264,15 @@ def metric_section(att, rep, labels: dict[str, str], lm) -> None:
     st.latex(r"\alpha_k^{(\ell,h)}=\frac{1}{|\{i: i\text{ sees }k\}|}\sum_{i\text{ sees }k}A^{(\ell,h)}_{ik},"
              r"\qquad \text{sink rate}_\ell(k)=\frac{1}{H}\#\{h:\alpha_k^{(\ell,h)}>\varepsilon\}")
     tokens = realtext.token_labels(att, 10)
-    x_labels = [f"{j}:{t}" for j, t in enumerate(tokens)]
-    fig = figures.labelled_heatmap(rep.share.numpy(), x_labels, [str(l) for l in range(lm.layers)],
-                                   x_title="key", y_title="layer", value_name="share of heads", zmin=0.0,
-                                   zmax=1.0, text_format=".2f" if len(tokens) <= 24 else None,
-                                   height=int(min(600, 150 + 34 * lm.layers)))
-    fig.update_layout(meta={"view": "snk-metric"})
+    fig = view.metric_figure(rep, tokens, lm.layers)
     st.plotly_chart(fig, key="chart_snk_metric")
     uni = "1/L" if not att.causal else "1/(queries that see k)"
     st.caption(f"Gu et al. 2024 (\"When Attention Sink Emerges in Language Models\") call a head a sink head "
                f"for key k when α_k > ε. Under uniform attention every α_k would be {uni} = "
                f"{1 / len(tokens):.3f} here, so any cell above 0 at ε = {rep.eps:g} is a head that singles a "
                "token out.")
-
-    def table() -> pd.DataFrame:
-        a = rep.alpha.numpy()
-        rows = [{"layer": l, "head": h, "key": j, "token": att.tokens[j], "alpha": float(a[l, h, j]),
-                 "sink_head": bool(a[l, h, j] > rep.eps)}
-                for l in range(lm.layers) for h in range(lm.heads) for j in range(a.shape[-1])]
-        return pd.DataFrame(rows)
-
-    widgets.csv_download(table, "sink_metric_alpha.csv", label="Download α for every head and key (CSV)",
-                         key="dl_snk_metric")
+    widgets.csv_download(lambda: view.alpha_frame(rep, att.tokens), "sink_metric_alpha.csv",
+                         label="Download α for every head and key (CSV)", key="dl_snk_metric")
 
 
 # ---------------------------------------------------------------------------- page
@@ -445,10 +280,10 @@ def metric_section(att, rep, labels: dict[str, str], lm) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Attention sinks")
-    view = widgets.radio(P_VIEW, "Part", where=ctx.controls, horizontal=False,
+    part = widgets.radio(P_VIEW, "Part", where=ctx.controls, horizontal=False,
                          labels={"lab": "synthetic sink lab", "model": "sinks in a real model"})
     explain()
-    if view == "lab":
+    if part == "lab":
         lab(ctx)
     else:
         model_view(ctx)

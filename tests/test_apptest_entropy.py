@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -11,11 +12,20 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import ui.sweep
-from attncore.row_theory import sweep_theory
-from attncore.sweeps import SweepSpec, peak_weight_sweep, run_sweep
+from attncore.row_theory import sweep_theory, sweep_theory_given_queries
+from attncore.sweeps import SweepSpec, peak_weight_sweep, query_norms, run_sweep
 from attncore.theory import fully_scaled_multiplier, peak_weight
 from tests.chart_data import decode, figure, no_errors, run_app, same
-from ui.entropy_view import Series, panel_frame, sweep_spec, theory_lengths
+from ui.views.entropy import (
+    ASYMPTOTE_RTOL,
+    Controls,
+    Series,
+    build_series,
+    panel_frame,
+    sweep_spec,
+    theory_lengths,
+    validity_frame,
+)
 
 PAGE = "pages/2_Entropy_vs_length.py"
 SMALL = {"ent_lo": "6", "ent_hi": "12"}  # keep the sweeps small: 2^6 .. 2^12
@@ -244,3 +254,74 @@ def test_long_sweeps_wait_for_run_and_a_stop_is_honoured(monkeypatch: pytest.Mon
     no_errors(at)
     assert any("stopped before it finished" in i.value for i in at.info)
     assert not [f for f in at.get("plotly_chart") if "entropy-panels" in f.proto.spec]
+
+
+def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s_finding() -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    # issue 9, correction 4: beside the unconditional expectation, the one given the rows drawn
+    label, spec = specs_of(at)[0]
+    df = run_sweep(spec, device="cpu")
+    n = int(df["n"].iloc[-1])
+    given = sweep_theory_given_queries([n], query_norms(spec, "cpu").numpy(), d=spec.d,
+                                       scale_rule=spec.scale_rule, temperature=spec.temperature,
+                                       normalizer=spec.normalizer, ssmax_s=spec.ssmax_s).iloc[0]
+    deltas = {m.label.split(" at ")[0]: m.delta for m in at.metric}
+    assert f"given these queries {given['entropy']:.3f}" in deltas["Entropy"]
+    assert f"given these queries {given['max_weight']:.3g}" in deltas["Max weight"]
+    assert f"given these queries {given['output_std']:.3g}" in deltas["Output std"]
+    assert abs(df["entropy"].iloc[-1] - given["entropy"]) < 4.5 * df["entropy_sem"].iloc[-1]
+    # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse
+    text = " ".join(m.value for m in at.markdown)
+    assert "fully scaled" in text and "trained worse" in text
+    assert "about 1.4 with fully scaled attention against 1.2 with standard attention" in text
+    assert "Shakespeare" in text
+
+
+def test_validity_table_shows_an_expansion_only_where_it_holds() -> None:
+    # issue 9, correction 2: at n = 2^24 the table showed "H with 1/n term" = 2.36e22 nats (unscaled)
+    # and "H asymptote" = -15.36; entropy lies in [0, log n]. Now a cell is blank unless the
+    # expansion is within ASYMPTOTE_RTOL of the exact value.
+    c = Controls(lo=20, hi=24, ppo=1, d=64, queries=64, method="logits", vary="scale_rule", taus=(),
+                 rules=("sqrt_d", "none", "ssmax"), norms=(), tau=1.0, rule="sqrt_d", norm="softmax", s=0.43,
+                 full=True, axis="nats")
+    series = build_series(c, 0, "float32")
+    theories = [s.in_range(theory(s.spec)) for s in series]
+    frames = [pd.DataFrame({"n": [1 << 24], "entropy": [float(t["entropy"].iloc[-1])]}) for t in theories]
+    table = validity_frame(series, frames, theories).set_index("curve")
+    ln_n = math.log(1 << 24)
+    shown = 0
+    for label, row in table.iterrows():
+        for col in ("H asymptote", "H with 1/n term"):
+            v = row[col]
+            if np.isnan(v):
+                continue
+            shown += 1
+            assert 0 <= v <= ln_n, (label, col, v)
+            assert abs(v / row["H exact"] - 1) <= ASYMPTOTE_RTOL
+    assert shown >= 2  # the 1/sqrt(d) curve (sigma^2 = 1) keeps both
+    assert np.isnan(table.loc["unscaled", "H asymptote"]) and np.isnan(table.loc["unscaled", "H with 1/n term"])
+
+
+def test_dotted_asymptotes_are_drawn_only_within_the_stated_tolerance() -> None:
+    # issue 9, correction 3: tau = 0.5 at n = 64 drew the output-std asymptote 1.059 against the exact 0.400
+    at = run(**SMALL)
+    no_errors(at)
+    fig = figure(at, "entropy-panels")
+    text = " ".join(m.value for m in at.markdown)
+    assert f"within {ASYMPTOTE_RTOL:.0%} of the exact expectation" in text
+    drawn = 0
+    for label, _ in specs_of(at):
+        for axis in AXES.values():
+            asym = [t for t in fig["data"] if t.get("name") == f"{label} · asymptote" and t.get("xaxis") == axis]
+            if not asym or asym[0].get("x") is None:
+                continue
+            ex = trace(fig, f"{label} · exact", axis)
+            xa, ya = decode(asym[0]["x"]), decode(asym[0]["y"])
+            exact = dict(zip(decode(ex["x"]).tolist(), decode(ex["y"]).tolist(), strict=True))
+            for x, y in zip(xa.tolist(), ya.tolist(), strict=True):
+                assert abs(y / exact[x] - 1) <= ASYMPTOTE_RTOL + 1e-6, (label, axis, x)
+                drawn += 1
+            if label == "τ = 0.5" and axis == "x4":
+                assert 64 not in xa.tolist()
+    assert drawn > 0  # sigma^2 = 1/4 (tau = 2) is within tolerance over most of the range

@@ -140,7 +140,9 @@ def test_heatmaps_fully_masked_rows_are_zero_not_nan() -> None:
     check_charts(at)
     z = decode(trace(figure(at, "weights"))["z"])
     assert np.all(z == 0) and not np.isnan(z).any()
-    assert any("fully masked" in i.value for i in at.info)
+    note = next(i.value for i in at.info if "fully masked" in i.value)
+    # issue 9, corrections 6 and 7: the note says where attncore's zeros differ from others
+    assert "cuDNN" in note and "−1e6" in note and "1/S" in note and "CPU" in note
 
 
 def test_heatmaps_compare_mode_shows_scaled_vs_unscaled() -> None:

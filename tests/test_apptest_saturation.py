@@ -12,21 +12,18 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from attncore import theory
-from attncore.explore import DTYPES
+from attncore.dot_products import D_GRID, dot_histograms, dot_std_sweep
+from attncore.dtypes import DTYPES
 from attncore.gradients import (
-    D_GRID,
-    dot_histograms,
-    dot_std_sweep,
     gradient_sweep,
     jacobian_vs_scale,
-    overflow_rows,
-    overflow_sweep,
     parse_scores,
     saturation_crossing,
     saturation_curve,
     softmax_jacobian,
     temperature_rows,
 )
+from attncore.overflow import overflow_rows, overflow_sweep
 from tests.chart_data import decode, figure, figures, no_errors, run_app
 
 PAGE = "pages/3_Saturation_and_gradients.py"
@@ -231,6 +228,12 @@ def test_saturation_every_control_and_the_source_check() -> None:
     note = " ".join(i.value for i in at.info)
     assert "[0.371, 0.080, 0.353, 0.060, 0.136]" in note and "sums to 0.85" in note
     assert "[0.599, 0.000, 0.401, 0.000, 0.000]" in note
+    # issue 9, correction 9: the source's second example, [8.5, -2.1, 7.9, ...] -> [0.99, 0.00, 0.01, ...],
+    # is flagged too: softmax fixes p1/p3 = e^(8.5 - 7.9) whatever the rest of the row holds
+    w = torch.softmax(torch.tensor([8.5, -2.1, 7.9, 0.3, -1.0], dtype=torch.float64), 0)
+    assert float(w[0] / w[2]) == pytest.approx(math.exp(0.6))
+    assert f"**{math.exp(0.6):.2f}**" in note and "1.82" in note and "[0.99, 0.00, 0.01, …]" in note
+    assert "source text 001" not in note
     change_each(at, "Saturation", [
         ("select_slider", "sat_sn", 16),
         ("slider", "sat_xmax", 20.0),
@@ -327,3 +330,32 @@ def test_std_statement_states_the_source_numbers() -> None:
     h = dot_histograms(64, 20_000, 60, seed=0)
     assert abs(h.std_raw - 8) < 5 * theory.sample_std_error(64, 20_000)
     assert abs(h.std_scaled - 1) < 5 * theory.sample_std_error(64, 20_000) / math.sqrt(64)
+
+
+def test_gradients_reading_states_how_fast_the_unscaled_gradients_fall() -> None:
+    # issue 9, correction 1: the page said the median falls "geometrically" and that "the mean does
+    # not fall"; -ln(median ||J||) grows like sqrt(d), and the means of ||J|| and dL/dlogits fall like
+    # d^-1/2. Every number of the new sentence is checked against the sweep.
+    at = run(sat_tab="Gradients")
+    no_errors(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "geometrically," not in text.replace("not geometrically", "")
+    assert "the **mean** does not fall" not in text
+    ds = tuple(d for d in D_GRID if d <= get(at, "sat_dmax"))
+    gs = ref_gradient_sweep(ds, get(at, "sat_keys"), get(at, "sat_batch"), level=get(at, "sat_level"),
+                            seed=get(at, "seed"), dtype=DTYPES[get(at, "dtype")])
+    ladder = [d for d in (16, 64, 256, 1024, 4096) if d in ds]
+    med = {d: gs.stats[("unscaled", "jac")].median[ds.index(d)] for d in ladder}
+    neg_log = [-math.log(med[d]) for d in ladder]
+    assert ", ".join(f"{v:.2f}" for v in neg_log) + " at d = " + ", ".join(map(str, ladder)) in text
+    steps = np.array(neg_log[1:]) / np.array(neg_log[:-1])
+    assert 1.5 < steps.mean() < 2.7  # like sqrt(d) (x2 per fourfold d), not like d (x4)
+    assert "grows like √d" in text and f"×{steps.mean():.1f} each time d grows fourfold" in text
+    mean = {q: gs.stats[("unscaled", q)].mean for q in ("jac", "grad_scores", "grad_q", "grad_k")}
+    a, b = ds.index(ladder[-2]), ds.index(ladder[-1])
+    for q in ("jac", "grad_scores"):
+        ratio = mean[q][b] / mean[q][a]
+        assert 0.35 < ratio < 0.75  # d^-1/2 gives 0.5 per fourfold d
+        assert f"×{ratio:.2f}" in text
+    assert mean["grad_q"][b] > 0.5 and mean["grad_k"][b] > 0.5  # "stay of order one"
+    assert f"({mean['grad_q'][b]:.2f} and {mean['grad_k'][b]:.2f} at d = {ladder[-1]})" in text

@@ -322,3 +322,17 @@ def test_heatmaps_real_text_bad_input() -> None:
     at = run_app(HEATMAPS, rt_src="real", rt_layer="99", rt_head="999")
     no_errors(at)
     assert (at.session_state["rt_layer"], at.session_state["rt_head"]) == (5, 11)
+
+
+def test_gate_help_states_the_mean_gate_its_bias_gives() -> None:
+    # issue 9, correction 8: the help said "mean ≈ 0.1, i.e. b_g ≈ −2", but E σ(−2 + Z) = 0.155.
+    at = run_app(PAGE)
+    text = at.slider(key="snk_gb").help
+    g = np.random.default_rng(0)
+    z = g.standard_normal(2_000_000)
+    mc = lambda b: float(np.mean(1 / (1 + np.exp(-(b + z)))))  # noqa: E731
+    b01 = T.gate_bias_for_mean(0.1)
+    assert mc(b01) == pytest.approx(0.1, abs=1e-3)  # the bias the text gives really yields a mean of 0.1
+    assert mc(-2.0) == pytest.approx(float(T.gate_mean_theory(-2.0)), abs=1e-3)
+    assert f"b_g ≈ {b01:.1f}" in text and f"b_g = −2 gives a mean of {float(T.gate_mean_theory(-2.0)):.3f}" in text
+    assert "i.e. b_g ≈ −2" not in text

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import attncore.sweeps as sw
+import attncore.sweeps.engine as sw_engine
 from attncore.errors import AttnInputError, ResourceLimitError
 from attncore.row_theory import sweep_theory
 from attncore.sweeps import (
@@ -22,6 +23,8 @@ from attncore.sweeps import (
     reference_sweep,
     run_sweep,
 )
+from attncore.sweeps import reduce as sw_reduce
+from attncore.sweeps import rng as sw_rng
 from attncore.theory import peak_weight
 
 STATS = ["entropy", "normalized_entropy", "max_weight", "effective_support", "sum_sq", "row_sum", "output_std"]
@@ -67,19 +70,19 @@ def test_wide_logit_ranges_equal_the_reference(method: str) -> None:
                      temperature=0.25, seed=5)
     got, ref = run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu")
     _close(got, ref)
-    assert got["logit_std"].iloc[-1] * 5 > -sw.EXP_FLOOR  # the floor really was crossed
+    assert got["logit_std"].iloc[-1] * 5 > -sw_reduce.EXP_FLOOR  # the floor really was crossed
     assert got["max_weight"].iloc[-1] > 0.5  # a near one-hot row
 
 
 def test_a_one_block_logits_sweep_keeps_two_workers_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, int, int]] = []
-    original = sw._unit_generator
+    original = sw_rng.unit_generator
 
     def spy(spec, lane, group, device):  # noqa: ANN001, ANN202
         seen.append((threading.current_thread().name, lane, group))
         return original(spec, lane, group, device)
 
-    monkeypatch.setattr(sw, "_unit_generator", spy)
+    monkeypatch.setattr(sw_engine, "unit_generator", spy)
     run_sweep(SweepSpec(lengths=(1000,), queries=8), device="cpu", workers=2)
     # one block, two independent units that two workers can share (which worker takes which
     # is up to the scheduler, so the test does not insist on two thread names)
@@ -286,7 +289,7 @@ def test_float32_normal_is_capped_and_the_tail_redraw_is_exact() -> None:
     raw = torch.empty(1 << 24).normal_(generator=g)
     cap = math.sqrt(-2 * math.log(2.0**-24))  # Box-Muller with 24-bit uniforms
     assert float(raw.max()) <= cap + 1e-4 and float(-raw.min()) <= cap + 1e-4
-    tail = sw._gauss_tail(200_000, 5.0, g, torch.device("cpu"))
+    tail = sw_rng.gauss_tail(200_000, 5.0, g, torch.device("cpu"))
     assert float(tail.min()) > 5.0
     # E[Z | Z > 5] = phi(5)/Q(5) and P(Z > 6 | Z > 5) = Q(6)/Q(5), within sampling error
     q = lambda z: 0.5 * math.erfc(z / math.sqrt(2))  # noqa: E731
@@ -299,11 +302,11 @@ def test_float32_normal_is_capped_and_the_tail_redraw_is_exact() -> None:
 
 
 def test_tiles_redraw_every_sample_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sw, "TAIL_Z", 2.0)  # make the redraw frequent enough to test its distribution
+    monkeypatch.setattr(sw_rng, "TAIL_Z", 2.0)  # make the redraw frequent enough to test its distribution
     g = torch.Generator().manual_seed(3)
     tile = torch.empty(4, 1 << 20)
     std = torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64)
-    mx = sw._fill_logit_tile(tile, std, g, True)
+    mx = sw_rng.fill_logit_tile(tile, std, g, True)
     z = (tile.double() / std[:, None]).flatten()
     np.testing.assert_allclose(mx.double(), (tile.double().amax(1)), rtol=1e-7)
     above = z[z > 2.0]

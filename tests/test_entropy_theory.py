@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from attncore.errors import AttnInputError
-from attncore.row_theory import chi2_nodes, gaussian_row_expectations, sweep_theory
+from attncore.row_theory import (
+    chi2_nodes,
+    gaussian_row_expectations,
+    sweep_theory,
+    sweep_theory_given_queries,
+)
+from attncore.sweeps import SweepSpec, query_norms, run_sweep
 from attncore.theory import (
     entropy_asymptote,
     entropy_corrected,
@@ -160,3 +166,52 @@ def test_gumbel_moment_against_monte_carlo() -> None:
     approx = float(gaussian_max_moment(1000, 1.0))
     assert approx == pytest.approx(float(mc.mean()), rel=0.05)
     assert math.isnan(float(gaussian_max_moment(2, 1.0)))
+
+
+# --------------------------------------------------------------------------- given the queries drawn
+
+
+def test_given_queries_against_monte_carlo_rows() -> None:
+    # issue 9, correction 4: each row keeps its own |q_r|; only the keys are averaged over.
+    rng = np.random.default_rng(4)
+    d, n, reps = 16, 256, 4000
+    q_norms = np.sqrt(rng.chisquare(d, size=5))
+    th = sweep_theory_given_queries([n], q_norms, d=d, temperature=0.7)
+    h, mx, s2 = [], [], []
+    for qn in q_norms:
+        x = rng.standard_normal((reps, n)) * qn / math.sqrt(d) / 0.7  # (reps, n) logits of this row
+        p = np.exp(x - x.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        h.append(-(p * np.log(p)).sum(1))
+        mx.append(p.max(1))
+        s2.append((p**2).sum(1))
+    for col, rows in (("entropy", h), ("max_weight", mx), ("sum_sq", s2)):
+        per_row = np.array([r.mean() for r in rows])  # (L,) Monte Carlo E[stat | q_r]
+        se = math.sqrt(sum(r.var(ddof=1) / reps for r in rows)) / len(rows)
+        assert abs(per_row.mean() - th[col].iloc[0]) < Z * se, col
+    assert th["output_std"].iloc[0] == pytest.approx(math.sqrt(th["sum_sq"].iloc[0]))
+
+
+def test_given_queries_with_equal_rows_is_the_fixed_sigma_expectation() -> None:
+    d = 64
+    th = sweep_theory_given_queries([16, 4096], np.full(3, math.sqrt(d)), d=d, normalizer="softmax1")
+    ref = gaussian_row_expectations(np.array([16, 4096]), 1.0, normalizer="softmax1")
+    for k in ("entropy", "max_weight", "sum_sq", "row_sum"):
+        np.testing.assert_allclose(th[k], ref[k], rtol=1e-12)
+    with pytest.raises(AttnInputError):
+        sweep_theory_given_queries([16], [float("nan")])
+
+
+def test_the_default_view_lies_on_its_exact_value_given_its_queries() -> None:
+    # The Entropy page's default first curve (tau = 0.5, d = 64, 64 rows, seed 0) at n = 2^20: the
+    # unconditional expectation (11.863) lies outside the measured 11.961 +- 2 s.e.; seed 0's queries
+    # have rms |q|/sqrt(d) = 0.975, and the expectation given them lies on the measurement.
+    spec = SweepSpec(lengths=(1 << 20,), d=64, queries=64, temperature=0.5, seed=0)
+    got = run_sweep(spec, device="cpu").iloc[0]
+    qn = query_norms(spec, "cpu").numpy()
+    assert math.sqrt((qn**2).mean() / 64) == pytest.approx(0.975, abs=5e-4)
+    given = sweep_theory_given_queries(spec.lengths, qn, d=64, temperature=0.5).iloc[0]
+    free = sweep_theory(spec.lengths, d=64, temperature=0.5).iloc[0]
+    assert abs(got["entropy"] - free["entropy"]) > 2 * got["entropy_sem"]
+    assert abs(got["entropy"] - given["entropy"]) < 0.5 * got["entropy_sem"]
+    assert abs(got["output_std"] - given["output_std"]) < 2 * got["output_std_sem"]

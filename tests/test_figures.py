@@ -9,6 +9,7 @@ import pytest
 
 from tests.chart_data import decode
 from ui import figures
+from ui.views import heatmaps as heatmaps_view
 
 
 def test_downsample_is_the_block_mean_and_ignores_masked_cells() -> None:
@@ -68,7 +69,7 @@ def test_heatmap_grid_layout_is_valid_for_every_size(n: int, cols: int) -> None:
 
 def test_weights_with_row_stats_traces() -> None:
     w = np.full((4, 4), 0.25)
-    fig = figures.weights_with_row_stats(w, np.log(np.full(4, 4.0)), w.max(1), max_entropy=np.log([1, 2, 3, 4]))
+    fig = heatmaps_view.weights_with_row_stats(w, np.log(np.full(4, 4.0)), w.max(1), max_entropy=np.log([1, 2, 3, 4]))
     names = [t.name for t in fig.data]
     assert names[1:] == ["entropy", "log(visible keys)", "max weight"]
     np.testing.assert_allclose(np.asarray(fig.data[1].x), np.log(4.0), rtol=1e-6)
@@ -87,7 +88,7 @@ def test_line_chart_draws_theory_dashed_and_measurements_with_error_bars() -> No
 
 def test_heatmap_row_colour_bars_can_be_left_out_per_map() -> None:
     maps = [np.full((3, 3), v) for v in (-1.0, 1.0, 0.5)]
-    fig = figures.heatmap_row(maps, ["a · ±1", "b", "c"], diverging=[True, True, False],
+    fig = heatmaps_view.heatmap_row(maps, ["a · ±1", "b", "c"], diverging=[True, True, False],
                               limits=[1.0, 1.0, None], value_names=["s", "s", "w"],
                               colorbars=[False, False, True])
     assert [t.showscale for t in fig.data] == [False, False, True]

@@ -15,27 +15,23 @@ import torch.nn.functional as F
 
 from attncore import theory
 from attncore.attention import attention
+from attncore.dot_products import dot_histograms, dot_product_samples, dot_std_sweep, std_with_error
 from attncore.errors import AttnInputError, ResourceLimitError
 from attncore.gradients import (
-    dot_histograms,
-    dot_product_samples,
-    dot_std_sweep,
     gradient_sweep,
     jacobian_frobenius,
     jacobian_vs_scale,
     naive_softmax,
-    overflow_rows,
-    overflow_sweep,
     parse_scores,
     saturation_crossing,
     saturation_curve,
     softmax_jacobian,
     softmax_vjp,
     stable_softmax,
-    std_with_error,
     temperature_rows,
 )
 from attncore.normalizers import Softmax
+from attncore.overflow import overflow_rows, overflow_sweep
 
 K = 5.0  # standard errors allowed for every Monte Carlo comparison
 SOURCE = [9.2, -3.1, 8.8, -5.4, 1.2]

@@ -13,9 +13,9 @@ import torch
 
 from attncore import AttnInputError, ResourceLimitError, attention
 from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_limit, fmt_count
+from attncore.dtypes import DTYPES
 from attncore.explore import (
     ADDITIVE_HIDDEN,
-    DTYPES,
     POOL_LEN,
     SyntheticSpec,
     draw_pool,
@@ -119,9 +119,15 @@ def test_valid_lens_mask_shapes_per_query(ndim):
                 assert bool(flat[b, i, j]) == (j < int(vl[b, i]))
 
 
-def test_valid_lens_mask_rounds_floats_and_errors():
-    m = valid_lens_mask(torch.tensor([1.6, 2.2]), L=1, S=4, query_ndim=3)
-    assert torch.equal(m.reshape(2, 4).sum(-1), torch.tensor([2, 2]))
+def test_valid_lens_mask_refuses_fractions_and_errors():
+    # issue 9, correction 6: 1.6 used to be rounded to 2 silently
+    for bad in ([1.6, 2.0], [2.0, float("nan")], [float("inf")]):
+        with pytest.raises(AttnInputError, match="whole numbers"):
+            valid_lens_mask(torch.tensor(bad), L=1, S=4, query_ndim=3)
+    with pytest.raises(AttnInputError, match="whole numbers"):
+        attention(torch.ones(1, 2, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4), valid_lens=torch.tensor([1.5]))
+    m = valid_lens_mask(torch.tensor([1.0, 3.0]), L=1, S=4, query_ndim=3)  # whole floats are fine
+    assert torch.equal(m.reshape(2, 4).sum(-1), torch.tensor([1, 3]))
     with pytest.raises(AttnInputError, match="batch dimension"):
         valid_lens_mask(torch.tensor([1]), 2, 2, 2)
     with pytest.raises(AttnInputError, match=r"\(B,\) or \(B, L\)"):
@@ -511,3 +517,46 @@ def test_float16_overflow_on_synthetic_dot_scores():
     n = float16_overflow(st.raw)
     assert n == int(torch.isinf(st.raw.half()).sum())
     assert 0 < n < st.raw.numel()
+
+
+def test_additive_init_tanh_input_has_variance_two_as_documented() -> None:
+    # issue 9, correction 10: the docstring used to say the pre-activations have unit variance.
+    g = make_generator(3)
+    dq, dk, h, n = 24, 40, 16, 4000
+    pre, scores = [], []
+    for _ in range(50):  # average over parameter draws, as the docstring states
+        sc = AdditiveScorer.init(dq, dk, hidden=h, generator=g, dtype=torch.float64)
+        q = torch.randn(n, dq, generator=g, dtype=torch.float64)
+        k = torch.randn(n, dk, generator=g, dtype=torch.float64)
+        pre.append(q @ sc.w_q.T + k @ sc.w_k.T)  # (n, h): the tanh input for the pairs (q_i, k_i)
+        scores.append(torch.tanh(pre[-1]) @ sc.w_v)
+    var_pre = float(torch.cat(pre).var())
+    var_score = float(torch.cat(scores).var())
+    assert var_pre == pytest.approx(2.0, rel=0.05)
+    assert var_score == pytest.approx(0.52, rel=0.1)
+    doc = AdditiveScorer.init.__doc__ or ""
+    assert "variance 2" in doc and "0.52" in doc
+    assert "every pre-activation has unit variance" not in doc
+
+
+def _d2l_masked_softmax(x: torch.Tensor, valid_lens: torch.Tensor) -> torch.Tensor:
+    """d2l's masked_softmax, from its text: positions >= valid_len are set to -1e6, then softmax."""
+    keep = torch.arange(x.shape[-1])[None, :] < valid_lens[:, None]  # (B, S)
+    return torch.softmax(torch.where(keep[:, None, :], x, torch.tensor(-1e6, dtype=x.dtype)), dim=-1)
+
+
+def test_valid_len_zero_gives_zeros_like_cpu_sdpa_where_d2l_gives_a_uniform_row():
+    # issue 9, correction 6: the docstring says where attncore and d2l differ; check both claims
+    g = make_generator(2)
+    q, k, v = (torch.randn(2, 3, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    vl = torch.tensor([0, 2])
+    out, w = attention(q, k, v, valid_lens=vl, return_weights=True)
+    assert torch.equal(w[0], torch.zeros(3, 3, dtype=torch.float64)) and torch.equal(out[0], torch.zeros_like(out[0]))
+    d2l = _d2l_masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(5), vl)
+    torch.testing.assert_close(d2l[0], torch.full((3, 3), 1 / 3, dtype=torch.float64))  # uniform 1/S
+    torch.testing.assert_close(w[1], d2l[1])  # elsewhere the two agree
+    mask = (torch.arange(3)[None, :] < vl[:, None])[:, None, :].expand(2, 3, 3)  # (B, L, S)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # CPU
+    torch.testing.assert_close(out, sdpa)
+    doc = attention.__doc__ or ""
+    assert "-1e6" in doc and "1/S" in doc and "cuDNN" in doc

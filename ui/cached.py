@@ -10,16 +10,51 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+import numpy as np
+import pandas as pd
 import streamlit as st
+import torch
 
+from attncore import dot_products as _dot
+from attncore import gradients as _grad
+from attncore import models as _models
+from attncore import overflow as _overflow
+from attncore import sinks as _sinks
 from attncore.attention import AttentionStages
+from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_stages
+from attncore.normalizers import peak_weight_sweep
+from attncore.row_theory import sweep_theory, sweep_theory_given_queries
+from attncore.sweeps import SweepSpec, query_norms
 from attncore.synthetic import QKV
 
-__all__ = ["Timed", "heatmap_stages", "timed"]
+__all__ = [
+    "SWEEP_POINTS",
+    "Timed",
+    "entropy_theory",
+    "entropy_theory_given_queries",
+    "heatmap_stages",
+    "language_model",
+    "peak_weights",
+    "sat_dot_histograms",
+    "sat_gradient_sweep",
+    "sat_overflow_rows",
+    "sat_overflow_sweep",
+    "sat_saturation_curve",
+    "sat_scale_sweep",
+    "sat_std_sweep",
+    "sat_temperature_rows",
+    "sink_content_sweep",
+    "sink_strength_sweep",
+    "sink_zoo",
+    "text_attention",
+    "timed",
+]
+
+SWEEP_POINTS = 41  # points of the sink strength and content sweeps
 
 T = TypeVar("T")
 
@@ -37,6 +72,9 @@ def timed(fn: Callable[[], T]) -> Timed[T]:
     t0 = time.perf_counter()
     out = fn()
     return Timed(out, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- synthetic attention (Heatmaps)
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)
@@ -57,36 +95,24 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
     return timed(lambda: synthetic_stages(spec, device, pool))
 
 
-# ---------------------------------------------------------------------------
-# Saturation & gradients page (issue 4). Every result is small (numpy summaries),
-# so st.cache_data holds it; dtypes travel as their names.
-# ---------------------------------------------------------------------------
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from attncore import gradients as _grad  # noqa: E402
-from attncore.explore import DTYPES as _DTYPES  # noqa: E402
-
-
-def _mc_dtype(dtype: str) -> torch.dtype:
-    """Monte Carlo runs in float64 when the page asks for it, else in float32."""
-    return torch.float64 if dtype == "float64" else torch.float32
+# --------------------------------------------------------------------------- Monte Carlo (Saturation)
+# Every result is small (numpy summaries), so st.cache_data holds it; dtypes travel as names.
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def sat_dot_histograms(d: int, n: int, bins: int, var_q: float, var_k: float, seed: int,
-                       device: str, dtype: str) -> Timed[_grad.DotHistograms]:
+                       device: str, dtype: str) -> Timed[_dot.DotHistograms]:
     """Histograms of n samples of q·k in d dims (raw and scaled)."""
-    return timed(lambda: _grad.dot_histograms(d, n, bins, var_q=var_q, var_k=var_k, seed=seed,
-                                              device=device, dtype=_mc_dtype(dtype)))
+    return timed(lambda: _dot.dot_histograms(d, n, bins, var_q=var_q, var_k=var_k, seed=seed,
+                                              device=device, dtype=sampling_dtype(dtype)))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def sat_std_sweep(n: int, var_q: float, var_k: float, seed: int, device: str,
-                  dtype: str) -> Timed[_grad.StdSweep]:
+                  dtype: str) -> Timed[_dot.StdSweep]:
     """std of q·k against every d of the grid, n samples per d."""
-    return timed(lambda: _grad.dot_std_sweep(_grad.D_GRID, n, var_q=var_q, var_k=var_k, seed=seed,
-                                             device=device, dtype=_mc_dtype(dtype)))
+    return timed(lambda: _dot.dot_std_sweep(_dot.D_GRID, n, var_q=var_q, var_k=var_k, seed=seed,
+                                             device=device, dtype=sampling_dtype(dtype)))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -107,38 +133,31 @@ def sat_scale_sweep(n: int, trials: int, sigma_max: float, seed: int, device: st
     """E||J|| and E[max weight] against the logit scale sigma in [0.01, sigma_max]."""
     sigmas = np.geomspace(0.01, sigma_max, 49)
     return timed(lambda: _grad.jacobian_vs_scale(sigmas, n, trials, seed=seed, device=device,
-                                                 dtype=_mc_dtype(dtype)))
+                                                 dtype=sampling_dtype(dtype)))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def sat_gradient_sweep(d_max: int, keys: int, batch: int, level: float, seed: int, device: str,
                        dtype: str) -> Timed[_grad.GradientSweep]:
     """Saturation and gradient norms through attncore.attention for d = 1, 2, 4, ..., d_max."""
-    ds = tuple(d for d in _grad.D_GRID if d <= d_max)
+    ds = tuple(d for d in _dot.D_GRID if d <= d_max)
     return timed(lambda: _grad.gradient_sweep(ds, keys, batch, level=level, seed=seed, device=device,
-                                              dtype=_DTYPES[dtype]))
+                                              dtype=DTYPES[dtype]))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def sat_overflow_sweep(n: int, device: str) -> Timed[_grad.OverflowSweep]:
+def sat_overflow_sweep(n: int, device: str) -> Timed[_overflow.OverflowSweep]:
     """Naive vs stable softmax of [x, 0, ..., 0] in four dtypes for x from 1 to 10,000."""
-    return timed(lambda: _grad.overflow_sweep(np.geomspace(1.0, 1e4, 241), n, device=device))
+    return timed(lambda: _overflow.overflow_sweep(np.geomspace(1.0, 1e4, 241), n, device=device))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def sat_overflow_rows(x: float, n: int) -> list[_grad.OverflowRow]:
+def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
     """Naive and stable softmax of [x, 0, ..., 0] in each dtype, for the table."""
-    return _grad.overflow_rows(x, n)
+    return _overflow.overflow_rows(x, n)
 
 
-# ---------------------------------------------------------------------------- Attention sinks page
-
-from dataclasses import replace as _replace  # noqa: E402
-
-from attncore import models as _models  # noqa: E402
-from attncore import sinks as _sinks  # noqa: E402
-
-SWEEP_POINTS = 41
+# --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)
 
 
 @st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
@@ -152,6 +171,9 @@ def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAtt
     """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
     lm = language_model(source, device)
     return timed(lambda: _models.run_text(lm, text))
+
+
+# --------------------------------------------------------------------------- the synthetic sink head (Sinks)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -175,7 +197,7 @@ def sink_strength_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.Swee
     """Sink weight and output RMS over the strength range, cached on the fields that matter
     (moving the strength, the sink logit or the gate reuses it)."""
     d = _sinks.SinkSpec()
-    key = _replace(spec, sink=True, strength=d.strength, sink_logit=d.sink_logit, gate_bias=d.gate_bias,
+    key = replace(spec, sink=True, strength=d.strength, sink_logit=d.sink_logit, gate_bias=d.gate_bias,
                    gate=d.gate)
     return _sink_sweep("strength", key, device)
 
@@ -184,19 +206,13 @@ def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.Sweep
     """Every normaliser over the content range (no sink), cached on the fields that matter
     (moving the sink's strength, value or the content level reuses it)."""
     d = _sinks.SinkSpec()
-    key = _replace(spec, sink=False, strength=d.strength, sink_value=d.sink_value, content=d.content)
+    key = replace(spec, sink=False, strength=d.strength, sink_value=d.sink_value, content=d.content)
     return _sink_sweep("content", key, device)
-# --------------------------------------------------------------------------------------
-# Entropy vs length page (issue 3). The sweeps themselves are cached by ui.sweep (they
-# draw a progress bar, which a cached function may not); theory and the figure-1 panel here.
-# --------------------------------------------------------------------------------------
 
-import pandas as pd  # noqa: E402
 
-from attncore.row_theory import sweep_theory  # noqa: E402
-from attncore.sweeps import peak_weight_sweep  # noqa: E402
-
-__all__ += ["entropy_theory", "peak_weights"]
+# --------------------------------------------------------------------------- rows against length (Entropy)
+# The sweeps themselves are cached by ui.sweep (they draw a progress bar, which a cached
+# function may not); theory and the figure-1 panel here.
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -212,3 +228,14 @@ def peak_weights(lengths: tuple[int, ...], peak: float, rest: float, s: float,
                  device: str) -> Timed[pd.DataFrame]:
     """The SSMax figure-1 rows measured with attncore's normalisers."""
     return timed(lambda: peak_weight_sweep(lengths, peak=peak, rest=rest, s=s, device=device))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[pd.DataFrame]:
+    """The exact expectation at length n given the sweep's own queries (drawn as the engine draws them)."""
+    def compute() -> pd.DataFrame:
+        qn = query_norms(spec, device).cpu().numpy()
+        return sweep_theory_given_queries([n], qn, d=spec.d, scale_rule=spec.scale_rule,
+                                          temperature=spec.temperature, normalizer=spec.normalizer,
+                                          ssmax_s=spec.ssmax_s)
+    return timed(compute)

@@ -1,4 +1,6 @@
-"""Plotly figure builders: numpy arrays in, ``go.Figure`` out. Never calls streamlit.
+"""Shared Plotly primitives: numpy arrays in, ``go.Figure`` out. Never calls streamlit.
+
+Page-specific builders live in :mod:`ui.views` (one module per page) and are built from these.
 
 One visual language for every page:
 
@@ -27,14 +29,26 @@ __all__ = [
     "DIVERGING",
     "PALETTE",
     "SEQUENTIAL",
+    "Band",
     "Curve",
+    "Histogram",
+    "Marker",
+    "Panel",
+    "as_f32",
+    "axis_name",
     "downsample",
+    "downsample_stack",
     "heatmap",
     "heatmap_grid",
-    "heatmap_row",
+    "heatmap_trace",
+    "legend_below",
+    "legend_key",
     "line_chart",
+    "log_ticks",
+    "mark_x",
+    "panel_grid",
     "style",
-    "weights_with_row_stats",
+    "title_annotation",
 ]
 
 SEQUENTIAL = "Viridis"
@@ -61,7 +75,8 @@ def style(fig: go.Figure, *, title: str | None = None, height: int | None = None
     return fig
 
 
-def _f32(a: ArrayLike) -> NDArray[np.float32]:
+def as_f32(a: ArrayLike) -> NDArray[np.float32]:
+    """A contiguous float32 copy (or view): what every chart sends to the browser."""
     return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
 
 
@@ -81,7 +96,35 @@ def downsample(z: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, i
     return downsample_stack(a, max_side)
 
 
-def _heatmap_trace(
+def downsample_stack(a: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, int]:
+    """:func:`downsample` applied to every map of a stack (..., L, S) at once (same blocks, same NaN rule)."""
+    x = np.asarray(a, dtype=np.float32)
+    n, m = x.shape[-2:]
+    fr, fc = -(-n // max_side), -(-m // max_side)
+    if fr == 1 and fc == 1:
+        return np.where(np.isfinite(x), x, np.nan).astype(np.float32), 1, 1
+    rows, cols = -(-n // fr), -(-m // fc)
+    lead = x.shape[:-2]
+    finite = np.isfinite(x)
+    if finite.all():  # the usual case: block sums over a zero-padded copy, divided by the cells per block
+        vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
+        vals[..., :n, :m] = x
+        sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1), dtype=np.float64)
+        per_block = np.outer(np.minimum(fr, n - np.arange(rows) * fr),
+                             np.minimum(fc, m - np.arange(cols) * fc))
+        return (sums / per_block).astype(np.float32), fr, fc
+    vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float64)
+    counts = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
+    vals[..., :n, :m] = np.where(finite, x, 0.0)
+    counts[..., :n, :m] = finite
+    sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
+    cnt = counts.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        small = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
+    return small.astype(np.float32), fr, fc
+
+
+def heatmap_trace(
     z: ArrayLike,
     *,
     max_side: int,
@@ -149,7 +192,7 @@ def heatmap(
     infinite cells (masked keys) are blank. Hover shows query, key and value.
     ``colorbar``: ``"right"`` or ``"bottom"`` (horizontal, for narrow columns).
     """
-    fig = go.Figure(_heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
+    fig = go.Figure(heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
                                    x_labels=x_labels, y_labels=y_labels, zmin=zmin, zmax=zmax,
                                    colorbar=colorbar))
     fig.update_yaxes(autorange="reversed", title=y_title, showgrid=False, zeroline=False)
@@ -157,11 +200,13 @@ def heatmap(
     return style(fig, title=title, height=height)
 
 
-def _axis_name(i: int) -> str:
+def axis_name(i: int) -> str:
+    """Plotly's suffix of the i-th subplot axis: '' for the first, then '2', '3', ..."""
     return "" if i == 0 else str(i + 1)
 
 
-def _title_annotation(text: str, x0: float, x1: float, y: float) -> dict:
+def title_annotation(text: str, x0: float, x1: float, y: float) -> dict:
+    """A centred subplot title over paper coordinates [x0, x1] at height y."""
     return {"text": text, "x": (x0 + x1) / 2, "y": y, "xref": "paper", "yref": "paper",
             "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 12}}
 
@@ -193,8 +238,8 @@ def heatmap_grid(
         r, c = divmod(i, cols)
         x0 = min(1.0, max(0.0, c * (cw + hgap)))
         y1 = min(1.0, max(0.0, 1 - r * (ch + vgap)))
-        name = _axis_name(i)
-        tr = _heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
+        name = axis_name(i)
+        tr = heatmap_trace(z, max_side=max_side, diverging=diverging, value_name=value_name,
                             x_labels=None, y_labels=None, coloraxis="coloraxis")
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}")
         traces.append(tr)
@@ -202,7 +247,7 @@ def heatmap_grid(
         layout[f"xaxis{name}"] = {"domain": [x0, min(1.0, x0 + cw)], "anchor": f"y{name}", **bare}
         layout[f"yaxis{name}"] = {"domain": [max(0.0, y1 - ch), y1], "anchor": f"x{name}",
                                   "autorange": "reversed", **bare}
-        notes.append(_title_annotation(titles[i], x0, x0 + cw, y1))
+        notes.append(title_annotation(titles[i], x0, x0 + cw, y1))
     axis: dict = {"colorscale": DIVERGING if diverging else SEQUENTIAL, "colorbar": {"thickness": 12}}
     if diverging:
         axis["cmid"] = 0.0
@@ -214,102 +259,6 @@ def heatmap_grid(
     style(fig, height=height)
     fig.update_layout(margin={"t": 28})  # room for the top row's titles
     return fig
-
-
-def heatmap_row(
-    maps: Sequence[ArrayLike],
-    titles: Sequence[str],
-    *,
-    diverging: Sequence[bool],
-    limits: Sequence[float | None],
-    value_names: Sequence[str],
-    max_side: int = 128,
-    height: int = 340,
-    colorbars: Sequence[bool] | None = None,
-) -> go.Figure:
-    """Several maps side by side in one figure, each with its own horizontal colour bar.
-
-    ``limits[i]`` is the symmetric colour limit of a diverging map (or the top of a
-    sequential one, from 0); ``None`` lets Plotly choose. ``colorbars[i] = False`` leaves
-    map i's colour bar out (each one costs the browser a noticeable redraw).
-    """
-    n = len(maps)
-    if not (len(titles) == len(diverging) == len(limits) == len(value_names) == n):
-        raise ValueError("one title, diverging flag, limit and value name per map are needed.")
-    gap = 0.04
-    w = (1 - gap * (n - 1)) / n
-    traces, layout, notes = [], {}, []
-    for i, z in enumerate(maps):
-        x0 = min(1.0, max(0.0, i * (w + gap)))
-        x1 = min(1.0, x0 + w)
-        lim = limits[i]
-        tr = _heatmap_trace(z, max_side=max_side, diverging=diverging[i], value_name=value_names[i],
-                            x_labels=None, y_labels=None,
-                            zmin=(-lim if diverging[i] else 0.0) if lim else None, zmax=lim or None)
-        name = _axis_name(i)
-        tr.update(xaxis=f"x{name}", yaxis=f"y{name}",
-                  showscale=True if colorbars is None else bool(colorbars[i]),
-                  colorbar={"orientation": "h", "x": (x0 + x1) / 2, "xanchor": "center", "len": w,
-                            "y": -0.02, "yanchor": "top", "thickness": 8})
-        traces.append(tr)
-        layout[f"xaxis{name}"] = {"domain": [x0, x1], "anchor": f"y{name}", "side": "top",
-                                  "showgrid": False, "zeroline": False}
-        layout[f"yaxis{name}"] = {"domain": [0.0, 0.9], "anchor": f"x{name}", "autorange": "reversed",
-                                  "showgrid": False, "zeroline": False}
-        notes.append({**_title_annotation(titles[i], x0, x1, 1.0), "font": {"size": 13}})
-    fig = go.Figure(data=traces, layout={**layout, "annotations": notes})
-    style(fig, height=height)
-    fig.update_layout(margin={"t": 20, "b": 50})
-    return fig
-
-
-def weights_with_row_stats(
-    weights: ArrayLike,
-    row_entropy: ArrayLike,
-    row_max: ArrayLike,
-    *,
-    title: str | None = None,
-    max_entropy: ArrayLike | None = None,
-    x_labels: Sequence[str] | None = None,
-    y_labels: Sequence[str] | None = None,
-    max_side: int = 512,
-    height: int = 520,
-) -> go.Figure:
-    """Weights heatmap (L, S) with per-row entropy and max weight beside it.
-
-    ``max_entropy`` (L,) draws log(visible keys) per row as the uniform bound.
-    """
-    w = np.asarray(weights)
-    ent = _f32(row_entropy)
-    mx = _f32(row_max)
-    hm = _heatmap_trace(w, max_side=max_side, diverging=False, value_name="weight",
-                        x_labels=x_labels, y_labels=y_labels, zmin=0.0)
-    hm.update(showscale=False)
-    y = list(hm.y) if hm.y is not None else np.arange(w.shape[0])
-    traces = [
-        hm,
-        go.Bar(x=ent, y=y, orientation="h", name="entropy", marker_color=PALETTE[0], xaxis="x2",
-               yaxis="y", hovertemplate="query %{y}<br>entropy %{x:.4f} nats<extra></extra>"),
-    ]
-    if max_entropy is not None:
-        traces.append(go.Scatter(x=_f32(max_entropy), y=y, mode="lines", name="log(visible keys)",
-                                 xaxis="x2", yaxis="y", line={"color": PALETTE[7], "dash": "dash"},
-                                 hovertemplate="query %{y}<br>log n %{x:.4f}<extra></extra>"))
-    traces.append(go.Bar(x=mx, y=y, orientation="h", name="max weight", marker_color=PALETTE[1],
-                         xaxis="x3", yaxis="y",
-                         hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"))
-    d1, d2, d3 = (0.0, 0.68), (0.70, 0.84), (0.86, 1.0)
-    layout = {
-        "xaxis": {"domain": list(d1), "anchor": "y", "side": "bottom", "title": {"text": "key"},
-                  "showgrid": False, "zeroline": False},
-        "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": "entropy (nats)"}},
-        "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": [0, 1.0],
-                   "title": {"text": "max weight"}},
-        "yaxis": {"autorange": "reversed", "title": {"text": "query"}, "showgrid": False},
-        "showlegend": False,
-        "bargap": 0.05,
-    }
-    return style(go.Figure(data=traces, layout=layout), title=title, height=height)
 
 
 @dataclass
@@ -343,13 +292,13 @@ def line_chart(
     fig = go.Figure()
     for i, c in enumerate(curves):
         color = c.color or PALETTE[i % len(PALETTE)]
-        kw: dict = {"x": _f32(c.x), "y": _f32(c.y), "name": c.name}
+        kw: dict = {"x": as_f32(c.x), "y": as_f32(c.y), "name": c.name}
         if c.theory:
             kw.update(mode="lines", line={"color": color, "dash": "dash", "width": 2})
         else:
             kw.update(mode="lines+markers", line={"color": color, "width": 2}, marker={"size": 6})
             if c.err is not None:
-                kw["error_y"] = {"type": "data", "array": _f32(c.err), "visible": True, "thickness": 1.2}
+                kw["error_y"] = {"type": "data", "array": as_f32(c.err), "visible": True, "thickness": 1.2}
         kw["hovertemplate"] = (c.hover or f"{c.name}<br>x %{{x:.4g}}<br>y %{{y:.4g}}") + "<extra></extra>"
         kw.update(c.extra)
         fig.add_trace(go.Scatter(**kw))
@@ -358,13 +307,7 @@ def line_chart(
     return style(fig, title=title, height=height)
 
 
-# ---------------------------------------------------------------------------
-# Saturation & gradients page (issue 4): histograms with densities, small
-# multiples of curves with error bands, and reference markers.
-# ---------------------------------------------------------------------------
-
-
-__all__ += ["Band", "Histogram", "Marker", "Panel", "grouped_bars", "legend_key", "panel_grid"]
+# --------------------------------------------------------------------------- small multiples and markers
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -475,7 +418,7 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
         if p.hist is not None:
             h = p.hist
             edges = np.asarray(h.edges, dtype=np.float64)
-            fig.add_trace(go.Bar(x=_f32((edges[:-1] + edges[1:]) / 2), y=_f32(h.density),
+            fig.add_trace(go.Bar(x=as_f32((edges[:-1] + edges[1:]) / 2), y=as_f32(h.density),
                                  width=float(edges[1] - edges[0]), name=h.name, legendgroup=h.name,
                                  showlegend=legend_once(h.name), marker_color=_rgba(h.color, 0.55),
                                  marker_line_width=0,
@@ -483,9 +426,9 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
                                                "<extra></extra>"),
                           row=r, col=c)
         for b in p.bands:
-            x = _f32(b.x)
+            x = as_f32(b.x)
             fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]),
-                                     y=np.concatenate([_f32(b.hi), _f32(b.lo)[::-1]]),
+                                     y=np.concatenate([as_f32(b.hi), as_f32(b.lo)[::-1]]),
                                      fill="toself", fillcolor=_rgba(b.color, 0.18), line={"width": 0},
                                      name=b.name, legendgroup=b.name, showlegend=legend_once(b.name),
                                      hoverinfo="skip"), row=r, col=c)
@@ -521,152 +464,7 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
     return fig
 
 
-def grouped_bars(categories: Sequence[str], series: Sequence[tuple[str, ArrayLike]], *,
-                 title: str | None = None, x_title: str = "", y_title: str = "",
-                 height: int = 360) -> go.Figure:
-    """Bars grouped by category (e.g. key position), one colour per series (e.g. temperature)."""
-    fig = go.Figure()
-    for i, (name, y) in enumerate(series):
-        fig.add_trace(go.Bar(x=list(categories), y=_f32(y), name=name, marker_color=PALETTE[i % len(PALETTE)],
-                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}}<extra></extra>"))
-    fig.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05)
-    fig.update_xaxes(title=x_title, type="category")
-    fig.update_yaxes(title=y_title)
-    return style(fig, title=title, height=height)
-
-
-# ---------------------------------------------------------------------------- Attention sinks page
-
-
-def downsample_stack(a: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, int]:
-    """:func:`downsample` applied to every map of a stack (..., L, S) at once (same blocks, same NaN rule)."""
-    x = np.asarray(a, dtype=np.float32)
-    n, m = x.shape[-2:]
-    fr, fc = -(-n // max_side), -(-m // max_side)
-    if fr == 1 and fc == 1:
-        return np.where(np.isfinite(x), x, np.nan).astype(np.float32), 1, 1
-    rows, cols = -(-n // fr), -(-m // fc)
-    lead = x.shape[:-2]
-    finite = np.isfinite(x)
-    if finite.all():  # the usual case: block sums over a zero-padded copy, divided by the cells per block
-        vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
-        vals[..., :n, :m] = x
-        sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1), dtype=np.float64)
-        per_block = np.outer(np.minimum(fr, n - np.arange(rows) * fr),
-                             np.minimum(fc, m - np.arange(cols) * fc))
-        return (sums / per_block).astype(np.float32), fr, fc
-    vals = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float64)
-    counts = np.zeros((*lead, rows * fr, cols * fc), dtype=np.float32)
-    vals[..., :n, :m] = np.where(finite, x, 0.0)
-    counts[..., :n, :m] = finite
-    sums = vals.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
-    cnt = counts.reshape(*lead, rows, fr, cols, fc).sum(axis=(-3, -1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        small = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
-    return small.astype(np.float32), fr, fc
-
-
-def layer_head_grid(
-    attn: ArrayLike,
-    tokens: Sequence[str] | None = None,
-    *,
-    selected: tuple[int, int] | None = None,
-    max_side: int = 40,
-    zmax: float | None = 1.0,
-    width_px: int = 1100,
-) -> go.Figure:
-    """Every head of every layer as one tiled heatmap: rows = layers, columns = heads.
-
-    ``attn`` (N, H, L, S). Each map is block-averaged to at most ``max_side`` cells
-    per side and the tiles are separated by one blank (NaN) row and column, so
-    the whole grid is a single trace (fast to build and to draw). Hover names the
-    layer, head, query and key. ``selected`` = (layer, head) is outlined.
-    ``layout.meta`` carries ``tile_rows``/``tile_cols`` (cells per tile, gap included).
-    """
-    a = np.asarray(attn, dtype=np.float32)
-    if a.ndim != 4:
-        raise ValueError(f"layer_head_grid needs (layers, heads, L, S); got shape {a.shape}.")
-    N, H = a.shape[:2]
-    small, fr, fc = downsample_stack(a, max_side)  # (N, H, th, tw)
-    th, tw = small.shape[-2:]
-    z = np.full((N, th + 1, H, tw + 1), np.nan, dtype=np.float32)
-    z[:, :th, :, :tw] = small.transpose(0, 2, 1, 3)
-    z = z.reshape(N * (th + 1), H * (tw + 1))[:-1, :-1]  # tiles with one blank row/column between
-
-    def names(n_cells: int, factor: int, kind: str, blocks: int, block_kind: str) -> list[str]:
-        out: list[str] = []
-        for b in range(blocks):
-            for i in range(n_cells):
-                j = i * factor
-                if factor == 1 and tokens is not None and j < len(tokens):
-                    out.append(f"{block_kind} {b} · {kind} {j}: {tokens[j]}")
-                else:
-                    out.append(f"{block_kind} {b} · {kind}s {j}…{j + factor - 1}")
-            if b < blocks - 1:
-                out.append(f"{block_kind} {b} gap")
-        return out
-
-    x = names(tw, fc, "key", H, "head")
-    y = names(th, fr, "query", N, "layer")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=x, y=y, colorscale=SEQUENTIAL, zmin=0.0, zmax=zmax, hoverongaps=False,
-        colorbar={"thickness": 12, "len": 0.9, "title": {"text": "weight", "side": "right"}},
-        hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>"))
-    for h in range(H):
-        fig.add_annotation(x=h * (tw + 1) + (tw - 1) / 2, y=1.0, yref="paper", yanchor="bottom",
-                           text=f"h{h}", showarrow=False, font={"size": 11})
-    for l in range(N):
-        fig.add_annotation(x=0.0, xref="paper", xanchor="right", y=l * (th + 1) + (th - 1) / 2,
-                           text=f"L{l}", showarrow=False, font={"size": 11})
-    if selected is not None:
-        l, h = selected
-        fig.add_shape(type="rect", x0=h * (tw + 1) - 0.5, x1=h * (tw + 1) + tw - 0.5,
-                      y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
-                      line={"color": PALETTE[5], "width": 3})
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="")
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange="reversed")
-    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1})
-    # Square tiles on a chart about `width_px` wide.
-    row_px = width_px / H * (th + 1) / (tw + 1)
-    style(fig, height=int(min(900, max(240, N * row_px + 40))))
-    fig.update_layout(margin={"l": 36, "r": 10, "t": 28, "b": 10})
-    return fig
-
-
-def labelled_heatmap(
-    z: ArrayLike,
-    x_labels: Sequence[str],
-    y_labels: Sequence[str],
-    *,
-    title: str | None = None,
-    x_title: str = "",
-    y_title: str = "",
-    value_name: str = "value",
-    zmin: float | None = 0.0,
-    zmax: float | None = 1.0,
-    text_format: str | None = ".2f",
-    height: int = 300,
-) -> go.Figure:
-    """A small labelled matrix (e.g. layers x heads), values printed in the cells.
-
-    ``z`` (rows, cols) with one label per row and column; ``text_format`` (a d3
-    format such as ``.2f``) prints each value in its cell, None prints nothing.
-    """
-    a = _f32(z)
-    if a.ndim != 2 or a.shape != (len(y_labels), len(x_labels)):
-        raise ValueError(
-            f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
-    kw: dict = {}
-    if text_format is not None:
-        kw.update(texttemplate=f"%{{z:{text_format}}}", textfont={"size": 10})
-    fig = go.Figure(go.Heatmap(
-        z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
-        colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
-        hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
-        **kw))
-    fig.update_yaxes(autorange="reversed", title=y_title, type="category")
-    fig.update_xaxes(title=x_title, type="category", tickangle=0 if len(x_labels) <= 16 else -60)
-    return style(fig, title=title, height=height)
+# --------------------------------------------------------------------------- chart touches
 
 
 def mark_x(fig: go.Figure, x: float, label: str) -> go.Figure:
@@ -675,39 +473,6 @@ def mark_x(fig: go.Figure, x: float, label: str) -> go.Figure:
                   annotation_text=label, annotation_position="top left",
                   annotation_font={"size": 11, "color": PALETTE[7]})
     return fig
-
-
-def bars_with_theory(
-    names: Sequence[str],
-    values: ArrayLike,
-    *,
-    errors: ArrayLike | None = None,
-    theory: ArrayLike | None = None,
-    title: str | None = None,
-    y_title: str = "",
-    log_y: bool = False,
-    height: int = 300,
-) -> go.Figure:
-    """One bar per item (measured mean, error bar = spread over queries) and a dashed theory tick.
-
-    ``theory`` may hold NaN where no closed form exists.
-    """
-    v = _f32(values)
-    fig = go.Figure(go.Bar(
-        x=list(names), y=v, name="measured", marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(v))],
-        error_y=None if errors is None else {"type": "data", "array": _f32(errors), "visible": True,
-                                              "thickness": 1.5, "color": PALETTE[7]},
-        hovertemplate="%{x}<br>measured %{y:.4g}<extra></extra>"))
-    if theory is not None:
-        fig.add_trace(go.Scatter(
-            x=list(names), y=_f32(theory), mode="markers", name="theory (mean field)",
-            marker={"symbol": "line-ew-open", "size": 38, "color": PALETTE[7], "line": {"width": 3}},
-            hovertemplate="%{x}<br>theory %{y:.4g}<extra></extra>"))
-    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
-    if log_y:
-        log_ticks(fig)
-    fig.update_layout(bargap=0.35, showlegend=False)
-    return style(fig, title=title, height=height)
 
 
 def legend_below(fig: go.Figure) -> go.Figure:

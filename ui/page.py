@@ -18,8 +18,8 @@ import torch
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
+from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
-from attncore.explore import DTYPES
 from ui import state, widgets
 from ui.nav import PAGES
 
@@ -46,6 +46,11 @@ class PageContext:
     seed: int
     dtype: str
     controls: Any  # sidebar container for the page's own controls, below the compute section
+
+    @property
+    def sample_dtype(self) -> str:
+        """The dtype name random samples are drawn in (:func:`attncore.dtypes.sampling_dtype`)."""
+        return str(sampling_dtype(self.dtype)).removeprefix("torch.")
 
 
 def _resolve() -> tuple[torch.device, str | None]:

@@ -1,8 +1,8 @@
-"""Real text through a real transformer: controls and views shared by the Attention sinks page and
-the Heatmaps page's "real text" source.
+"""Real text through a real transformer: the controls and the head view shared by the Attention
+sinks page and the Heatmaps page's "real text" source.
 
 Data flow as everywhere: controls -> ``ui.cached`` (model loaded once per process,
-attentions cached per text) -> ``attncore`` -> ``ui.figures``.
+attentions cached per text) -> ``attncore`` -> ``ui.views.heatmaps`` (the figures).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from attncore.explore import row_stats
@@ -24,28 +23,28 @@ from attncore.models import (
     allowed_model_dirs,
     discover_models,
 )
-from ui import cached, figures, widgets
+from ui import cached, widgets
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
+from ui.views import heatmaps as view_builders
 
 __all__ = [
     "DEFAULT_TEXT",
-    "HEATMAP_PARAMS",
     "ModelParams",
-    "heatmaps_source",
+    "choose",
     "head_view",
     "load",
     "model_controls",
     "model_params",
     "pick_head",
     "text_box",
+    "token_labels",
 ]
 
 DEFAULT_TEXT = ("When a head has nothing useful to read, softmax still makes it spend all of its "
                 "attention somewhere.")
 MAX_LAYER_INDEX = 127  # URL bound for layer / head indices; each model clamps further
-HEAD_SIDE = 512  # cells per side of the selected head (MAX_TOKENS fits unaveraged)
 
 
 @dataclass(frozen=True)
@@ -129,6 +128,21 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
     return lm, res
 
 
+def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention], int, int] | None:
+    """Model picker, text box, the cached forward pass and the head sliders, in that order.
+
+    Returns the model, its timed attentions and the chosen (layer, head), or None while the
+    local-folder box is empty.
+    """
+    source = model_controls(mp, ctx.controls)
+    text = text_box(mp)
+    if source is None:
+        return None
+    lm, res = load(source, text, ctx)
+    layer, head = pick_head(mp, lm, ctx.controls)
+    return lm, res, layer, head
+
+
 def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
     """Layer and head sliders bounded to this model."""
     for p, n in ((mp.layer, lm.layers), (mp.head, lm.heads)):
@@ -146,90 +160,16 @@ def token_labels(att: TextAttention, width: int = 14) -> list[str]:
     return [t if len(t) <= width else t[: width - 1] + "…" for t in att.tokens]
 
 
-def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:
-    """One head's weights (L, L) as a wide table: a row per query, a column per key token."""
-    df = pd.DataFrame(w.astype(np.float64), columns=[f"{j}:{t}" for j, t in enumerate(tokens)])
-    df.insert(0, "query", [f"{i}:{t}" for i, t in enumerate(tokens)])
-    return df
-
-
-def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, view: str, key: str) -> None:
+def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, view: str,
+              key: str) -> None:
     """The selected head, large, with token labels, per-query entropy and max weight, and a CSV."""
     w = att.attentions[layer, head]  # (L, L)
     rs = row_stats(w, att.allowed)
-    vis = rs.visible.cpu().numpy().astype(np.float64)
-    labels = token_labels(att)
-    L = len(labels)
-    fig = figures.weights_with_row_stats(
-        w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), max_entropy=np.log(np.maximum(vis, 1)),
-        x_labels=labels, y_labels=labels, max_side=HEAD_SIDE, height=int(min(900, max(440, 160 + 18 * L))))
-    # Every token label while they fit, slanted so that neighbours do not collide.
-    every = 1 if L <= 80 else None
-    fig.update_layout(xaxis={"tickangle": -60, "dtick": every}, yaxis={"dtick": every})
-    fig.update_layout(meta={"view": view}, margin={"t": 30})
+    visible = rs.visible.cpu().numpy().astype(np.float64)
+    fig = view_builders.token_head_figure(w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), visible,
+                                          token_labels(att), view)
     st.markdown(f"##### {lm.name} · layer {layer} · head {head}")
     st.plotly_chart(fig, key=f"chart_{key}")
-    widgets.csv_download(lambda: weights_table(w.numpy(), list(att.tokens)),
+    widgets.csv_download(lambda: view_builders.weights_table(w.numpy(), list(att.tokens)),
                          f"attention_{lm.name}_L{layer}_H{head}.csv", label="Download this head (CSV)",
                          key=f"dl_{key}")
-
-
-# ---------------------------------------------------------------------------- Heatmaps page: real text
-
-RT = model_params("rt_")
-P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
-HEATMAP_PARAMS: tuple[Param, ...] = (P_SOURCE, *RT.all())
-
-
-def heatmaps_source(ctx: PageContext) -> bool:
-    """Draw the Heatmaps page's source switch; render the real-text view and return True when chosen."""
-    src = widgets.radio(P_SOURCE, "Source", where=ctx.controls,
-                        labels={"synthetic": "synthetic Q, K, V", "real": "real text (transformer)"},
-                        help="Synthetic: seeded Gaussian inputs you can shape. Real text: the attention "
-                             "maps of a real transformer on the text you type.")
-    if src != "real":
-        return False
-    _heatmaps_real(ctx)
-    return True
-
-
-def _heatmaps_real(ctx: PageContext) -> None:
-    st.markdown(
-        "Each head of a trained transformer turns its queries and keys into one map per layer: row "
-        "*i* says how token *i* spreads its attention over the text. The dashed line beside the map is "
-        "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees; trained heads sit "
-        "well below it, many of them because they park their weight on `[CLS]` (see the Attention sinks "
-        "page)."
-    )
-    st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
-             r"{\sqrt{d_h}}\right),"
-             r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
-    source = model_controls(RT, ctx.controls)
-    text = text_box(RT)
-    if source is None:
-        return
-    lm, res = load(source, text, ctx)
-    att = res.value
-    layer, head = pick_head(RT, lm, ctx.controls)
-    w = att.attentions[layer, head]
-    rs = row_stats(w, att.allowed)
-    L = len(att.tokens)
-    c = st.columns(4)
-    c[0].metric("Tokens", f"{L}", help="Including the special tokens the tokenizer adds.")
-    c[1].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
-                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off",
-                delta_arrow="off")
-    c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
-                delta_color="off", delta_arrow="off")
-    c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
-                help="Mean weight the queries of this head put on the first token.")
-    head_view(att, lm, layer, head, view="rt-weights", key="rt_weights")
-    widgets.caption_compute(ctx.device_label, res.seconds,
-                            f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
-                            f"over {L} tokens.")
-    maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
-    fig = figures.heatmap_grid(maps, [f"head {h}" for h in range(lm.heads)], cols=min(6, lm.heads),
-                               max_side=64, zmin=0.0, zmax=1.0)
-    fig.update_layout(meta={"view": "rt-heads"}, margin={"t": 30})
-    st.markdown(f"##### Every head of layer {layer}")
-    st.plotly_chart(fig, key="chart_rt_heads")

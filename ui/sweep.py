@@ -21,21 +21,21 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from attncore.budget import check_limit
-from attncore.sweeps import MAX_SWEEP_WORK, SweepSpec, block_keys, run_sweep, sweep_work
+from attncore.sweeps import MAX_SWEEP_WORK, SweepPlan, SweepSpec, plan, run_sweep
 
 __all__ = ["AUTO_RUN_S", "SweepResult", "estimate_seconds", "run_sweeps"]
 
 AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
 AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
-_CALIBRATION_WORK = 1 << 24  # work units of the probe sweep that measures the rate (~0.1 s)
+_LEARN_WORK = 1 << 26  # sweeps smaller than this say little about the rate
 
 
 @dataclass(frozen=True)
@@ -81,22 +81,19 @@ def _rates() -> dict[tuple[str, str], float]:
     return {}
 
 
-def _rate(spec: SweepSpec, device: str) -> float:
+def _rate(spec: SweepSpec, device: str, costs: SweepPlan, i: int) -> float:
+    """Seconds per work unit for spec i of ``costs``: its probe is timed once per (device, method)."""
     rates = _rates()
     key = (device, spec.method)
     if key not in rates:
-        one = replace(spec, lengths=(1,), scale_rule="sqrt_d", normalizer="softmax")
-        blocks = max(1, _CALIBRATION_WORK // max(1, sweep_work(one, device)))
-        probe = replace(one, lengths=(blocks * block_keys(one, device),))
         t0 = time.perf_counter()
-        run_sweep(probe, device=device)
-        rates[key] = (time.perf_counter() - t0) / max(1, sweep_work(probe, device))
+        run_sweep(costs.probes[i], device=device)
+        rates[key] = (time.perf_counter() - t0) / max(1, costs.probe_work[i])
     return rates[key]
 
 
-def _learn(spec: SweepSpec, device: str, seconds: float) -> None:
-    work = sweep_work(spec, device)
-    if work < 4 * _CALIBRATION_WORK or seconds <= 0:
+def _learn(spec: SweepSpec, device: str, work: int, seconds: float) -> None:
+    if work < _LEARN_WORK or seconds <= 0:
         return  # too small to say much about the rate
     rates = _rates()
     key = (device, spec.method)
@@ -104,9 +101,10 @@ def _learn(spec: SweepSpec, device: str, seconds: float) -> None:
     rates[key] = measured if key not in rates else 0.5 * rates[key] + 0.5 * measured
 
 
-def estimate_seconds(specs: Sequence[SweepSpec], device: str) -> float:
-    """Estimated seconds for the specs on this machine (from the measured rate)."""
-    return sum(sweep_work(s, device) * _rate(s, device) for s in specs)
+def estimate_seconds(specs: Sequence[SweepSpec], device: str, costs: SweepPlan | None = None) -> float:
+    """Estimated seconds for the specs on this machine (from the measured rate; ``costs`` = their plan)."""
+    costs = costs or plan(specs, device)
+    return sum(w * _rate(s, device, costs, i) for i, (s, w) in enumerate(zip(specs, costs.work, strict=True)))
 
 
 def _fmt_s(seconds: float) -> str:
@@ -127,14 +125,16 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
     found = {i: store.get((s, device)) for i, s in enumerate(specs)}
     missing = [i for i, v in found.items() if v is None]
     if missing:
-        total = sum(sweep_work(specs[i], device) for i in missing)
+        todo = [specs[i] for i in missing]
+        costs = plan(todo, device)
+        total = costs.total
         check_limit(total, MAX_SWEEP_WORK, "the work of all curves together (random numbers drawn)",
                     "(about a minute on a 2-core CPU)",
                     "Compare fewer settings, or lower the largest n, the query rows or d.")
         flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
         stopped = bool(st.session_state.pop(flag_stop, False))
         run_now = bool(st.session_state.pop(flag_run, False))
-        est = estimate_seconds([specs[i] for i in missing], device)
+        est = estimate_seconds(todo, device, costs)
         # one slot for "waiting" and "running": the progress bar and the Stop button take the places
         # of the message and the Run button, so no stale copy of either stays on screen
         slot = where.container()
@@ -148,7 +148,7 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
                         icon=":material/play_arrow:",
                         on_click=lambda: st.session_state.__setitem__(flag_run, True))
             return None
-        _compute(specs, missing, labels, device, key, est, store, slot)
+        _compute(specs, missing, costs.work, labels, device, key, est, store, slot)
     frames, seconds = [], 0.0
     for i, s in enumerate(specs):
         df, sec = store.get((s, device)) or found[i]  # type: ignore[misc]
@@ -157,10 +157,9 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
     return SweepResult(frames=tuple(frames), seconds=seconds, computed=len(missing))
 
 
-def _compute(specs: Sequence[SweepSpec], missing: list[int], labels: Sequence[str], device: str, key: str,
-             est: float, store: _Store, box: Any) -> None:
-    """Run the missing sweeps under one progress bar with a Stop button, drawn in ``box``."""
-    work = [sweep_work(specs[i], device) for i in missing]
+def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int], labels: Sequence[str],
+             device: str, key: str, est: float, store: _Store, box: Any) -> None:
+    """Run the missing sweeps (``work[j]`` units for ``specs[missing[j]]``) under one progress bar."""
     total = max(1, sum(work))
     bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
     stop_slot = box.empty()
@@ -182,7 +181,7 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], labels: Sequence[st
             df = run_sweep(specs[i], device=device, progress=progress)
             sec = time.perf_counter() - t0
             store.put((specs[i], device), (df, sec))
-            _learn(specs[i], device, sec)
+            _learn(specs[i], device, work[j], sec)
             done += work[j]
     finally:
         bar.empty()

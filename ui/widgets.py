@@ -23,6 +23,8 @@ __all__ = [
     "select",
     "select_slider",
     "slider",
+    "text_area",
+    "text_input",
     "toggle",
 ]
 
@@ -96,6 +98,20 @@ def toggle(p: Param, label: str, *, help: str | None = None, where: Any = st) ->
     return bool(value(p))
 
 
+def text_input(p: Param, label: str, *, help: str | None = None, placeholder: str | None = None,
+               max_chars: int | None = None, where: Any = st) -> str:
+    """A one-line text box."""
+    where.text_input(label, key=p.key, help=help, placeholder=placeholder, max_chars=max_chars)
+    return str(value(p))
+
+
+def text_area(p: Param, label: str, *, help: str | None = None, height: int | None = None,
+              max_chars: int | None = None, where: Any = st) -> str:
+    """A multi-line text box (Ctrl+Enter or leaving it applies the text)."""
+    where.text_area(label, key=p.key, help=help, height=height, max_chars=max_chars)
+    return str(value(p))
+
+
 def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str, *,
                  label: str = "Download CSV", key: str | None = None, where: Any = st) -> None:
     """A CSV download button. Pass a callable to build the frame only when clicked."""
@@ -114,20 +130,3 @@ def caption_compute(device: str, seconds: float, extra: str = "", where: Any = s
     ms = seconds * 1e3
     t = f"{ms:.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
     where.caption(f"Computed by attncore on **{device}** in {t}." + (f" {extra}" if extra else ""))
-
-
-# ---------------------------------------------------------------------------- Attention sinks page
-
-
-def text_input(p: Param, label: str, *, help: str | None = None, placeholder: str | None = None,
-               max_chars: int | None = None, where: Any = st) -> str:
-    """A one-line text box."""
-    where.text_input(label, key=p.key, help=help, placeholder=placeholder, max_chars=max_chars)
-    return str(value(p))
-
-
-def text_area(p: Param, label: str, *, help: str | None = None, height: int | None = None,
-              max_chars: int | None = None, where: Any = st) -> str:
-    """A multi-line text box (Ctrl+Enter or leaving it applies the text)."""
-    where.text_area(label, key=p.key, help=help, height=height, max_chars=max_chars)
-    return str(value(p))

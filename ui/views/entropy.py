@@ -1,4 +1,4 @@
-"""The Entropy vs length page's views: curve specs, the four-panel chart, its CSV and tables.
+"""Entropy vs length page: curve specs, the four-panel chart, its CSV and tables.
 
 Plain functions over attncore results (DataFrames) returning Plotly figures and frames; the
 page draws them. Kept out of the page file so tests can check the CSV and the figures
@@ -27,11 +27,14 @@ from attncore.theory import (
 from ui import figures
 from ui.figures import PALETTE, Curve, Panel
 
-__all__ = ["Controls", "Series", "build_series", "figure1_charts", "figure1_frame", "lengths_for",
-           "main_chart", "n_label", "panel_frame", "sweep_spec", "theory_lengths", "validity_frame"]
+__all__ = ["ASYMPTOTE_RTOL", "Controls", "Series", "asymptote_holds", "build_series", "figure1_charts",
+           "figure1_frame", "lengths_for", "main_chart", "n_label", "panel_frame", "sweep_spec",
+           "theory_lengths", "validity_frame"]
 
 RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
 ERR_Z = 2.0  # error bars: +- 2 standard errors
+# A large-n formula is drawn (and shown in the table) only where it is within 5 % of the exact value.
+ASYMPTOTE_RTOL = 0.05
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0}
 
 
@@ -171,6 +174,19 @@ def _theory(s: Series, th: pd.DataFrame, col: str, name: str, *, dotted: bool = 
                  extra={"legendgroup": s.label, "showlegend": False, "line": line})
 
 
+def asymptote_holds(th: pd.DataFrame, col: str, exact: str) -> np.ndarray:
+    """Where the large-n formula ``col`` lies within :data:`ASYMPTOTE_RTOL` of ``exact``, from that n on.
+
+    A boolean mask over the rows (ascending n) of a theory frame: True from the first n at which
+    the formula and every longer n stay within the tolerance (a formula that touches the exact
+    curve by accident at a small n is not drawn there).
+    """
+    a, e = th[col].to_numpy(dtype=np.float64), th[exact].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = np.isfinite(a) & (e > 0) & (np.abs(a / e - 1.0) <= ASYMPTOTE_RTOL)
+    return np.logical_and.accumulate(ok[::-1])[::-1]
+
+
 def _reference(name: str, x: np.ndarray, y: np.ndarray) -> Curve:
     return Curve(name, x, y, theory=True, color=PALETTE[7],
                  hover=f"{name}<br>n = %{{x:,.0f}}<br>%{{y:.4g}}",
@@ -187,24 +203,24 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
     ent, mxw, eff, out = [], [], [], []
     for s, df, th in zip(series, frames, theories, strict=True):
         nth = th["n"].to_numpy().astype(np.float64)
-        valid = nth >= th["valid_from"].to_numpy()
         ln_t = np.log(np.maximum(nth, 2)) if frac else 1.0
         h_col = "normalized_entropy" if frac else "entropy"
         ent += [_measured(s, df, h_col, 0, "H", "" if frac else " nats"),
                 _theory(s, th, h_col, "E[H]"),
                 _theory(s, th, "entropy_asymptote", "log n − σ²/2", dotted=True, scale=1.0 / ln_t,
-                        mask=valid & (th["entropy_asymptote"].to_numpy() > 0))]
+                        mask=asymptote_holds(th, "entropy_asymptote", "entropy"))]
         mxw += [_measured(s, df, "max_weight", 1, "max weight", ""),
                 _theory(s, th, "max_weight", "E[max p]"),
                 _theory(s, th, "max_weight_asymptote", "Gumbel asymptote", dotted=True,
-                        mask=valid & np.isfinite(th["max_weight_asymptote"].to_numpy()))]
+                        mask=asymptote_holds(th, "max_weight_asymptote", "max_weight"))]
         eff += [_measured(s, df, "effective_support", 2, "exp(mean H)", " keys"),
                 _theory(s, th, "effective_support", "exp(E[H])"),
                 _theory(s, th, "effective_support_asymptote", "n·e^{−σ²/2}", dotted=True,
-                        mask=valid & (th["entropy_asymptote"].to_numpy() > 0))]
+                        mask=asymptote_holds(th, "effective_support_asymptote", "effective_support"))]
         out += [_measured(s, df, "output_std", 3, "std(output)", ""),
                 _theory(s, th, "output_std", "√E[Σp²]"),
-                _theory(s, th, "output_std_asymptote", "√(e^{σ²}/n)", dotted=True, mask=valid)]
+                _theory(s, th, "output_std_asymptote", "√(e^{σ²}/n)", dotted=True,
+                        mask=asymptote_holds(th, "output_std_asymptote", "output_std"))]
         if c.full:
             m = np.asarray(fully_scaled_multiplier(df["n"].to_numpy()))
             marker = {"symbol": "circle-open", "size": 8, "color": s.color}
@@ -226,7 +242,7 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
               Panel("Output std (unit-variance values)", out, "std", log_y=True, **nx)]
     legend = [figures.legend_key("measured (±2 s.e.)", symbol="circle"),
               figures.legend_key("exact expectation", dash="dash"),
-              figures.legend_key("large-n asymptote", dash="dot")]
+              figures.legend_key(f"large-n asymptote (within {ASYMPTOTE_RTOL:.0%} of exact)", dash="dot")]
     if c.full:
         legend.append(figures.legend_key("fully scaled ×√(n/e)", dash="none", symbol="circle-open"))
     legend.append(figures.legend_key("uniform / one-hot bounds", dash="dashdot"))
@@ -256,16 +272,28 @@ def panel_frame(series: list[Series], frames: list[pd.DataFrame],
 
 def validity_frame(series: list[Series], frames: list[pd.DataFrame],
                    theories: list[pd.DataFrame]) -> pd.DataFrame:
-    """Per curve, at its largest n: where the large-n formulas hold and how close they come."""
+    """Per curve, at its largest n: where the large-n formulas hold and how close they come.
+
+    ``H asymptote`` and ``H with 1/n term`` are NaN (a blank cell) where the expansion is more than
+    :data:`ASYMPTOTE_RTOL` from the exact value; outside its range an expansion can leave
+    ``[0, log n]`` altogether (the 1/n term grows like ``e^{σ²}/n``). ``asymptotes within 5 % from n``
+    is the first n of the theory grid from which the entropy asymptote stays that close (NaN: none).
+    """
     rows = []
     for s, df, th in zip(series, frames, theories, strict=True):
         n = int(df["n"].iloc[-1])
-        t = th.set_index("n").loc[n]
+        ok_a = asymptote_holds(th, "entropy_asymptote", "entropy")
+        ok_c = asymptote_holds(th, "entropy_corrected", "entropy")
+        i = int(np.flatnonzero(th["n"].to_numpy() == n)[0])
+        t = th.iloc[i]
+        from_n = float(th["n"].to_numpy()[ok_a][0]) if ok_a.any() else np.nan
         rows.append({"curve": s.label, "σ² at largest n": t["sigma2"],
                      "asymptote holds for n ≫ e^σ²": t["valid_from"],
+                     f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": from_n,
                      "frozen below n ≈ e^(σ²/2)": t["frozen_below"],
                      "n": n, "H measured": df["entropy"].iloc[-1], "H exact": t["entropy"],
-                     "H asymptote": t["entropy_asymptote"], "H with 1/n term": t["entropy_corrected"]})
+                     "H asymptote": t["entropy_asymptote"] if ok_a[i] else np.nan,
+                     "H with 1/n term": t["entropy_corrected"] if ok_c[i] else np.nan})
     return pd.DataFrame(rows)
 
 

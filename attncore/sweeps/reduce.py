@@ -1,0 +1,233 @@
+"""Streaming reduction of logit tiles into per-row sums, and the per-row / per-length statistics.
+
+The online max / log-sum-exp rescaling of FlashAttention (Dao et al. 2022): per row (of
+``L`` query rows) we keep the running max ``m``, ``s0 = sum e^{x-m}``,
+``s1 = sum (x-m) e^{x-m}``, ``s2 = sum e^{2(x-m)}`` and ``o = sum e^{x-m} v`` ``(L, Ev)``.
+When a new block raises the max from ``m`` to ``m'`` the old sums are multiplied by
+``e^{m-m'}`` (``s2`` by its square, and ``s1`` also gains ``(m-m') s0``). From these, at
+any length: entropy ``H = log s0 - s1/s0``, max weight ``1/s0``, ``sum p^2 = s2/s0^2`` and
+the output ``o/s0``. Tiles are ``(Lt, K)``: ``Lt`` rows by ``K`` keys of one block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attncore.sweeps.spec import COLUMNS, SweepSpec
+
+__all__ = ["EXP_FLOOR", "STACKED_ROWS", "Acc", "Reducer", "frame", "merge_into", "new_acc", "row_stats",
+           "summarise"]
+
+STACKED_ROWS = 8  # row tiles up to this size reduce with one stacked GEMM (see Reducer)
+# Shifted logits below this are raised to it before exp: torch's float32 exp on the CPU takes
+# ~40 ns instead of ~0.3 ns per element once its result underflows (x < -87.3), which made
+# sweeps with wide logit ranges (unscaled, low temperature, large d) up to 100x slower. A key
+# at -87 adds e^-87 = 1.6e-38 (and -87 e^-87 to s1) against s0 >= 1: far below float64 epsilon.
+EXP_FLOOR = -87.0
+
+@dataclass
+class Acc:
+    """Streaming sums for one segment of keys, per row, float64.
+
+    softmax family: ``m`` running max, ``a`` = s0, ``b`` = s1, ``c`` = s2 (relative to m);
+    sigmoid: ``m`` max weight, ``a`` = sum w, ``b`` = sum w log w, ``c`` = sum w^2.
+    ``o`` (L, Ev) the unnormalised output (vectors method) or None.
+    """
+
+    m: Tensor
+    a: Tensor
+    b: Tensor
+    c: Tensor
+    o: Tensor | None = None
+    empty: bool = True
+
+
+def new_acc(rows: int, dv: int | None, device: torch.device, sigmoid: bool) -> Acc:
+    """Empty sums for ``rows`` rows (and an ``(rows, dv)`` output when ``dv`` is given)."""
+    f64 = torch.float64
+    start = 0.0 if sigmoid else float("-inf")
+    return Acc(m=torch.full((rows,), start, dtype=f64, device=device),
+                a=torch.zeros(rows, dtype=f64, device=device), b=torch.zeros(rows, dtype=f64, device=device),
+                c=torch.zeros(rows, dtype=f64, device=device),
+                o=None if dv is None else torch.zeros(rows, dv, dtype=f64, device=device))
+
+
+def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> None:
+    """dst[rows] <- dst[rows] (+) src, in place (src covers the rows ``rows`` of dst)."""
+    if src.empty:
+        return
+    if sigmoid:
+        dst.m[rows] = torch.maximum(dst.m[rows], src.m)
+        dst.a[rows] += src.a
+        dst.b[rows] += src.b
+        dst.c[rows] += src.c
+        if dst.o is not None and src.o is not None:
+            dst.o[rows] += src.o
+        dst.empty = False
+        return
+    m0 = dst.m[rows]
+    m = torch.maximum(m0, src.m)
+    live0 = dst.a[rows] > 0
+    al0 = torch.where(live0, torch.exp(m0 - m), torch.zeros_like(m))
+    al1 = torch.exp(src.m - m)
+    b0 = torch.where(live0, dst.b[rows] + (m0 - m) * dst.a[rows], torch.zeros_like(m))
+    dst.b[rows] = al0 * b0 + al1 * (src.b + (src.m - m) * src.a)
+    dst.a[rows] = al0 * dst.a[rows] + al1 * src.a
+    dst.c[rows] = al0 * al0 * dst.c[rows] + al1 * al1 * src.c
+    if dst.o is not None and src.o is not None:
+        dst.o[rows] = al0[:, None] * dst.o[rows] + al1[:, None] * src.o
+    dst.m[rows] = m
+    dst.empty = False
+
+
+class Reducer:
+    """Reduces tiles of logits into float32 per-block partial sums; owns the scratch buffers.
+
+    The tile's logits x (Lt, Kc) and their exponentials e live in one stacked buffer
+    ``Y = [x; e; 1]`` (2 Lt + 1, K). For a few rows one small GEMM ``e @ Y^T``
+    (Lt, 2 Lt + 1) yields ``sum x e`` and ``sum e^2`` on its diagonals and ``sum e`` in its
+    last column: one pass over the tile instead of three. Tall tiles (the vectors method's
+    64 rows, whose scores come from one large GEMM) use row-wise dot products instead.
+    Each row is shifted by its own tile maximum, so a tile needs nothing from the running
+    sums; the block partial (per row: max, s0, s1, s2, output) is merged into the float64
+    accumulator once per block and segment by :func:`merge_into`.
+    """
+
+    def __init__(self, spec: SweepSpec, rt: int, block: int, device: torch.device, dtype: torch.dtype):
+        self.sigmoid = spec.normalizer == "sigmoid"
+        self.rt = rt
+        # the stacked GEMM pays off for a few rows; for many it would compute rt x rt products
+        self.stacked = rt <= STACKED_ROWS
+        self.y = torch.zeros(2 * rt + 1, block, device=device, dtype=dtype)
+        self.y[2 * rt] = 1.0
+        self.idx = torch.arange(rt, device=device)
+        self.rows, self.dv, self.device, self.dtype = spec.queries, spec.value_dim, device, dtype
+        self.vectors = spec.method == "vectors"
+        self.parts: dict[int, Tensor] = {}
+
+    @property
+    def x(self) -> Tensor:
+        """Where the caller writes a tile's logits: (Lt, K)."""
+        return self.y[: self.rt]
+
+    def part(self, s: int) -> Tensor:
+        """The float32 partial of segment s: (L, 4 + Ev) = [max, s0, s1, s2, output...]."""
+        if s not in self.parts:
+            width = 4 + (self.dv if self.vectors else 0)
+            self.parts[s] = torch.zeros(self.rows, width, device=self.device, dtype=self.dtype)
+        return self.parts[s]
+
+    def add(self, s: int, a: int, b: int, rt: int, mx: Tensor, values: Tensor | None, bias: float,
+            r0: int, floor_needed: bool = True) -> None:
+        """Reduce columns [a, b) of the first ``rt`` logit rows (overwritten) into rows r0.. of part s.
+
+        ``floor_needed=False`` promises that no shifted logit is below :data:`EXP_FLOOR`.
+        """
+        p = self.part(s)[r0: r0 + rt]
+        x = self.y[:rt, a:b]
+        e = self.y[self.rt: self.rt + rt, a:b]
+        if self.sigmoid:
+            x.add_(bias)  # x + b with b = -log n
+            torch.sigmoid(x, out=e)
+            torch.amax(e, dim=1, out=p[:, 0])
+            torch.sum(e, dim=1, out=p[:, 1])
+            torch.sum(torch.special.xlogy(e, e, out=x), dim=1, out=p[:, 2])
+            torch.sum(torch.mul(e, e, out=x), dim=1, out=p[:, 3])
+        else:
+            p[:, 0] = mx
+            x.sub_(mx[:, None])  # x - max <= 0
+            if self.vectors or floor_needed:
+                x.clamp_(min=EXP_FLOOR)  # see EXP_FLOOR: keeps exp off its slow underflow path
+            torch.exp(x, out=e)
+            if self.stacked:
+                g = torch.mm(e, self.y[:, a:b].T)  # (rt, 2 Lt + 1): [e.x^T | e.e^T | e.1]
+                i = self.idx[:rt]
+                p[:, 1] = g[:, 2 * self.rt]
+                p[:, 2] = g[i, i]
+                p[:, 3] = g[i, self.rt + i]
+            else:
+                torch.sum(e, dim=1, out=p[:, 1])
+                p[:, 2] = torch.linalg.vecdot(x, e, dim=1)
+                p[:, 3] = torch.linalg.vecdot(e, e, dim=1)
+        if values is not None:
+            torch.matmul(e, values, out=p[:, 4:])
+
+    def flush(self, s: int, acc: Acc, rows: slice = slice(None)) -> None:
+        """Merge rows ``rows`` of the block partial of segment s into the float64 accumulator."""
+        p = self.part(s)[rows].to(torch.float64)
+        part = Acc(m=p[:, 0], a=p[:, 1], b=p[:, 2], c=p[:, 3], o=p[:, 4:] if self.vectors else None,
+                    empty=False)
+        merge_into(acc, part, self.sigmoid, rows)
+
+
+def row_stats(acc: Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
+    """Per-row statistics (L,) at length n from merged sums."""
+    f64 = torch.float64
+    if spec.normalizer == "sigmoid":
+        w = acc.a
+        ok = w > 0
+        safe = torch.where(ok, w, torch.ones_like(w))
+        h = torch.where(ok, torch.log(safe) - acc.b / safe, torch.zeros_like(w))
+        out = {"entropy": h, "max_weight": acc.m, "sum_sq": acc.c, "row_sum": w}
+        o = acc.o
+    else:
+        sink = 1.0 if spec.normalizer == "softmax1" else 0.0
+        s0 = acc.a
+        h = torch.log(s0) - acc.b / s0
+        denom = s0 + sink * torch.exp(torch.clamp(-acc.m, max=700.0))
+        out = {"entropy": h, "max_weight": 1.0 / denom, "sum_sq": acc.c / denom**2, "row_sum": s0 / denom}
+        o = None if acc.o is None else acc.o / denom[:, None]
+    if o is not None:
+        out["out_ms"] = (o * o).mean(dim=1)
+    # a single key has entropy 0 exactly (rounding in w log w / w would leave ~1e-9)
+    out["entropy"] = torch.zeros_like(w if spec.normalizer == "sigmoid" else acc.a) if n <= 1 else \
+        torch.clamp(out["entropy"], min=0.0).to(f64)
+    return out
+
+
+
+
+def summarise(n: int, rows: dict[str, Tensor], spec: SweepSpec, factor: float, q_norm: Tensor) -> dict:
+    """Means and standard errors over the L rows for one length: one record of :data:`COLUMNS`."""
+    L = spec.queries
+
+    def mean_sem(a: np.ndarray) -> tuple[float, float]:
+        m = float(a.mean())
+        sem = float(a.std(ddof=1) / math.sqrt(L)) if L > 1 else float("nan")
+        return m, sem
+
+    h = rows["entropy"].numpy()
+    ln_n = math.log(n) if n > 1 else 0.0
+    norm_h = h / ln_n if n > 1 else np.zeros_like(h)
+    rec: dict[str, float | int] = {"n": int(n)}
+    for name, arr in (("entropy", h), ("normalized_entropy", norm_h),
+                      ("max_weight", rows["max_weight"].numpy()),
+                      ("sum_sq", rows["sum_sq"].numpy()), ("row_sum", rows["row_sum"].numpy())):
+        rec[name], rec[f"{name}_sem"] = mean_sem(arr)
+    # exp of the mean entropy (perplexity of the average row; E exp H would carry a Jensen gap)
+    rec["effective_support"] = math.exp(rec["entropy"])
+    rec["effective_support_sem"] = rec["effective_support"] * rec["entropy_sem"]
+    ms = rows["out_ms"].numpy() if "out_ms" in rows else rows["sum_sq"].numpy()
+    mean_ms, sem_ms = mean_sem(ms)
+    std = math.sqrt(max(mean_ms, 0.0))
+    rec["output_std"] = std
+    rec["output_std_sem"] = sem_ms / (2 * std) if std > 0 else float("nan")
+    rec["logit_std"] = float(torch.sqrt((q_norm**2).mean()) * factor)
+    rec["logit_factor"] = factor
+    return rec
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record, ascending n (built from numpy columns: from_records took ~4 ms)."""
+    order = np.argsort([int(r["n"]) for r in records], kind="stable")
+    cols = {c: np.array([records[i][c] for i in order], dtype=np.int64 if c == "n" else np.float64)
+            for c in COLUMNS}
+    return pd.DataFrame(cols)
+
+

@@ -1,0 +1,360 @@
+"""Attention sinks page: figure and table builders (arrays in, go.Figure / DataFrame out).
+
+Every builder tags its figure with the page's ``layout.meta.view`` name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from numpy.typing import ArrayLike
+
+from attncore import theory as T
+from attncore.sinks import ZOO, SinkReport, SinkSpec, SweepResult, ZooEntry, ZooTheory, zoo_content_theory
+from ui import figures
+from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, downsample_stack, style
+
+ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
+              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
+ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
+              ("output_rms", "output RMS", True))
+MAP_SIDE = 256  # cells per side of the synthetic weight maps
+
+
+def _tag(fig: go.Figure, view: str) -> go.Figure:
+    return fig.update_layout(meta={"view": view})
+
+
+# ---------------------------------------------------------------------------- generic pieces
+
+
+def layer_head_grid(
+    attn: ArrayLike,
+    tokens: Sequence[str] | None = None,
+    *,
+    selected: tuple[int, int] | None = None,
+    max_side: int = 40,
+    zmax: float | None = 1.0,
+    width_px: int = 1100,
+) -> go.Figure:
+    """Every head of every layer as one tiled heatmap: rows = layers, columns = heads.
+
+    ``attn`` (N, H, L, S). Each map is block-averaged to at most ``max_side`` cells
+    per side and the tiles are separated by one blank (NaN) row and column, so
+    the whole grid is a single trace (fast to build and to draw). Hover names the
+    layer, head, query and key. ``selected`` = (layer, head) is outlined.
+    ``layout.meta`` carries ``tile_rows``/``tile_cols`` (cells per tile, gap included).
+    """
+    a = np.asarray(attn, dtype=np.float32)
+    if a.ndim != 4:
+        raise ValueError(f"layer_head_grid needs (layers, heads, L, S); got shape {a.shape}.")
+    N, H = a.shape[:2]
+    small, fr, fc = downsample_stack(a, max_side)  # (N, H, th, tw)
+    th, tw = small.shape[-2:]
+    z = np.full((N, th + 1, H, tw + 1), np.nan, dtype=np.float32)
+    z[:, :th, :, :tw] = small.transpose(0, 2, 1, 3)
+    z = z.reshape(N * (th + 1), H * (tw + 1))[:-1, :-1]  # tiles with one blank row/column between
+
+    def names(n_cells: int, factor: int, kind: str, blocks: int, block_kind: str) -> list[str]:
+        out: list[str] = []
+        for b in range(blocks):
+            for i in range(n_cells):
+                j = i * factor
+                if factor == 1 and tokens is not None and j < len(tokens):
+                    out.append(f"{block_kind} {b} · {kind} {j}: {tokens[j]}")
+                else:
+                    out.append(f"{block_kind} {b} · {kind}s {j}…{j + factor - 1}")
+            if b < blocks - 1:
+                out.append(f"{block_kind} {b} gap")
+        return out
+
+    x = names(tw, fc, "key", H, "head")
+    y = names(th, fr, "query", N, "layer")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=x, y=y, colorscale=SEQUENTIAL, zmin=0.0, zmax=zmax, hoverongaps=False,
+        colorbar={"thickness": 12, "len": 0.9, "title": {"text": "weight", "side": "right"}},
+        hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>"))
+    for h in range(H):
+        fig.add_annotation(x=h * (tw + 1) + (tw - 1) / 2, y=1.0, yref="paper", yanchor="bottom",
+                           text=f"h{h}", showarrow=False, font={"size": 11})
+    for l in range(N):
+        fig.add_annotation(x=0.0, xref="paper", xanchor="right", y=l * (th + 1) + (th - 1) / 2,
+                           text=f"L{l}", showarrow=False, font={"size": 11})
+    if selected is not None:
+        l, h = selected
+        fig.add_shape(type="rect", x0=h * (tw + 1) - 0.5, x1=h * (tw + 1) + tw - 0.5,
+                      y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
+                      line={"color": PALETTE[5], "width": 3})
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="")
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange="reversed")
+    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1})
+    # Square tiles on a chart about `width_px` wide.
+    row_px = width_px / H * (th + 1) / (tw + 1)
+    style(fig, height=int(min(900, max(240, N * row_px + 40))))
+    fig.update_layout(margin={"l": 36, "r": 10, "t": 28, "b": 10})
+    return fig
+
+
+def labelled_heatmap(
+    z: ArrayLike,
+    x_labels: Sequence[str],
+    y_labels: Sequence[str],
+    *,
+    title: str | None = None,
+    x_title: str = "",
+    y_title: str = "",
+    value_name: str = "value",
+    zmin: float | None = 0.0,
+    zmax: float | None = 1.0,
+    text_format: str | None = ".2f",
+    height: int = 300,
+) -> go.Figure:
+    """A small labelled matrix (e.g. layers x heads), values printed in the cells.
+
+    ``z`` (rows, cols) with one label per row and column; ``text_format`` (a d3
+    format such as ``.2f``) prints each value in its cell, None prints nothing.
+    """
+    a = as_f32(z)
+    if a.ndim != 2 or a.shape != (len(y_labels), len(x_labels)):
+        raise ValueError(
+            f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
+    kw: dict = {}
+    if text_format is not None:
+        kw.update(texttemplate=f"%{{z:{text_format}}}", textfont={"size": 10})
+    fig = go.Figure(go.Heatmap(
+        z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
+        colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
+        hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
+        **kw))
+    fig.update_yaxes(autorange="reversed", title=y_title, type="category")
+    fig.update_xaxes(title=x_title, type="category", tickangle=0 if len(x_labels) <= 16 else -60)
+    return style(fig, title=title, height=height)
+
+
+def bars_with_theory(
+    names: Sequence[str],
+    values: ArrayLike,
+    *,
+    errors: ArrayLike | None = None,
+    theory: ArrayLike | None = None,
+    title: str | None = None,
+    y_title: str = "",
+    log_y: bool = False,
+    height: int = 300,
+) -> go.Figure:
+    """One bar per item (measured mean, error bar = spread over queries) and a dashed theory tick.
+
+    ``theory`` may hold NaN where no closed form exists.
+    """
+    v = as_f32(values)
+    fig = go.Figure(go.Bar(
+        x=list(names), y=v, name="measured", marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(v))],
+        error_y=None if errors is None else {"type": "data", "array": as_f32(errors), "visible": True,
+                                              "thickness": 1.5, "color": PALETTE[7]},
+        hovertemplate="%{x}<br>measured %{y:.4g}<extra></extra>"))
+    if theory is not None:
+        fig.add_trace(go.Scatter(
+            x=list(names), y=as_f32(theory), mode="markers", name="theory (mean field)",
+            marker={"symbol": "line-ew-open", "size": 38, "color": PALETTE[7], "line": {"width": 3}},
+            hovertemplate="%{x}<br>theory %{y:.4g}<extra></extra>"))
+    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    if log_y:
+        figures.log_ticks(fig)
+    fig.update_layout(bargap=0.35, showlegend=False)
+    return style(fig, title=title, height=height)
+
+
+# ---------------------------------------------------------------------------- synthetic lab
+
+
+def keys_labels(spec: SinkSpec) -> list[str]:
+    """Key labels of the synthetic head: the sink (when on), then t1..tn."""
+    return (["sink"] if spec.sink else []) + [f"t{j}" for j in range(1, spec.n + 1)]
+
+
+def sink_map_figure(weights: np.ndarray, spec: SinkSpec) -> go.Figure:
+    """softmax weights (n, n[+1]) of the synthetic head (``snk-map``)."""
+    fig = figures.heatmap(weights, title="softmax weights" + ("" if spec.sink else " (no sink token)"),
+                          x_labels=keys_labels(spec), y_labels=[f"t{i}" for i in range(1, spec.n + 1)],
+                          max_side=MAP_SIDE, zmin=0.0, zmax=1.0, height=380)
+    fig.update_xaxes(side="bottom")  # keeps the key labels clear of the title
+    return _tag(fig, "snk-map")
+
+
+def strength_figure(sweep: SweepResult, spec: SinkSpec) -> go.Figure:
+    """Weight on the sink against its strength s, measured and mean-field (``snk-strength``)."""
+    x = sweep.x
+    fig = figures.line_chart([
+        Curve("measured (mean ± sd over queries)", x, sweep.mean("sink_weight"),
+              err=sweep.std("sink_weight")),
+        Curve("theory", x, np.asarray(T.sink_weight_theory(x, spec.n, spec.content, spec.spread)),
+              theory=True),
+    ], title="softmax weight on the sink vs strength s", x_title="sink strength s", y_title="weight on sink",
+        height=380)
+    _tag(fig, "snk-strength")
+    figures.legend_below(fig)
+    if spec.sink:
+        figures.mark_x(fig, spec.strength, f"s = {spec.strength:g}")
+    return fig
+
+
+def strength_rms_figure(sweep: SweepResult, spec: SinkSpec, no_sink: float) -> go.Figure:
+    """Output RMS against the sink strength, with the no-sink level (``snk-rms``)."""
+    x = sweep.x
+    theory = T.softmax_output_rms_theory(spec.n, spec.content, spec.spread, strength=x,
+                                         sink_value=spec.sink_value)
+    fig = figures.line_chart([
+        Curve("output RMS (measured)", x, sweep.mean("output_rms"), err=sweep.std("output_rms")),
+        Curve("theory", x, np.asarray(theory), theory=True),
+        Curve("no sink token (measured)", x, np.full_like(x, no_sink), color=PALETTE[7],
+              extra={"mode": "lines", "line": {"dash": "dot", "color": PALETTE[7]}}),
+    ], title="output RMS vs strength s", x_title="sink strength s", y_title="RMS of the output",
+        log_y=True, height=380)
+    _tag(fig, "snk-rms")
+    figures.legend_below(fig)
+    figures.log_ticks(fig)
+    if spec.sink:
+        figures.mark_x(fig, spec.strength, f"s = {spec.strength:g}")
+    return fig
+
+
+def strength_frame(sweep: SweepResult, spec: SinkSpec) -> pd.DataFrame:
+    """The strength sweep with its theory, for the CSV."""
+    x, n, cc, sd = sweep.x, spec.n, spec.content, spec.spread
+    return pd.DataFrame({
+        "strength": x, "sink_weight_mean": sweep.mean("sink_weight"),
+        "sink_weight_sd": sweep.std("sink_weight"),
+        "sink_weight_theory": T.sink_weight_theory(x, n, cc, sd), "output_rms_mean": sweep.mean("output_rms"),
+        "output_rms_theory": T.softmax_output_rms_theory(n, cc, sd, strength=x, sink_value=spec.sink_value)})
+
+
+def nothing_figures(sweep: SweepResult, spec: SinkSpec) -> tuple[go.Figure, go.Figure]:
+    """Row sum and output RMS of every normaliser against the content logit c (``snk-nothing-*``)."""
+    x = sweep.x
+    mass_curves: list[Curve] = []
+    rms_curves: list[Curve] = []
+    for name in ZOO:
+        color, label = ZOO_COLORS[name], ZOO_LABELS[name]
+        mass_t, rms_t = zoo_content_theory(name, spec, x)
+        if name != "gated":
+            mass_curves += [Curve(label, x, sweep.mean(f"mass_{name}"), color=color),
+                            Curve(f"{label} theory", x, mass_t, theory=True, color=color,
+                                  extra={"showlegend": False})]
+        rms_curves += [Curve(label, x, sweep.mean(f"rms_{name}"), color=color),
+                       Curve(f"{label} theory", x, rms_t, theory=True, color=color,
+                             extra={"showlegend": False})]
+    mass = figures.line_chart(mass_curves, title="weight spent on the real tokens (mean over queries)",
+                              x_title="content logit c", y_title="row sum", log_y=True, height=400)
+    rms = figures.line_chart(rms_curves, title="output RMS", x_title="content logit c",
+                             y_title="RMS of the output", log_y=True, height=400)
+    for fig, view in ((mass, "snk-nothing-mass"), (rms, "snk-nothing-rms")):
+        _tag(fig, view)
+        figures.legend_below(fig)
+        figures.log_ticks(fig)
+        figures.mark_x(fig, spec.content, f"c = {spec.content:g}")
+    return mass, rms
+
+
+def content_frame(sweep: SweepResult) -> pd.DataFrame:
+    """The content sweep: mass and output RMS of every normaliser, for the CSV."""
+    cols = {"content": sweep.x}
+    for name in ZOO:
+        cols[f"mass_{name}"] = sweep.mean(f"mass_{name}")
+        cols[f"rms_{name}"] = sweep.mean(f"rms_{name}")
+    return pd.DataFrame(cols)
+
+
+def zoo_maps_figure(zoo: dict[str, ZooEntry]) -> go.Figure:
+    """The weights of every normaliser on the same logits, side by side (``snk-zoo``)."""
+    maps = [zoo[name].weights.cpu().numpy() for name in ZOO]
+    titles = [ZOO_LABELS[name] + (" (weights; gate on output)" if name == "gated" else "") for name in ZOO]
+    zmax = float(max(m.max() for m in maps)) or 1.0
+    fig = figures.heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
+    return fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 34})
+
+
+def zoo_bars_figure(zoo: dict[str, ZooEntry], theory: dict[str, ZooTheory], field: str, label: str,
+                    log_y: bool) -> go.Figure:
+    """One statistic of every normaliser: mean over queries, spread, theory tick (``snk-zoo-<field>``)."""
+    vals = [float(getattr(zoo[n], field).mean()) for n in ZOO]
+    errs = [float(getattr(zoo[n], field).std(unbiased=False)) for n in ZOO]
+    th = [getattr(theory[n], field) for n in ZOO]
+    fig = bars_with_theory([ZOO_LABELS[n] for n in ZOO], vals, errors=errs, theory=th, title=label,
+                           log_y=log_y, height=330)
+    return _tag(fig, f"snk-zoo-{field}")
+
+
+def zoo_table(spec: SinkSpec, zoo: dict[str, ZooEntry], theory: dict[str, ZooTheory]) -> pd.DataFrame:
+    """Per query and normaliser: row sum, sink weight, output RMS, gate, with the theory."""
+    frames = []
+    for name in ZOO:
+        e = zoo[name]
+        frames.append(pd.DataFrame({
+            "normaliser": name, "query": np.arange(1, spec.n + 1),
+            "row_sum": e.row_sum.double().cpu().numpy(), "sink_weight": e.sink_weight.double().cpu().numpy(),
+            "output_rms": e.output_rms.double().cpu().numpy(),
+            "gate_mean": e.gate_mean.double().cpu().numpy(),
+            "row_sum_theory": theory[name].row_sum, "sink_weight_theory": theory[name].sink_weight,
+            "output_rms_theory": theory[name].output_rms}))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ---------------------------------------------------------------------------- real model
+
+
+def glance_figure(rep: SinkReport, labels: dict[str, str], n_layers: int) -> go.Figure:
+    """Mean mass per layer on each key set, against uniform attention (``snk-glance``)."""
+    x = np.arange(n_layers)
+    curves: list[Curve] = []
+    for i, (key, name) in enumerate(labels.items()):
+        m = rep.mass[key].double().numpy()  # (N, H)
+        color = PALETTE[i]
+        curves += [Curve(f"on {name}", x, m.mean(1), err=m.std(1), color=color,
+                         hover=f"on {name}<br>layer %{{x}}<br>mean mass %{{y:.3f}}"),
+                   Curve(f"uniform attention ({name})", x, np.full(n_layers, rep.uniform[key]), theory=True,
+                         color=color)]
+    fig = figures.line_chart(curves, title="mean attention mass per layer (error bar: spread over heads)",
+                             x_title="layer (0-based)", y_title="mass (mean over queries and heads)",
+                             height=380)
+    fig.update_xaxes(dtick=1)
+    _tag(fig, "snk-glance")
+    return figures.legend_below(fig)
+
+
+def mass_figure(rep: SinkReport, key: str, name: str, n_keys: int, layers: int, heads: int) -> go.Figure:
+    """Mass on one key set per layer and head (``snk-mass-<key>``)."""
+    fig = labelled_heatmap(rep.mass[key].numpy(), [str(h) for h in range(heads)],
+                           [str(l) for l in range(layers)], x_title="head", y_title="layer",
+                           title=f"on {name} ({n_keys} token{'s' if n_keys != 1 else ''})",
+                           value_name="mass", zmin=0.0, zmax=1.0, text_format=".2f" if heads <= 6 else None,
+                           height=int(min(600, 110 + 34 * layers)))
+    return _tag(fig, f"snk-mass-{key}")
+
+
+def mass_frame(rep: SinkReport, labels: dict[str, str], layers: int, heads: int) -> pd.DataFrame:
+    """Mass on every key set per layer and head, for the CSV."""
+    return pd.DataFrame([{"layer": l, "head": h,
+                          **{f"mass_{labels[k]}": float(rep.mass[k][l, h]) for k in labels}}
+                         for l in range(layers) for h in range(heads)])
+
+
+def metric_figure(rep: SinkReport, tokens: Sequence[str], layers: int) -> go.Figure:
+    """Share of each layer's heads that are sink heads for each key (``snk-metric``)."""
+    x_labels = [f"{j}:{t}" for j, t in enumerate(tokens)]
+    fig = labelled_heatmap(rep.share.numpy(), x_labels, [str(l) for l in range(layers)],
+                           x_title="key", y_title="layer", value_name="share of heads", zmin=0.0,
+                           zmax=1.0, text_format=".2f" if len(tokens) <= 24 else None,
+                           height=int(min(600, 150 + 34 * layers)))
+    return _tag(fig, "snk-metric")
+
+
+def alpha_frame(rep: SinkReport, tokens: Sequence[str]) -> pd.DataFrame:
+    """alpha of every head for every key, and whether it passes the threshold, for the CSV."""
+    a = rep.alpha.numpy()
+    return pd.DataFrame([{"layer": l, "head": h, "key": j, "token": tokens[j], "alpha": float(a[l, h, j]),
+                          "sink_head": bool(a[l, h, j] > rep.eps)}
+                         for l in range(a.shape[0]) for h in range(a.shape[1]) for j in range(a.shape[-1])])
