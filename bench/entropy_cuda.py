@@ -5,7 +5,7 @@ Run ``python -m bench.entropy --device cuda`` (or ``python -m bench.entropy_cuda
 and value dim 16, it prints, measured in this one process on one GPU (best of 3 after a
 warm-up call; 2 above 2^24):
 
-* ours: :func:`attncore.fused_sweeps.run_fused_sweep`, both methods, one length per call
+* ours: :func:`attncore.sweeps.fused.run_fused_sweep`, both methods, one length per call
   (the time includes drawing the queries and the float64 merge; the result is copied back);
 * the torch engine (:func:`attncore.sweeps.run_sweep`) on the same GPU, up to its cap 2^24;
 * the materialised reference where it fits in GPU memory: the notebook way, K (n, d) and
@@ -94,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.entropy --device cuda: no CUDA GPU on this machine (torch {torch.__version__}); "
               "nothing measured.")
         return 0
-    from attncore.fused_sweeps import (
+    from attncore.sweeps import MAX_SWEEP_N, SweepSpec, run_sweep
+    from attncore.sweeps.fused import (
         _plan,
         fused_floor,
         fused_unavailable_reason,
         max_sweep_n,
         run_fused_sweep,
     )
-    from attncore.sweeps import MAX_SWEEP_N, SweepSpec, run_sweep
 
     why = fused_unavailable_reason(DEV)
     if why is not None:

@@ -21,8 +21,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from attncore import _fused_kernels as fk  # noqa: E402
-from attncore.fused_sweeps import BN, GROUP, RB, VECTOR_WARPS  # noqa: E402
+from attncore.sweeps import fused_kernels as fk  # noqa: E402
+from attncore.sweeps.fused import BN, GROUP, RB, VECTOR_WARPS  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")

@@ -24,7 +24,11 @@ if not _CUDA and "triton" not in sys.modules:
 pytest.importorskip("triton")
 
 from attncore.errors import AttnInputError, ResourceLimitError  # noqa: E402
-from attncore.fused_sweeps import (  # noqa: E402
+from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink  # noqa: E402
+from attncore.row_theory import sweep_theory  # noqa: E402
+from attncore.stats import entropy, max_weight, row_sum, sum_squares  # noqa: E402
+from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, run_sweep  # noqa: E402
+from attncore.sweeps.fused import (  # noqa: E402
     MAX_SWEEP_N_CUDA,
     FixedInputs,
     _Fused,
@@ -37,10 +41,6 @@ from attncore.fused_sweeps import (  # noqa: E402
     run_fused_sweep,
     validate_fused,
 )
-from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink  # noqa: E402
-from attncore.row_theory import sweep_theory  # noqa: E402
-from attncore.stats import entropy, max_weight, row_sum, sum_squares  # noqa: E402
-from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, run_sweep  # noqa: E402
 
 DEV = "cuda" if _CUDA else "cpu"
 pytestmark = pytest.mark.skipif(not fused_available(DEV), reason=str(fused_unavailable_reason(DEV)))
@@ -83,7 +83,7 @@ def test_normals_have_the_standard_normal_law():
 
 
 def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
-    from attncore import _fused_kernels as fk
+    from attncore.sweeps import fused_kernels as fk
 
     top = (1 << 32) - 1
     w1 = torch.tensor([0, 0, 1, 255, top, top, 1 << 31], dtype=torch.int64, device=DEV)
@@ -278,7 +278,7 @@ def test_no_host_sync_inside_a_pass(monkeypatch):
     for name in ("item", "__bool__", "__int__", "__float__", "tolist"):
         monkeypatch.setattr(torch.Tensor, name, boom)
     with monkeypatch.context() as m:  # the final copy of the row stats to the CPU is allowed
-        m.setattr("attncore.fused_sweeps._row_stats", lambda acc, n, spec: {"s0": acc.a.clone()})
+        m.setattr("attncore.sweeps.fused.row_stats", lambda acc, n, spec: {"s0": acc.a.clone()})
         out = eng.run_pass(spec.logit_factor(500), (500, 3000), 0.0, lambda _s: None)
     monkeypatch.undo()
     assert len(out) == 2 and (out[1]["s0"] > out[0]["s0"]).all()
@@ -294,7 +294,7 @@ def test_device_caps_and_plain_errors(monkeypatch):
         validate_fused(_spec(lengths=(1 << 24,), queries=64), torch.device("cpu"))  # interpreter budget
     assert "mps" in str(fused_unavailable_reason("mps"))
     # a CUDA device with the fused kernels gets 2^30 (without a GPU: pretend)
-    monkeypatch.setattr("attncore.fused_sweeps.fused_available", lambda dev: torch.device(dev).type == "cuda")
+    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: torch.device(dev).type == "cuda")
     assert max_sweep_n("cuda") == MAX_SWEEP_N_CUDA == 1 << 30
     validate_fused(_spec(lengths=(1 << 30,), queries=64, d=128), torch.device("cuda"))
     with pytest.raises(AttnInputError, match="2\\^30"):
@@ -358,8 +358,8 @@ def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
 
 
 def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
-    from attncore import fused_sweeps
     from attncore.budget import oom_to_limit
+    from attncore.sweeps import fused as fused_sweeps
 
     freed = []
     monkeypatch.setattr("attncore.budget.free_gpu_memory", lambda: freed.append(1))
@@ -375,7 +375,7 @@ def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
 
 
 def test_engine_choice(monkeypatch):
-    from attncore.fused_sweeps import ENGINE_ENV, choose_engine
+    from attncore.sweeps.fused import ENGINE_ENV, choose_engine
 
     monkeypatch.delenv(ENGINE_ENV, raising=False)
     assert choose_engine(None, "cpu") == "torch"
@@ -388,7 +388,7 @@ def test_engine_choice(monkeypatch):
         choose_engine("fast", DEV)
     with pytest.raises(AttnInputError, match="cannot run here"):
         choose_engine("fused", "mps")
-    monkeypatch.setattr("attncore.fused_sweeps.fused_available", lambda dev: True)
+    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: True)
     monkeypatch.delenv(ENGINE_ENV)
     assert choose_engine(None, "cuda") == "fused" and choose_engine(None, "cpu") == "torch"
 

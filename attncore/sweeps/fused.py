@@ -10,8 +10,8 @@ per query row, the running max ``m``, ``s0 = sum e^{x-m}``, ``s1 = sum (x-m) e^{
 ``s2 = sum e^{2(x-m)}`` and ``o = sum e^{x-m} v`` (sigmoid: max weight, ``sum w``,
 ``sum w log w``, ``sum w^2``, ``sum w v``) over its chunk of keys in float32, with the
 online max rescaling; the host merges the chunks' partials in float64 with torch ops on the
-device (the same merge as the engine) and :func:`attncore.sweeps._row_stats` /
-``_summarise`` turn the sums into the table. Only the random numbers differ: the kernels
+device (the same merge as the engine) and :func:`attncore.sweeps.reduce.row_stats` /
+``summarise`` turn the sums into the table. Only the random numbers differ: the kernels
 draw from Philox (counter-based, seeded from ``(seed, stream)``) instead of the engine's
 ``torch.Generator`` lanes, so fused and torch results agree within their standard errors,
 not to the digit. The queries are the engine's (drawn with ``torch.Generator`` on the
@@ -26,7 +26,7 @@ device), so ``logit_std`` and ``logit_factor`` agree exactly.
 
 The tail: the Gaussian's radius uniform has 40 bits (not 32), so samples reach 7.54
 standard deviations and are correct in the tail to well beyond the largest of ``2^36``
-draws (see :mod:`attncore._fused_kernels`); no redraws are needed. The CUDA tests check the
+draws (see :mod:`attncore.sweeps.fused_kernels`); no redraws are needed. The CUDA tests check the
 max weight against the exact quadrature of :mod:`attncore.row_theory` at 2^20..2^30.
 
 Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (25-90 ms
@@ -46,10 +46,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import ModuleType
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -57,18 +56,10 @@ from torch import Tensor
 from attncore.budget import check_limit, fmt_count, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
-from attncore.sweeps import (
-    MAX_SWEEP_N,
-    SweepCancelled,
-    SweepSpec,
-    _Acc,
-    _draw_queries,
-    _frame,
-    _merge_into,
-    _new_acc,
-    _row_stats,
-    _summarise,
-)
+from attncore.sweeps.engine import SweepCancelled
+from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
+from attncore.sweeps.rng import draw_queries
+from attncore.sweeps.spec import MAX_SWEEP_N, MAX_SWEEP_WORK, SweepSpec
 
 __all__ = [
     "ENGINES",
@@ -76,6 +67,7 @@ __all__ = [
     "MAX_FUSED_WORK",
     "MAX_SWEEP_N_CUDA",
     "FixedInputs",
+    "check_sweep",
     "choose_engine",
     "fused_available",
     "fused_draws",
@@ -85,6 +77,8 @@ __all__ = [
     "fused_unavailable_reason",
     "fused_work",
     "max_sweep_n",
+    "max_sweep_work",
+    "probe_length",
     "run_fused_sweep",
 ]
 
@@ -92,6 +86,7 @@ MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
 # Random numbers one fused sweep may draw: ~10-20 s on one H100 at the 100-180 G samples/s the
 # issue measured for a naive fused kernel (an estimate until measured on a GPU).
 MAX_FUSED_WORK = 1 << 40
+FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
 MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
 LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-90 ms on an H100 (estimate, to be measured)
 TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
@@ -183,10 +178,37 @@ def choose_engine(engine: str | None, device: torch.device | str, dtype: str = "
     return name
 
 
-def _kernels() -> ModuleType:
-    from attncore import _fused_kernels
+def check_sweep(spec: SweepSpec, device: torch.device | str, engine: str | None = None) -> str:
+    """Validate ``spec`` for the engine that runs it on ``device`` (plain errors); return that engine."""
+    dev = torch.device(device)
+    name = choose_engine(engine, dev, spec.dtype)
+    if name == "fused":
+        validate_fused(spec, dev)
+    else:
+        spec.validate()
+    return name
 
-    return _fused_kernels
+
+def max_sweep_work(device: torch.device | str, dtype: str = "float32") -> int:
+    """The work limit of the engine that runs float32 sweeps on ``device`` (units of :func:`sweep_work`)."""
+    dev = torch.device(device)
+    if choose_engine(None, dev, dtype) != "fused":
+        return MAX_SWEEP_WORK
+    return MAX_FUSED_WORK if dev.type == "cuda" else MAX_INTERPRETED_WORK
+
+
+def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
+    """n of a calibration probe for the fused engine: about FUSED_PROBE_WORK random numbers."""
+    dev = torch.device(device)
+    work = FUSED_PROBE_WORK if dev.type == "cuda" else 1 << 14
+    keys = work // max(1, _plan(spec).samples_per_key)
+    return int(max(GROUP, min(max_sweep_n(dev), keys) // GROUP * GROUP))
+
+
+def _kernels() -> ModuleType:
+    from attncore.sweeps import fused_kernels
+
+    return fused_kernels
 
 
 # --------------------------------------------------------------------------- plan
@@ -257,19 +279,10 @@ def fused_work(spec: SweepSpec) -> int:
 def validate_fused(spec: SweepSpec, device: torch.device) -> None:
     """The spec's checks with the device's n cap and the fused work limit (plain messages)."""
     cap = max_sweep_n(device) if device.type == "cuda" else MAX_SWEEP_N
-    for n in spec.lengths:
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise AttnInputError(f"sequence lengths must be whole numbers; got {n!r}.")
-    if spec.lengths and max(spec.lengths) > cap:
-        raise AttnInputError(
-            f"n = {max(spec.lengths):,} is above the cap of {cap:,} (2^{cap.bit_length() - 1}) keys per row "
-            f"on {device.type.upper()}. Lower the largest n.")
+    # the spec's checks with this cap (the torch engine's work limit is the CPU's: not here)
+    spec.validate(max_n=cap, check_work=False)
     if spec.dtype != "float32":
         raise AttnInputError("the fused kernels sample in float32; use the torch engine for float64.")
-    if spec.lengths and min(spec.lengths) < 1:
-        raise AttnInputError(f"a row needs at least one key; got n = {min(spec.lengths)}.")
-    # every other check of the spec (the engine's work limit does not apply: it is the CPU's)
-    replace(spec, lengths=(1,)).validate()
     if device.type == "cuda":
         check_limit(fused_work(spec), MAX_FUSED_WORK, "this sweep's random numbers",
                     "(about 10-20 s on one H100)", "Lower the largest n, the query rows or d.")
@@ -309,7 +322,7 @@ class _Fused:
         self.sigmoid = spec.normalizer == "sigmoid"
         self.vectors = spec.method == "vectors"
         self.dv = spec.value_dim if self.vectors else 0
-        self.q = _draw_queries(spec, device, torch.float32)  # (R, d), the engine's queries
+        self.q = draw_queries(spec, device, torch.float32)  # (R, d), the engine's queries
         self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (R,)
         self.seed_logits = _mix64(spec.seed, STREAM_LOGITS)
         self.seed_keys = _mix64(spec.seed, STREAM_KEYS)
@@ -363,13 +376,13 @@ class _Fused:
                                   SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
         return part
 
-    def _fold(self, part: Tensor) -> _Acc:
+    def _fold(self, part: Tensor) -> Acc:
         """Merge the partials of one launch (P, R, W) over P, in float64 on the device."""
         p = part.to(torch.float64)
         m_p = p[..., 0]
         o_p = p[..., 4:] if self.vectors else None
         if self.sigmoid:
-            return _Acc(m=m_p.amax(0), a=p[..., 1].sum(0), b=p[..., 2].sum(0), c=p[..., 3].sum(0),
+            return Acc(m=m_p.amax(0), a=p[..., 1].sum(0), b=p[..., 2].sum(0), c=p[..., 3].sum(0),
                         o=None if o_p is None else o_p.sum(0), empty=False)
         m = m_p.amax(0)  # (R,)
         al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
@@ -377,7 +390,7 @@ class _Fused:
         b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
         c = (al * al * p[..., 3]).sum(0)
         o = None if o_p is None else (al[..., None] * o_p).sum(0)
-        return _Acc(m=m, a=a, b=b, c=c, o=o, empty=False)
+        return Acc(m=m, a=a, b=b, c=c, o=o, empty=False)
 
     def launches(self, checkpoints: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
         """[(segment, lo, hi, chunk)] covering keys [0, n_max), cut at the checkpoints."""
@@ -407,11 +420,11 @@ class _Fused:
         plan = self.launches(checkpoints)
         biggest = max(-(-(hi - lo) // chunk) for _, lo, hi, chunk in plan)
         buf = torch.empty(biggest * R * (4 + self.dv), device=dev, dtype=torch.float32)
-        accs = [_new_acc(R, self.dv or None, dev, self.sigmoid) for _ in checkpoints]
+        accs = [new_acc(R, self.dv or None, dev, self.sigmoid) for _ in checkpoints]
         in_flight: deque = deque()
         for s, lo, hi, chunk in plan:
             part = self._launch(buf, arg, lo, hi, chunk, bias)
-            _merge_into(accs[s], self._fold(part), self.sigmoid)
+            merge_into(accs[s], self._fold(part), self.sigmoid)
             if dev.type == "cuda":
                 ev = torch.cuda.Event()
                 ev.record()
@@ -419,11 +432,11 @@ class _Fused:
                 while len(in_flight) > 1:  # keep one launch queued behind the one running
                     in_flight.popleft().synchronize()
             tick((hi - lo) * self.plan.samples_per_key)
-        total = _new_acc(R, self.dv or None, dev, self.sigmoid)
+        total = new_acc(R, self.dv or None, dev, self.sigmoid)
         stats = []
         for s, n in enumerate(checkpoints):
-            _merge_into(total, accs[s], self.sigmoid)
-            stats.append(_row_stats(total, n, spec))
+            merge_into(total, accs[s], self.sigmoid)
+            stats.append(row_stats(total, n, spec))
         names = list(stats[0])
         # one copy to the host for the whole pass (each copy is a synchronisation)
         host = torch.stack([torch.stack([st[k] for k in names]) for st in stats]).to("cpu")  # (C, K, R)
@@ -492,10 +505,10 @@ def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: 
         bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
         stats = eng.run_pass(factor, lens, bias, tick)
         for n, rows in zip(lens, stats, strict=True):
-            records.append(_summarise(n, rows, spec, factor, q_norm))
+            records.append(summarise(n, rows, spec, factor, q_norm))
     if progress is not None:
         progress(1.0, "done")
-    return _frame(records)
+    return frame(records)
 
 
 # --------------------------------------------------------------------------- replay, reference, floor
@@ -539,14 +552,14 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
     """
     from attncore.attention import attention_stages
     from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
+    from attncore.scale_rules import logit_multiplier
     from attncore.stats import entropy, max_weight, row_sum, sum_squares
-    from attncore.sweeps import logit_multiplier
 
     dev = resolve_device(device)
     n_max = max(spec.lengths)
     if draws is None:
         draws = fused_draws(spec, n_max, dev)
-    q = _draw_queries(spec, dev, torch.float32)
+    q = draw_queries(spec, dev, torch.float32)
     q_norm = torch.linalg.vector_norm(q.to(torch.float64), dim=1)
     plain = {"softmax": Softmax(), "softmax1": SoftmaxWithSink(0.0), "sigmoid": Sigmoid()}
     records = []
@@ -572,8 +585,8 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
                 "row_sum": row_sum(w64)}
         if out_ms is not None:
             rows["out_ms"] = out_ms
-        records.append(_summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
-    return _frame(records)
+        records.append(summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
+    return frame(records)
 
 
 def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None) -> Tensor:

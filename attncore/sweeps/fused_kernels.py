@@ -1,4 +1,4 @@
-"""Triton kernels of the fused entropy sweep (imported only by :mod:`attncore.fused_sweeps`).
+"""Triton kernels of the fused entropy sweep (imported only by :mod:`attncore.sweeps.fused`).
 
 This module imports triton at the top; nothing else in attncore imports it, so attncore works
 without triton. Whether these kernels run compiled (CUDA) or in Triton's interpreter (CPU) is
@@ -129,7 +129,7 @@ def logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows,
     """Partial sums of rows ``RB * pid0 ..`` over keys ``[key_lo + pid1 * chunk, ..)`` (< key_hi).
 
     Logits ``x = std_r * z``; z from Philox (or, with FIXED, read from ``z_ptr`` (R, n_fixed)).
-    Writes ``part[pid1, r, :] = (m, s0, s1, s2)`` in float32 (see :mod:`attncore.fused_sweeps`).
+    Writes ``part[pid1, r, :] = (m, s0, s1, s2)`` in float32 (see :mod:`attncore.sweeps.fused`).
     """
     Q4: tl.constexpr = GROUP // 4
     pr = tl.program_id(0)
