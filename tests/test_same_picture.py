@@ -5,6 +5,7 @@ Without a GPU the CUDA tests skip; ``meta`` tensors check that draws are made on
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,3 +36,22 @@ def test_cuda_synthetic_inputs_equal_the_cpu_ones():
     a = AdditiveScorer.init(4, 5, generator=make_generator(9))
     b = AdditiveScorer.init(4, 5, generator=make_generator(9), device="cuda")
     assert torch.equal(a.w_k, b.w_k.cpu())
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_sinks_lab_and_saturation_samples_equal_the_cpu_ones():
+    from attncore.dot_products import dot_product_samples
+    from attncore.gradients import jacobian_vs_scale
+    from attncore.sinks import SinkSpec, sink_sequence
+
+    spec = SinkSpec(n=24, seed=5)
+    cpu, gpu = sink_sequence(spec, "cpu"), sink_sequence(spec, "cuda")
+    for name in ("query", "key", "value", "gate_input", "gate_weight"):
+        assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
+    a = dot_product_samples(16, 1000, seed=2)
+    b = dot_product_samples(16, 1000, seed=2, device="cuda")
+    torch.testing.assert_close(a, b.cpu(), rtol=1e-6, atol=1e-6)  # same draws; sums may round apart
+    sig = [0.5, 2.0]
+    ja, jb = jacobian_vs_scale(sig, 8, 100, seed=3), jacobian_vs_scale(sig, 8, 100, seed=3, device="cuda")
+    np.testing.assert_allclose(ja.jac_mean, jb.jac_mean, rtol=1e-5)
