@@ -406,3 +406,28 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if "REG:" in ln]
     assert len(lines) == 3 and all("vectors_kernel" in ln or "logits" in ln for ln in lines), r.stdout
+
+
+def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):
+    from attncore.sweeps import ENGINE_ENV, check_sweep, entropy_vs_length, max_sweep_work, plan, sweep_work
+    from attncore.sweeps.fused import MAX_INTERPRETED_WORK, fused_work
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    kw = dict(queries=8, d=16, seed=3)
+    spec = _spec(lengths=(256, 1000))
+    fused = entropy_vs_length([256, 1000], engine="fused", device=DEV, **kw)
+    assert fused.equals(run_fused_sweep(spec, device=DEV))
+    torch_engine = entropy_vs_length([256, 1000], engine="torch", device=DEV, **kw)
+    assert torch_engine.equals(run_sweep(spec, device=DEV, engine="torch"))
+    assert not np.allclose(fused["entropy"], torch_engine["entropy"])  # other draws, same statistics
+    # the environment variable picks the engine for callers that do not say (the page, plan, limits)
+    monkeypatch.setenv(ENGINE_ENV, "fused")
+    assert entropy_vs_length([256, 1000], device=DEV, **kw).equals(fused)
+    assert check_sweep(spec, DEV) == "fused"
+    assert sweep_work(spec, DEV) == fused_work(spec) == 1000 * 8
+    probe = plan([spec], DEV).probes[0]
+    assert probe.lengths[0] % 1024 == 0 and probe.normalizer == "softmax"
+    if DEV == "cpu":
+        assert max_sweep_work(DEV) == MAX_INTERPRETED_WORK
+        with pytest.raises(AttnInputError, match="2\\^24"):
+            check_sweep(_spec(lengths=(1 << 25,)), DEV)
