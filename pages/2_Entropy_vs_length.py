@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from attncore.errors import AttnInputError
-from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, max_sweep_n
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
@@ -162,7 +162,18 @@ def explain(max_exp: int = 24) -> None:
     )
 
 
-def how_it_is_computed() -> None:
+def how_it_is_computed(engine: str = "torch") -> None:
+    """The method, as the engine that ran on this device (``torch`` or ``fused``) does it."""
+    if engine == "fused":
+        tail = ("On this GPU the sweeps run as fused Triton kernels: every program draws its random "
+                "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
+                "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
+                "*vectors* draws each tile of keys once and shares it across up to 64 query rows through a "
+                "matrix product. Their Gaussians take 40 random bits for the radius and reach 7.54σ, "
+                "beyond the largest of 2³⁰ keys, so nothing is redrawn.")
+    else:
+        tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
+                "samples above 5σ are redrawn from the exact tail.")
     with st.expander("How attncore computes this", expanded=False):
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
@@ -172,9 +183,7 @@ def how_it_is_computed() -> None:
             "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
             "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
             "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
-            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
-            "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
-            "from the exact tail.\n\n"
+            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. " + tail + "\n\n"
             "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
             "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
             "weights, so the output std also shows how much mass the row spends.\n\n"
@@ -314,7 +323,7 @@ def body(ctx: PageContext) -> None:
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):
             validity_table(series, frames, theories)
-        how_it_is_computed()
+        how_it_is_computed(choose_engine(None, ctx.device, "float32"))
     figure1(ctx)
 
 
