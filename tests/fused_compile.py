@@ -51,27 +51,27 @@ def compile_one(fn, sig: dict, const: dict, warps: int = 4) -> str:
 
 
 def variants(quick: bool) -> list[tuple]:
-    out = [(fk.logits_kernel, SIG_LOGITS, {"SIGMOID": False, "FIXED": False, "RB": RB, "GROUP": GROUP}, 4)]
+    out = [(fk._logits_kernel, SIG_LOGITS, {"SIGMOID": False, "FIXED": False, "RB": RB, "GROUP": GROUP}, 4)]
     vec = {"SIGMOID": False, "FIXED": False, "BR": 64, "BN": BN, "DVP": 16, "DOT_PREC": "tf32x3"}
-    out.append((fk.vectors_kernel, SIG_VECTORS, vec, VECTOR_WARPS))
-    out.append((fk.logits_floor_kernel, {"out_ptr": "*fp32", "std_ptr": "*fp32", "seed": "i64", "n_keys": "i64",
+    out.append((fk._vectors_kernel, SIG_VECTORS, vec, VECTOR_WARPS))
+    out.append((fk._logits_floor_kernel, {"out_ptr": "*fp32", "std_ptr": "*fp32", "seed": "i64", "n_keys": "i64",
                                          "chunk": "i32", "n_rows": "i32", "RB": "constexpr", "GROUP": "constexpr"},
                 {"RB": RB, "GROUP": GROUP}, 4))
     if quick:
         return out
-    out.append((fk.logits_kernel, SIG_LOGITS, {"SIGMOID": True, "FIXED": False, "RB": RB, "GROUP": GROUP}, 4))
-    out.append((fk.logits_kernel, SIG_LOGITS, {"SIGMOID": False, "FIXED": True, "RB": RB, "GROUP": GROUP}, 4))
+    out.append((fk._logits_kernel, SIG_LOGITS, {"SIGMOID": True, "FIXED": False, "RB": RB, "GROUP": GROUP}, 4))
+    out.append((fk._logits_kernel, SIG_LOGITS, {"SIGMOID": False, "FIXED": True, "RB": RB, "GROUP": GROUP}, 4))
     for br in (16, 32, 64):
         for dvp in (16, 64, 256):
             for sg in (False, True):
-                out.append((fk.vectors_kernel, SIG_VECTORS, {**vec, "BR": br, "DVP": dvp, "SIGMOID": sg}, VECTOR_WARPS))
-    out.append((fk.vectors_kernel, SIG_VECTORS, {**vec, "FIXED": True}, VECTOR_WARPS))
-    out.append((fk.draw_logits_kernel, {"z_ptr": "*fp32", "seed": "i64", "n_keys": "i32", "n_rows": "i32",
+                out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "BR": br, "DVP": dvp, "SIGMOID": sg}, VECTOR_WARPS))
+    out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "FIXED": True}, VECTOR_WARPS))
+    out.append((fk._draw_logits_kernel, {"z_ptr": "*fp32", "seed": "i64", "n_keys": "i32", "n_rows": "i32",
                                         "RB": "constexpr", "GROUP": "constexpr"}, {"RB": RB, "GROUP": GROUP}, 4))
-    out.append((fk.draw_vectors_kernel, {"k_ptr": "*fp32", "v_ptr": "*fp32", "seed_k": "i64", "seed_v": "i64",
+    out.append((fk._draw_vectors_kernel, {"k_ptr": "*fp32", "v_ptr": "*fp32", "seed_k": "i64", "seed_v": "i64",
                                          "n_keys": "i32", "n_dch": "i32", "BN": "constexpr", "DVP": "constexpr"},
                 {"BN": BN, "DVP": 16}, 4))
-    out.append((fk.normals_kernel, {"out_ptr": "*fp32", "seed": "i64", "n": "i32", "BLOCK": "constexpr"},
+    out.append((fk._normals_kernel, {"out_ptr": "*fp32", "seed": "i64", "n": "i32", "BLOCK": "constexpr"},
                 {"BLOCK": 1024}, 4))
     return out
 

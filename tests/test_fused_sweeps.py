@@ -89,7 +89,7 @@ def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
     w1 = torch.tensor([0, 0, 1, 255, top, top, 1 << 31], dtype=torch.int64, device=DEV)
     w2 = torch.tensor([0, 255, 0, 0, top, 0, 0], dtype=torch.int64, device=DEV)
     out = torch.empty(2, w1.numel(), device=DEV)
-    fk.box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8)
+    fk._box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8)
     out = out.cpu().double()
     r = torch.sqrt(out[0] ** 2 + out[1] ** 2)
     assert torch.isfinite(out).all()
@@ -405,7 +405,7 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
                        timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if "REG:" in ln]
-    assert len(lines) == 3 and all("vectors_kernel" in ln or "logits" in ln for ln in lines), r.stdout
+    assert len(lines) == 3 and all("_vectors_kernel" in ln or "logits" in ln for ln in lines), r.stdout
 
 
 def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):

@@ -366,13 +366,13 @@ class _Fused:
         z, kp, vp, n_fixed = self.fixed_args
         fixed = self.fixed is not None
         if self.vectors:
-            k.vectors_kernel[grid](
+            k._vectors_kernel[grid](
                 part, factor_arg, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
                 self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block, BN=BN,
                 DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3", num_warps=VECTOR_WARPS,
                 **_OPTS)
         else:
-            k.logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
+            k._logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
                                   SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
         return part
 
@@ -530,7 +530,7 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
     if spec.method == "logits":
         check_limit(R * n, 1 << 24, "the replayed logits", "numbers", "Lower n or the rows.")
         z = torch.empty(R, n, device=dev, dtype=torch.float32)
-        k.draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
+        k._draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
                                                                   RB=RB, GROUP=GROUP, **_OPTS)
         return {"z": z}
     check_limit(n * (64 * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
@@ -538,7 +538,7 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
     kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
     vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
     seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
-    k.draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
+    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
     return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
 
 
@@ -595,7 +595,7 @@ def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = Non
     k = _kernels()
     out = torch.empty(4 * n, device=dev, dtype=torch.float32)
     block = 1024
-    k.normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
+    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
     return out
 
 
@@ -613,6 +613,6 @@ def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> 
     programs = -(-n // chunk)
     out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
     std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
-    k.logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
+    k._logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
                                                          **_OPTS)
     return out

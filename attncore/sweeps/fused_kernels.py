@@ -124,7 +124,7 @@ def _load_z(z_ptr, rows, row_ok, keys, n_fixed):
 
 
 @triton.jit
-def logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows, bias, n_fixed,
+def _logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows, bias, n_fixed,
                   SIGMOID: tl.constexpr, FIXED: tl.constexpr, RB: tl.constexpr, GROUP: tl.constexpr):
     """Partial sums of rows ``RB * pid0 ..`` over keys ``[key_lo + pid1 * chunk, ..)`` (< key_hi).
 
@@ -186,7 +186,8 @@ def logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows,
 
 
 @triton.jit
-def logits_floor_kernel(out_ptr, std_ptr, seed, n_keys, chunk, n_rows, RB: tl.constexpr, GROUP: tl.constexpr):
+def _logits_floor_kernel(out_ptr, std_ptr, seed, n_keys, chunk, n_rows, RB: tl.constexpr,
+                         GROUP: tl.constexpr):
     """The floor: the same Philox draws and one exp per sample, summed (nothing else)."""
     Q4: tl.constexpr = GROUP // 4
     pr = tl.program_id(0)
@@ -204,7 +205,7 @@ def logits_floor_kernel(out_ptr, std_ptr, seed, n_keys, chunk, n_rows, RB: tl.co
 
 
 @triton.jit
-def draw_logits_kernel(z_ptr, seed, n_keys, n_rows, RB: tl.constexpr, GROUP: tl.constexpr):
+def _draw_logits_kernel(z_ptr, seed, n_keys, n_rows, RB: tl.constexpr, GROUP: tl.constexpr):
     """Replay: write the z (R, n_keys) of the logits kernel (one key group per program)."""
     Q4: tl.constexpr = GROUP // 4
     pr = tl.program_id(0)
@@ -238,7 +239,7 @@ def _load_q(q_ptr, rows, row_ok, col0, DP):
 
 
 @triton.jit
-def vectors_kernel(part_ptr, q_ptr, k_ptr, v_ptr, seed_k, seed_v, key_lo, key_hi, chunk, n_rows, n_dch, dv,
+def _vectors_kernel(part_ptr, q_ptr, k_ptr, v_ptr, seed_k, seed_v, key_lo, key_hi, chunk, n_rows, n_dch, dv,
                    bias, n_fixed, SIGMOID: tl.constexpr, FIXED: tl.constexpr, BR: tl.constexpr,
                    BN: tl.constexpr, DVP: tl.constexpr, DOT_PREC: tl.constexpr):
     """Partial sums of rows ``BR * pid0 ..`` over keys ``[key_lo + pid1 * chunk, ..)`` (< key_hi).
@@ -311,7 +312,7 @@ def vectors_kernel(part_ptr, q_ptr, k_ptr, v_ptr, seed_k, seed_v, key_lo, key_hi
 
 
 @triton.jit
-def draw_vectors_kernel(k_ptr, v_ptr, seed_k, seed_v, n_keys, n_dch, BN: tl.constexpr, DVP: tl.constexpr):
+def _draw_vectors_kernel(k_ptr, v_ptr, seed_k, seed_v, n_keys, n_dch, BN: tl.constexpr, DVP: tl.constexpr):
     """Replay: write the keys (n_keys, 64 n_dch) and values (n_keys, DVP) of the vectors kernel."""
     keys = tl.program_id(0) * BN + tl.arange(0, BN)
     key_ok = keys < n_keys
@@ -330,7 +331,7 @@ def draw_vectors_kernel(k_ptr, v_ptr, seed_k, seed_v, n_keys, n_dch, BN: tl.cons
 
 
 @triton.jit
-def normals_kernel(out_ptr, seed, n, BLOCK: tl.constexpr):
+def _normals_kernel(out_ptr, seed, n, BLOCK: tl.constexpr):
     """4 n standard normals at counters 0 .. n-1 (the generator alone, for tests of its law)."""
     ctr = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = ctr < n
@@ -342,7 +343,7 @@ def normals_kernel(out_ptr, seed, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def box_muller_kernel(w1_ptr, w2_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _box_muller_kernel(w1_ptr, w2_ptr, out_ptr, n, BLOCK: tl.constexpr):
     """The transform alone on given uint32 words (as int64 in [0, 2^32)): out (2, n) (tests)."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n
@@ -353,15 +354,4 @@ def box_muller_kernel(w1_ptr, w2_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + n + i, b, mask=ok)
 
 
-__all__ = [
-    "box_muller_kernel",
-    "DCH",
-    "ROW_COUNTERS",
-    "draw_logits_kernel",
-    "draw_vectors_kernel",
-    "logits_floor_kernel",
-    "logits_kernel",
-    "normals_kernel",
-    "vectors_kernel",
-    "triton",
-]
+__all__ = ["DCH", "ROW_COUNTERS"]  # the kernels are private: attncore.sweeps.fused launches them
