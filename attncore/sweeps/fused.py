@@ -53,9 +53,13 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from attncore.attention import attention_stages
 from attncore.budget import check_limit, fmt_count, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
+from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
+from attncore.scale_rules import logit_multiplier
+from attncore.stats import entropy, max_weight, row_sum, sum_squares
 from attncore.sweeps.engine import SweepCancelled
 from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import draw_queries
@@ -550,11 +554,6 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
     normalises whole rows with attncore's normalisers and reduces them with :mod:`attncore.stats`,
     as :func:`attncore.sweeps.reference_sweep` does with the torch engine's draws.
     """
-    from attncore.attention import attention_stages
-    from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
-    from attncore.scale_rules import logit_multiplier
-    from attncore.stats import entropy, max_weight, row_sum, sum_squares
-
     dev = resolve_device(device)
     n_max = max(spec.lengths)
     if draws is None:

@@ -199,7 +199,7 @@ def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
     """
     dev = torch.device(device)
     if _fused_on(dev, spec):
-        from attncore.sweeps.fused import fused_work
+        from attncore.sweeps.fused import fused_work  # here: fused imports spec
 
         return fused_work(spec)
     block, _ = plan_blocks(spec, dev)
@@ -212,7 +212,7 @@ def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
 
 def _fused_on(device: torch.device, spec: SweepSpec) -> bool:
     """Whether the fused kernels run ``spec`` on ``device`` (their work unit: random numbers)."""
-    from attncore.sweeps.fused import choose_engine
+    from attncore.sweeps.fused import choose_engine  # here: fused imports spec
 
     return choose_engine(None, device, spec.dtype) == "fused"
 
