@@ -165,7 +165,7 @@ def explain(max_exp: int = 24) -> None:
 def how_it_is_computed(engine: str = "torch") -> None:
     """The method, as the engine that ran on this device (``torch`` or ``fused``) does it."""
     if engine == "fused":
-        tail = ("On this GPU the sweeps run as fused Triton kernels: every program draws its random "
+        tail = ("Here the sweeps run as fused Triton kernels: every program draws its random "
                 "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
                 "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
                 "*vectors* draws each tile of keys once and shares it across up to 64 query rows through a "

@@ -196,7 +196,7 @@ def test_fused_agrees_with_the_torch_engine_within_standard_errors(method):
     spec = _spec(method=method, lengths=(1 << 8, n), queries=16, d=32,
                  scale_rule="none", temperature=4.0)
     fused = run_fused_sweep(spec, device=DEV)
-    torch_engine = run_sweep(spec, device=DEV)
+    torch_engine = run_sweep(spec, device=DEV, engine="torch")
     # the same queries: the logit scale agrees exactly
     np.testing.assert_array_equal(fused["logit_std"], torch_engine["logit_std"])
     np.testing.assert_array_equal(fused["logit_factor"], torch_engine["logit_factor"])
@@ -431,3 +431,15 @@ def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):
         assert max_sweep_work(DEV) == MAX_INTERPRETED_WORK
         with pytest.raises(AttnInputError, match="2\\^24"):
             check_sweep(_spec(lengths=(1 << 25,)), DEV)
+
+
+def test_entropy_page_through_the_fused_engine(monkeypatch):
+    """The page with ATTNCORE_SWEEP_ENGINE=fused (interpreted here): charts equal the fused sweep, text says so."""
+    from attncore.sweeps import ENGINE_ENV
+    from tests.test_apptest_entropy import check_charts, run
+
+    monkeypatch.setenv(ENGINE_ENV, "fused")
+    at = run(ent_lo="4", ent_hi="8", ent_q="4", ent_d="16", ent_vary="none", seed="31337")
+    check_charts(at)  # compares with run_sweep on the page's device, which takes the same engine
+    text = " ".join(m.value for m in at.markdown)
+    assert "fused Triton kernels" in text and "redrawn from the exact tail" not in text

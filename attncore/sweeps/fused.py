@@ -36,6 +36,11 @@ inside a sweep: on CUDA it waits on the event of the launch *before* the one jus
 GPU always has the next launch queued), then reports progress and checks cancellation. On the CPU the kernels
 run in Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported): slow,
 for tests at small n.
+
+Which engine runs a sweep: :func:`choose_engine` (``run_sweep(..., engine=)``, else the
+``ATTNCORE_SWEEP_ENGINE`` environment variable, else these kernels on CUDA for float32 and the
+torch engine elsewhere). :func:`max_sweep_n` is a device's cap on n (2^30 here, 2^24 for the
+torch engine), :func:`check_sweep` validates a spec for the engine that will run it.
 """
 
 from __future__ import annotations
