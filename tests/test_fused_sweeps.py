@@ -330,7 +330,7 @@ def test_cuda_fused_equals_materialised_and_memory_stays_flat(method):
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     run_fused_sweep(SweepSpec(lengths=(1 << 26,), queries=64, d=128, method=method), device="cuda")
-    assert torch.cuda.max_memory_allocated() - base < 64 << 20
+    assert torch.cuda.max_memory_allocated() - base < 256 << 20  # materialised: 17 GB and more
 
 
 def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
