@@ -1,4 +1,4 @@
-"""Entropy vs length: a softmax row flattens as n grows; measured to 2^24 keys, with theory."""
+"""Entropy vs length: a softmax row flattens as n grows; measured to 2^24 keys (2^30 on CUDA), with theory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from attncore.errors import AttnInputError
-from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
@@ -37,10 +37,10 @@ VARY_LABELS = {"temperature": "temperature τ", "scale_rule": "scale rule", "nor
                "none": "nothing (one curve)"}
 METHOD_LABELS = {"logits": "logits (exact shortcut: n numbers per row)",
                  "vectors": "vectors (real q, k, v: n·(d + 16) numbers)"}
-N_EXPONENTS = tuple(range(4, 25))
+N_EXPONENTS = tuple(range(4, 31))  # 2^30 on CUDA; each device shows up to its max_sweep_n
 
-P_LO = Param("ent_lo", 4, lo=4, hi=24)
-P_HI = Param("ent_hi", 20, lo=4, hi=24)
+P_LO = Param("ent_lo", 4, lo=4, hi=30)
+P_HI = Param("ent_hi", 20, lo=4, hi=30)
 P_PPO = Param("ent_ppo", 1, options=(1, 2, 4))
 P_D = Param("ent_d", 64, options=(8, 16, 32, 64, 128, 256, 512, 1024))
 P_Q = Param("ent_q", 64, options=(1, 4, 16, 32, 64, 128, 256, 512, 1024))
@@ -64,26 +64,35 @@ RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value i
 FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
 
 
-def n_range(where) -> tuple[int, int]:
+def n_range(where, max_exp: int = 24) -> tuple[int, int]:
     """The range slider over powers of two, kept in the URL as ent_lo / ent_hi (exponents).
 
     The slider is a range slider because it gets a pair as ``value`` (its starting point,
-    from the URL); afterwards it keeps its own state and the two exponents follow it.
+    from the URL); afterwards it keeps its own state and the two exponents follow it. It ends
+    at the device's cap ``2^max_exp`` (:func:`attncore.sweeps.max_sweep_n`); a URL asking for
+    more is clamped to it with a note.
     """
     lo, hi = sorted((int(st.session_state[P_LO.key]), int(st.session_state[P_HI.key])))
-    a, b = where.select_slider("Sequence lengths n", options=[2**e for e in N_EXPONENTS],
+    if hi > max_exp:
+        st.info(f"n = {n_label(2**hi)} is above this device's cap of {n_label(2**max_exp)} keys per row; "
+                "showing up to the cap.", icon=":material/link:")
+        lo, hi = min(lo, max_exp), max_exp
+        st.session_state.pop(RANGE_KEY, None)  # the slider starts again from the clamped range
+    exps = [e for e in N_EXPONENTS if e <= max_exp]
+    a, b = where.select_slider("Sequence lengths n", options=[2**e for e in exps],
                                value=(2**lo, 2**hi), key=RANGE_KEY, format_func=n_label,
-                               help="Keys per row, from 2⁴ to 2²⁴ = 16.8M. Each row is streamed: no n × n "
-                                    "matrix is ever formed.")
+                               help=f"Keys per row, from 2⁴ to {n_label(2**max_exp)} on this device (2²⁴ "
+                                    "on a CPU, 2³⁰ on CUDA). Each row is streamed: no n × n matrix is ever "
+                                    "formed.")
     lo, hi = int(math.log2(a)), int(math.log2(b))
     st.session_state[P_LO.key], st.session_state[P_HI.key] = lo, hi
     return lo, hi
 
 
-def controls(where) -> Controls:
-    """Draw the sidebar controls and return what they say."""
+def controls(where, max_exp: int = 24) -> Controls:
+    """Draw the sidebar controls and return what they say (n up to ``2^max_exp``)."""
     where.markdown("#### Sweep")
-    lo, hi = n_range(where)
+    lo, hi = n_range(where, max_exp)
     ppo = widgets.select_slider(P_PPO, "Points per doubling of n", where=where)
     d = widgets.select_slider(P_D, "Head dim d", where=where,
                               help="q and k have d coordinates; with 1/√d scaling the logits' spread does "
@@ -126,13 +135,14 @@ def theory_for(s: Series) -> tuple[pd.DataFrame, float]:
     return res.value, res.seconds
 
 
-def explain() -> None:
+def explain(max_exp: int = 24) -> None:
     st.markdown(
         "A query spreads one unit of attention over the n keys it sees. With logits of a fixed "
         "spread σ, every extra key takes a share: the row flattens, its entropy climbs like log n and "
         "its largest weight falls. To stay sharp, a head must produce ever larger logits as n grows. "
-        "Below, every curve is measured by **attncore** streaming rows of up to 2²⁴ keys (no n × n "
-        "matrix), and the dashed lines are exact expectations computed by quadrature."
+        f"Below, every curve is measured by **attncore** streaming rows of up to {n_label(2**max_exp)} keys "
+        "on this device (no n × n matrix), and the dashed lines are exact expectations computed by "
+        "quadrature."
     )
     st.latex(r"H \approx \log n - \frac{\sigma^2}{2},\qquad "
              r"\max_j p_j \approx \frac{e^{\sigma z_{\max}}}{n\,e^{\sigma^2/2}},\qquad "
@@ -152,7 +162,18 @@ def explain() -> None:
     )
 
 
-def how_it_is_computed() -> None:
+def how_it_is_computed(engine: str = "torch") -> None:
+    """The method, as the engine that ran on this device (``torch`` or ``fused``) does it."""
+    if engine == "fused":
+        tail = ("Here the sweeps run as fused Triton kernels: every program draws its random "
+                "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
+                "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
+                "*vectors* draws each tile of keys once and shares it across up to 64 query rows through a "
+                "matrix product. Their Gaussians take 40 random bits for the radius and reach 7.54σ, "
+                "beyond the largest of 2³⁰ keys, so nothing is redrawn.")
+    else:
+        tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
+                "samples above 5σ are redrawn from the exact tail.")
     with st.expander("How attncore computes this", expanded=False):
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
@@ -162,9 +183,7 @@ def how_it_is_computed() -> None:
             "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
             "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
             "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
-            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
-            "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
-            "from the exact tail.\n\n"
+            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. " + tail + "\n\n"
             "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
             "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
             "weights, so the output std also shows how much mass the row spends.\n\n"
@@ -278,8 +297,9 @@ def figure1_body(ctx: PageContext) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Entropy vs length")
-    explain()
-    c = controls(ctx.controls)
+    max_exp = max_sweep_n(ctx.device).bit_length() - 1
+    explain(max_exp)
+    c = controls(ctx.controls, max_exp)
     if ctx.dtype in ("float16", "bfloat16"):
         st.info("Sweeps draw float32 samples and add them up in float64; half precision applies to the "
                 "Heatmaps page only.", icon=":material/info:")
@@ -308,8 +328,12 @@ def body(ctx: PageContext) -> None:
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):
             validity_table(series, frames, theories)
-        how_it_is_computed()
+        how_it_is_computed(choose_engine(None, ctx.device, "float32"))
     figure1(ctx)
 
 
-run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body)
+SEED_NOTE = ("This page's sweeps draw their random numbers on the compute device (Philox in Triton kernels "
+             "on CUDA, torch's generator on the CPU): a GPU shows other draws than a CPU, with the same "
+             "statistics within the error bars.")
+run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body,
+         seed_note=SEED_NOTE, oom_hint="Lower the query rows, d or the number of curves.")
