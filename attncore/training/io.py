@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,10 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Cha
         meta = dict(info.get("meta") or {})
     except (ValueError, KeyError, TypeError) as exc:
         raise AttnInputError(f"{mpath.name} is not a valid model description: {exc}") from exc
-    state = torch.load(wpath, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(wpath, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        raise AttnInputError(f"{wpath.name} is not a file of plain tensors: {exc}") from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise AttnInputError(f"{wpath.name} does not hold a dict of tensors.")
     with torch.device("meta"):
