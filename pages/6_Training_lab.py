@@ -165,7 +165,11 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         if up is None:
             st.info("Upload a .txt file in the sidebar to train on it.", icon=":material/upload_file:")
             return None
-        return corpora.decode_text(up.name, up.getvalue())
+        try:
+            return corpora.decode_text(up.name, up.getvalue())
+        except AttnInputError as exc:
+            st.warning(str(exc), icon=":material/block:")
+            return None
     files = corpora.folder_files()
     if not files:
         st.info(f"No .txt files found: set {corpora.CORPUS_DIRS_ENV} to folders (separated by "
@@ -177,8 +181,13 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
     key = where.selectbox("File", files, key=P_FILE.key,
                           help=f"The .txt files directly inside the folders of {corpora.CORPUS_DIRS_ENV}.")
     dirs = corpora.corpus_dirs()
-    path = dirs[int(key.partition("/")[0])] / key.partition("/")[2]
-    return _folder(key, path.stat().st_mtime)
+    try:
+        path = dirs[int(key.partition("/")[0])] / key.partition("/")[2]
+        return _folder(key, path.stat().st_mtime)
+    except (AttnInputError, OSError) as exc:
+        st.warning(str(exc) if isinstance(exc, AttnInputError) else f"{key} cannot be read ({exc.strerror}).",
+                   icon=":material/block:")
+        return None
 
 
 def references(device: str) -> list[dict[str, Any]]:
