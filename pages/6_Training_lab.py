@@ -76,9 +76,6 @@ def _folder(key: str, mtime: float) -> corpora.Corpus:
 
 
 def claim_and_measure(name: str, d: dict[str, Any], measured: str, verdict: list[str]) -> None:
-    if not d.get("complete", True):
-        st.info(f"This result file was written while the experiment was still running: {len(d['runs'])} "
-                "runs so far.", icon=":material/hourglass_top:")
     st.caption(view.provenance(d))
     left, right = st.columns(2)
     with left.container(border=True):
@@ -146,7 +143,18 @@ def shipped() -> None:
             except AttnInputError as exc:
                 st.warning(str(exc), icon=":material/draft:")
                 continue
-            SECTIONS[name](d)
+            if not d.get("complete"):
+                st.caption(view.provenance(d))
+                st.info(f"This result file was written while the experiment was still running "
+                        f"({len(d.get('runs') or [])} runs so far); its curves, tables and verdict appear "
+                        "once it is complete.", icon=":material/hourglass_top:")
+                continue
+            try:
+                SECTIONS[name](d)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                st.warning(f"The result file {name}.json is not in the form this page reads "
+                           f"({type(exc).__name__}: {exc}); remake it with python -m "
+                           f"attncore.training.experiments {name}.", icon=":material/draft:")
 
 
 # ---------------------------------------------------------------------------- live runs

@@ -593,3 +593,25 @@ def test_record_names_are_unique_and_readable(results) -> None:
            "created_utc": "2026-01-01T00:00:00+00:00"}
     assert view.record_name(rec) == "standard · lr 0.001 · 1×16 · 6 steps · 00:00 UTC · abcdef-0"
     assert re.fullmatch(r"[A-Za-z0-9-]+", rec["id"])
+
+
+def test_incomplete_or_malformed_result_files_give_plain_notes(tiny_results, tmp_path, cache,
+                                                               monkeypatch) -> None:
+    for name in RESULT_NAMES:
+        d = json.loads((tiny_results / f"{name}.json").read_text())
+        if name == "lr_sweep":  # still being written: no table, no verdict yet
+            d = {k: v for k, v in d.items() if k not in ("best", "table", "summary", "claim", "finding")}
+            d["complete"] = False
+        if name == "scaling":
+            del d["table"]
+        (tmp_path / f"{name}.json").write_text(json.dumps(d))
+    monkeypatch.setattr(training_io, "RESULTS_DIR", tmp_path)
+    at = run_app(PAGE)
+    no_errors(at)
+    assert any("still running (6 runs so far)" in x for x in texts(at, "info")), texts(at, "info")
+    assert any("scaling.json is not in the form this page reads" in w for w in texts(at, "warning"))
+    figure(at, "tr-streaming")  # the intact one is still drawn
+    (tmp_path / "sinks.json").unlink()
+    at = run_app(PAGE)
+    no_errors(at)
+    assert any("no result file for sinks" in w for w in texts(at, "warning"))
