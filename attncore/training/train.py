@@ -215,10 +215,16 @@ def _evaluate(model: CharTransformer, val: Tensor, starts: Tensor, cfg: TrainCon
         logits, _ = model(x)
         total += float(F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum"))
         count += y.numel()
-    x, _ = _windows(val, starts[:SATURATION_WINDOWS], cfg.context)
-    _, maps = model(x, return_attn=True)
-    share, per_layer = saturated_share(maps)
-    return total / count, share, per_layer
+    # one window at a time: N maps of (1, H, T, T) at once, not SATURATION_WINDOWS of them
+    sums: list[float] = []
+    chosen = starts[:SATURATION_WINDOWS]
+    for i in range(len(chosen)):
+        x, _ = _windows(val, chosen[i : i + 1], cfg.context)
+        _, maps = model(x, return_attn=True)
+        _, layer_shares = saturated_share(maps)
+        sums = [a + b for a, b in zip(sums, layer_shares, strict=True)] if sums else layer_shares
+    per_layer = [v / len(chosen) for v in sums]
+    return total / count, sum(per_layer) / len(per_layer), per_layer
 
 
 def train(
