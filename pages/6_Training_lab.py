@@ -213,6 +213,8 @@ def references(device: str) -> list[dict[str, Any]]:
 
 
 def duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under 1 s"
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
@@ -255,7 +257,9 @@ def live(ctx: PageContext) -> None:
             n = len(configs)
             line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
                     f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
-                    f"distinct) on {ctx.device_label}.")
+                    f"distinct) on {ctx.device_label}"
+                    + (", with one CPU thread so that the rest of the app keeps the other cores." if
+                       ctx.device.startswith("cpu") else "."))
             if est is not None:
                 line += (f" Estimated time: about {duration(est.seconds)}, scaled by model FLOPs from "
                          f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")

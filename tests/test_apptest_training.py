@@ -277,7 +277,7 @@ def expected_plan(variants, lrs, size, steps, corpus: corpora.Corpus) -> str:
     configs = make_configs(variants, [float(x) for x in lrs], size, steps, 0)
     n = len(configs)
     return (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens on "
-            f"{corpus.name} ({len(corpus.text):,} characters, {len(set(corpus.text))} distinct)")
+            f"{corpus.name} ({len(corpus.text):,} characters, {len(set(corpus.text))} distinct) on CPU")
 
 
 def test_every_control_changes_the_plan_and_the_url(results, cache, tmp_path, monkeypatch) -> None:

@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig, TrainResult, train
 
@@ -375,6 +377,17 @@ class JobQueue:
                         self._jobs.pop(old.id, None)
 
     def _run(self, job: Job) -> None:
+        # One CPU thread for training: on a small machine torch's spinning worker threads would
+        # otherwise fight the page threads (and each other) for the cores; restored afterwards.
+        threads = torch.get_num_threads()
+        if job.device.startswith("cpu") and threads > 1:
+            torch.set_num_threads(1)
+        try:
+            self._run_configs(job)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run_configs(self, job: Job) -> None:
         for i, cfg in enumerate(job.configs):
             if job.cancel_requested:
                 break
