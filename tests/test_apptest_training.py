@@ -438,6 +438,11 @@ def test_live_run_curves_equal_attncore_and_are_kept(results, cache) -> None:
     est = jobs.estimate_seconds(make_configs(["standard", "softmax1"], [0.003], "tiny", 20, 0),
                                 [{**r, "label": "x"} for r in jobs.list_runs()], 98)
     assert est is not None and est.reference_tokens_per_s == jobs.list_runs()[0]["tokens_per_s"]
+    at.run()
+    line = plan_caption(at)
+    assert f"Estimated time: about {est.seconds:.0f} s" in line or (est.seconds < 1 and "under 1 s" in line)
+    assert f"from your kept run {view.record_name(jobs.list_runs()[0])} " \
+           f"({est.reference_tokens_per_s:,.0f} tokens/s)" in line
 
 
 def test_divergence_is_shown_as_a_step_and_no_nan(results, cache) -> None:
