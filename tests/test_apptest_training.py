@@ -475,6 +475,9 @@ def test_two_sessions_queue_and_stop_keeps_what_was_trained(results, cache) -> N
     while a.snapshot()["step"] < 3:
         assert a.active
         QUEUE.wait(a, 0.05)
+    other_page = run_app("pages/1_Heatmaps.py")  # other pages answer while the job trains
+    no_errors(other_page)
+    assert a.active and figure(other_page, "weights")
     first.run()
     no_errors(first)
     assert first.get("progress")
