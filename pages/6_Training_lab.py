@@ -215,7 +215,7 @@ def references(device: str) -> list[dict[str, Any]]:
 def duration(seconds: float) -> str:
     if seconds < 1:
         return "under 1 s"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
 
 
 def live(ctx: PageContext) -> None:
@@ -261,7 +261,7 @@ def live(ctx: PageContext) -> None:
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
             if est is not None:
-                line += (f" Estimated time: about {duration(est.seconds)}, scaled by model FLOPs from "
+                line += (f" Estimated time: {duration(est.seconds)}, scaled by model FLOPs from "
                          f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")
             st.caption(line)
     if problem:
@@ -275,9 +275,13 @@ def live(ctx: PageContext) -> None:
                    f"of {snap['total']}); a Run now waits for it.")
     if st.button("Run", key="tr_run", type="primary", icon=":material/play_arrow:",
                  disabled=bool(problem) or corpus is None or busy):
-        job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device)
-        st.session_state[JOB_KEY] = job.id
-        busy = True
+        try:
+            job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device)
+        except AttnInputError as exc:  # the queue is full
+            st.warning(str(exc), icon=":material/hourglass_disabled:")
+        else:
+            st.session_state[JOB_KEY] = job.id
+            busy = True
     if job is not None:
         st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
 

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -440,7 +441,8 @@ def test_live_run_curves_equal_attncore_and_are_kept(results, cache) -> None:
     assert est is not None and est.reference_tokens_per_s == jobs.list_runs()[0]["tokens_per_s"]
     at.run()
     line = plan_caption(at)
-    assert f"Estimated time: about {est.seconds:.0f} s" in line or (est.seconds < 1 and "under 1 s" in line)
+    assert f"Estimated time: about {est.seconds:.0f} s" in line if est.seconds >= 1 else \
+        "Estimated time: under 1 s" in line
     assert f"from your kept run {view.record_name(jobs.list_runs()[0])} " \
            f"({est.reference_tokens_per_s:,.0f} tokens/s)" in line
 
@@ -524,6 +526,24 @@ def test_queue_limit_and_bad_corpus_fail_plainly(tmp_path) -> None:
         q.submit([], "x", corpus="", device="cpu")
     job = q.submit([tiny(5)], "too short", corpus="short", device="cpu")
     assert q.wait(job, 60) and job.state == "failed" and "too short" in job.error
+
+
+def test_a_full_queue_refuses_plainly(tmp_path) -> None:
+    release = threading.Event()
+
+    def blocked(cfg, text, **kw):  # stands in for train() so that jobs stay queued
+        release.wait(60)
+        return train(cfg, text, device="cpu")
+
+    q = JobQueue(train_fn=blocked, store=tmp_path)
+    text = corpora.stdlib_corpus().text
+    queued = [q.submit([tiny(2)], text, corpus="stdlib", device="cpu") for _ in range(jobs.MAX_QUEUE)]
+    with pytest.raises(AttnInputError, match=f"{jobs.MAX_QUEUE} training jobs are already queued"):
+        q.submit([tiny(2)], text, corpus="stdlib", device="cpu")
+    assert [q.position(j) for j in queued] == list(range(jobs.MAX_QUEUE))
+    release.set()
+    assert all(q.wait(j, 120) for j in queued)
+    assert all(j.state == "done" for j in queued)
 
 
 def test_unwritable_cache_folder_keeps_the_run_in_memory(tmp_path, monkeypatch) -> None:
