@@ -18,7 +18,6 @@ from ui import figures
 from ui.figures import PALETTE, Curve, Panel
 
 __all__ = [
-    "TIE",
     "best_runs",
     "compare_figure",
     "live_figure",
@@ -32,6 +31,7 @@ __all__ = [
     "scaling_figure",
     "scaling_measured",
     "scaling_verdict",
+    "shown",
     "sink_counts",
     "sinks_alpha_figure",
     "sinks_measured",
@@ -40,16 +40,27 @@ __all__ = [
     "table_frame",
 ]
 
-TIE = 5e-4  # losses closer than this (nats/char) are reported as equal: they print the same at 3 decimals
 VARIANT_COLORS = {"standard": PALETTE[0], "fully_scaled": PALETTE[5], "fully_scaled_rows": PALETTE[1],
                   "unscaled": PALETTE[5], "ssmax": PALETTE[2], "softmax1": PALETTE[3],
                   "sink_logit": PALETTE[4], "gated": PALETTE[6]}
 SINK_COLORS = {"softmax": PALETTE[0], "softmax1": PALETTE[3], "sink_logit": PALETTE[4], "gated": PALETTE[6]}
 
 
+def shown(x: float) -> float:
+    """A loss as the page prints it (3 decimals); comparisons and differences use these values,
+    so that every difference a sentence quotes is the difference of the numbers it quotes."""
+    return float(f"{x:.3f}")
+
+
 def _cmp(a: float, b: float) -> int:
-    """-1, 0 or 1: ``a`` below, level with (within :data:`TIE`) or above ``b``."""
-    return 0 if abs(a - b) < TIE else (1 if a > b else -1)
+    """-1, 0 or 1: ``a`` below, level with or above ``b``, as printed."""
+    da, db = shown(a), shown(b)
+    return 0 if da == db else (1 if da > db else -1)
+
+
+def _diff(a: float, b: float) -> str:
+    """|a - b| of the printed values, printed."""
+    return f"{abs(shown(a) - shown(b)):.3f}"
 
 
 # ---------------------------------------------------------------------------- shared
@@ -165,9 +176,9 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
     head = (f"At the best learning rate of each, fully scaled attention ended at a final training loss of "
             f"{f:.3f} nats per character against {s:.3f} for standard attention")
     if c > 0:
-        out = [f"{head}: worse by {f - s:.3f}, the ordering source 003 reports (about 1.4 against 1.2)."]
+        out = [f"{head}: worse by {_diff(f, s)}, the ordering source 003 reports (about 1.4 against 1.2)."]
     elif c < 0:
-        out = [f"{head}: better by {s - f:.3f}, so source 003's ordering (about 1.4 against 1.2) does not "
+        out = [f"{head}: better by {_diff(f, s)}, so source 003's ordering (about 1.4 against 1.2) does not "
                "reproduce at this scale."]
     else:
         out = [f"{head}: the same to three decimals, so neither ordering shows at this scale."]
@@ -246,16 +257,16 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
             gaps.append(float("inf"))
             continue
         sv, uv = s["final_val_loss"], u["final_val_loss"]
-        gap = uv - sv
-        gaps.append(gap)
+        gaps.append(shown(uv) - shown(sv))
         c = _cmp(uv, sv)
-        how = {1: f"worse by {gap:.3f}", -1: f"better by {-gap:.3f}", 0: "the same to three decimals"}[c]
+        how = {1: f"worse by {_diff(uv, sv)}", -1: f"better by {_diff(uv, sv)}",
+               0: "the same to three decimals"}[c]
         ss, us = s["saturated_share"][-1], u["saturated_share"][-1]
         out.append(f"At d_head {dh}, unscaled attention ended at a validation loss of {uv:.3f} against "
                    f"{sv:.3f} with the 1/√d scaling ({how}); {us:.1%} of its attention rows were saturated "
                    f"at the end against {ss:.1%}.")
     if len(gaps) >= 2:
-        grows = all(b - a >= TIE for a, b in zip(gaps, gaps[1:], strict=False))
+        grows = all(shown(b - a) > 0 for a, b in zip(gaps, gaps[1:], strict=False))
         out.append("The gap grows with every step up in head dim, as source 001 predicts." if grows else
                    "The gap does not grow with every step up in head dim at this scale, so this run does not "
                    "show source 001's prediction in full.")
