@@ -84,7 +84,7 @@ def claim_and_measure(name: str, d: dict[str, Any], measured: str, verdict: list
     with right.container(border=True):
         st.markdown("**This run measured**")
         st.markdown(measured)
-    st.markdown("**Verdict.** " + " ".join(verdict))
+    st.markdown("**Verdict.**\n" + "\n".join(f"- {sentence}" for sentence in verdict))
 
 
 def lr_sweep_section(d: dict[str, Any]) -> None:
