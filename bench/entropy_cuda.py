@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             results[(method, e)] = t_ours
             t_eng = None
             if n <= MAX_SWEEP_N:
-                t_eng = _cuda_time(lambda: run_sweep(spec, device=DEV, engine="torch"), 1 if e >= 22 else reps)
+                t_eng = _cuda_time(lambda: run_sweep(spec, device=DEV, engine="torch"),
+                                   1 if e >= 22 else reps)
             t_mat: float | None = None
             mat_note = ""
             if materialised_bytes(n, method) < 0.8 * _free_bytes():
