@@ -202,4 +202,7 @@ def body(ctx: PageContext) -> None:
                             f"{ctx.dtype}, T = {', '.join(map(str, lengths))}.")
 
 
-run_page(title="Kernels", icon=":material/bolt:", params=PARAMS, body=body)
+run_page(title="Kernels", icon=":material/bolt:", params=PARAMS, body=body,
+         seed_note="This page draws its Q, K, V and masks on the compute device (up to T × T mask "
+                   "entries): a GPU shows other draws than a CPU, and each device its own backends.",
+         oom_hint="Lower the largest T, the heads or the head dim.")

@@ -55,3 +55,15 @@ def test_cuda_sinks_lab_and_saturation_samples_equal_the_cpu_ones():
     sig = [0.5, 2.0]
     ja, jb = jacobian_vs_scale(sig, 8, 100, seed=3), jacobian_vs_scale(sig, 8, 100, seed=3, device="cuda")
     np.testing.assert_allclose(ja.jac_mean, jb.jac_mean, rtol=1e-5)
+
+
+def test_pages_that_draw_on_the_device_say_so_next_to_the_seed():
+    from tests.chart_data import no_errors, run_app
+
+    ent = run_app("pages/2_Entropy_vs_length.py", ent_lo="4", ent_hi="6", ent_q="4", ent_vary="none")
+    no_errors(ent)
+    notes = " ".join(c.value for c in ent.sidebar.caption)
+    assert "draw their random numbers on the compute device" in notes
+    heat = run_app("pages/1_Heatmaps.py")  # its inputs come from the CPU generator: no such note
+    no_errors(heat)
+    assert "compute device" not in " ".join(c.value for c in heat.sidebar.caption)
