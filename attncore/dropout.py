@@ -70,6 +70,12 @@ class DropoutDraws:
         """(..., L, Ev) standard error of ``mean``: ``std_one / sqrt(n)``."""
         return self.std_one / math.sqrt(self.n)
 
+    def within(self, k: float) -> float:
+        """Fraction of entries whose mean lies within ``k`` standard errors of ``exact``
+        (entries with a zero standard error count when the mean equals ``exact``)."""
+        gap = (self.mean - self.exact).abs()
+        return float((gap <= k * self.std_error + 1e-12 * self.exact.abs().clamp(min=1)).double().mean())
+
     def max_z(self) -> float:
         """Largest |mean - exact| / standard error over entries with a non-zero standard error."""
         se = self.std_error
