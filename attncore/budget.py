@@ -6,9 +6,18 @@ no caller (URL, test, notebook) can ask for a computation that cannot fit.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
 from attncore.errors import ResourceLimitError
 
-__all__ = ["MAX_ATTENTION_CELLS", "MAX_ADDITIVE_OPS", "check_limit", "fmt_count"]
+__all__ = ["MAX_ATTENTION_CELLS", "MAX_ADDITIVE_OPS", "check_limit", "fmt_count", "free_gpu_memory",
+           "oom_to_limit"]
+
+T = TypeVar("T")
 
 # heads x L x S cells of one materialised attention map (5 stages kept: ~320 MB in float32).
 MAX_ATTENTION_CELLS = 16 * 1024 * 1024
@@ -30,3 +39,24 @@ def check_limit(amount: float, limit: float, what: str, why: str, fix: str) -> N
         raise ResourceLimitError(
             f"{what} would be {fmt_count(amount)}; the limit is {fmt_count(limit)} {why}. {fix}"
         )
+
+
+def free_gpu_memory() -> None:
+    """Return cached CUDA memory to the driver (after an out-of-memory error); no-op without CUDA."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def oom_to_limit(fn: Callable[[], T], what: str, fix: str) -> T:
+    """``fn()``; a CUDA out-of-memory error becomes :class:`ResourceLimitError` after freeing memory.
+
+    The error is left (and its frames, with their tensors, released) before the cache is emptied;
+    the message names ``what`` ran out and the limit to lower (``fix``).
+    """
+    try:
+        return fn()
+    except torch.cuda.OutOfMemoryError:
+        pass
+    free_gpu_memory()
+    raise ResourceLimitError(f"the GPU ran out of memory for {what}; the memory was freed. {fix}")

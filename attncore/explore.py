@@ -150,7 +150,7 @@ def synthetic_stages(
     scorer = None
     if spec.scoring == "additive":
         scorer = AdditiveScorer.init(spec.d_k, spec.d_k, ADDITIVE_HIDDEN,
-                                     generator=make_generator(spec.seed + 1, dev), device=dev)
+                                     generator=make_generator(spec.seed + 1), device=dev)
     attn_mask: Tensor | None = None
     valid_lens = window = None
     is_causal = False

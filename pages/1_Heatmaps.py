@@ -307,4 +307,5 @@ def body(ctx: PageContext) -> None:
         compare(spec, ctx, head, ctx.controls)
 
 
-run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body)
+run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body,
+         oom_hint="Lower the heads, L, S or d_k.")

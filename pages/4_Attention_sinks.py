@@ -289,4 +289,5 @@ def body(ctx: PageContext) -> None:
         model_view(ctx)
 
 
-run_page(title="Attention sinks", icon=":material/anchor:", params=PARAMS, body=body)
+run_page(title="Attention sinks", icon=":material/anchor:", params=PARAMS, body=body,
+         oom_hint="Lower n, or use a shorter text.")
