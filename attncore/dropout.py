@@ -70,6 +70,12 @@ class DropoutDraws:
         """(..., L, Ev) standard error of ``mean``: ``std_one / sqrt(n)``."""
         return self.std_one / math.sqrt(self.n)
 
+    def within(self, k: float) -> float:
+        """Fraction of entries whose mean lies within ``k`` standard errors of ``exact``
+        (entries with a zero standard error count when the mean equals ``exact``)."""
+        gap = (self.mean - self.exact).abs()
+        return float((gap <= k * self.std_error + 1e-12 * self.exact.abs().clamp(min=1)).double().mean())
+
     def max_z(self) -> float:
         """Largest |mean - exact| / standard error over entries with a non-zero standard error."""
         se = self.std_error
@@ -82,13 +88,14 @@ class DropoutDraws:
 def dropout_draws(weights: Tensor, value: Tensor, p: float, n: int, seed: int) -> DropoutDraws:
     """Apply dropout ``n`` times (seeded) to weights (..., L, S) and mix value (..., S, Ev).
 
-    Draws are made one at a time from one ``torch.Generator`` seeded with ``seed`` on the
-    weights' device, so memory stays at a few (..., L, S) tensors whatever ``n``.
+    Draws are made one at a time from one CPU ``torch.Generator`` seeded with ``seed`` (moved to
+    the weights' device, so every machine draws the same masks); memory stays at a few
+    (..., L, S) tensors whatever ``n``.
     """
     _check_p(p)
     if not 1 <= int(n) <= MAX_DRAWS:
         raise AttnInputError(f"the number of dropout draws must be between 1 and {MAX_DRAWS}; got {n}.")
-    g = torch.Generator(device=weights.device)
+    g = torch.Generator()  # on the CPU: the same draws (and picture) on every device
     g.manual_seed(int(seed))
     exact = weights @ value  # (..., L, Ev)
     total = torch.zeros_like(exact)

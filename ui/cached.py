@@ -25,8 +25,9 @@ from attncore import models as _models
 from attncore import overflow as _overflow
 from attncore import sinks as _sinks
 from attncore.attention import AttentionStages
+from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
-from attncore.explore import SyntheticSpec, draw_pool, synthetic_stages
+from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms
@@ -37,6 +38,7 @@ __all__ = [
     "Timed",
     "entropy_theory",
     "entropy_theory_given_queries",
+    "heatmap_dropout",
     "heatmap_stages",
     "kernel_memory",
     "kernel_probe",
@@ -96,6 +98,14 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
     spec.validate()
     pool = _input_pool(spec.heads, spec.kv_heads, spec.d_k, spec.seed, spec.dtype, device)
     return timed(lambda: synthetic_stages(spec, device, pool))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def heatmap_dropout(spec: SyntheticSpec, p: float, head: int, device: str) -> Timed[DropoutDraws]:
+    """Seeded dropout draws on one head of the synthetic attention (training mode)."""
+    spec.validate()
+    pool = _input_pool(spec.heads, spec.kv_heads, spec.d_k, spec.seed, spec.dtype, device)
+    return timed(lambda: synthetic_dropout(spec, p, head, device, pool))
 
 
 # --------------------------------------------------------------------------- Monte Carlo (Saturation)
