@@ -16,6 +16,8 @@ import plotly.graph_objects as go
 
 from ui import figures
 from ui.figures import PALETTE, Curve, Panel
+from ui.views.saturation import grouped_bars
+from ui.views.sinks import labelled_heatmap
 
 __all__ = [
     "best_runs",
@@ -294,7 +296,7 @@ def sinks_alpha_figure(run: dict[str, Any]) -> go.Figure:
     a = np.asarray(run["sink_alpha"], dtype=np.float64)
     n, h = a.shape
     k, total = sink_counts(run)
-    fig = figures.labelled_heatmap(a, [str(j) for j in range(h)], [str(i) for i in range(n)],
+    fig = labelled_heatmap(a, [str(j) for j in range(h)], [str(i) for i in range(n)],
                                    title=f"{run['label']}: {k} of {total} sink heads", x_title="head",
                                    y_title="layer", value_name="α₀", zmin=0.0, zmax=1.0,
                                    height=int(min(420, 130 + 40 * n)))
@@ -310,7 +312,7 @@ def streaming_figure(d: dict[str, Any]) -> go.Figure:
     runs = d["runs"]
     st0 = runs[0]["streaming"]
     series = [(name, [r["streaming"][key] for r in runs]) for key, name in STREAM_KEYS]
-    fig = figures.grouped_bars([r["label"] for r in runs], series,
+    fig = grouped_bars([r["label"] for r in runs], series,
                                title=f"loss beyond the context (window {st0['window']} keys, "
                                      f"{st0['sinks']} first tokens kept)",
                                y_title="nats/char", height=360)
