@@ -44,6 +44,8 @@ P_NORM = Param("norm", "softmax", options=NORMALIZER_NAMES)
 P_SS = Param("ss", 0.43, lo=0.05, hi=2.0)
 P_STD = Param("std", 1.0, lo=0.1, hi=32.0)
 P_CMP = Param("cmp", False)
+P_OWN = Param("hm_own", False)
+P_LOG = Param("hm_log", False)
 P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
 P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
 P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
@@ -56,8 +58,8 @@ FULLY_MASKED_NOTE = (
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
-          P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM, P_SOURCE,
-          *RT.all())
+          P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_OWN, P_LOG, P_CMP_SCORING, P_CMP_TEMP,
+          P_CMP_NORM, P_SOURCE, *RT.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -145,8 +147,27 @@ def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
                 help="1 for softmax and SSMax; softmax1 and sigmoid may spend less (or more).")
 
 
-def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
-    st.plotly_chart(view.head_figure(stages, spec, head, rs), key="chart_weights")
+def stages_caption(spec: SyntheticSpec, own: bool) -> str:
+    """What the colours of the stage row mean (its range rule, masked cells, the downsampling rule)."""
+    parts = ["Scores: red positive, blue negative, white 0; "
+             + ("each map is stretched to the ± range in its title." if own else
+                "raw, scaled and masked scores share one colour range (the bar under map 1), so "
+                "scaling shows as faded colour.")]
+    if spec.mask != "none":
+        parts.append("Grey cells are masked (−∞).")
+    if max(spec.L, spec.S) > view.STAGE_SIDE:
+        parts.append(f"Shown at ≤{view.STAGE_SIDE}×{view.STAGE_SIDE} cells: each score cell keeps the "
+                     "largest-magnitude score of its block, with its sign (a mean would cancel to 0); "
+                     "each weight cell is its block's mean.")
+    parts.append("Hover any cell for its query, key and exact value.")
+    return " ".join(parts)
+
+
+def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats, log_color: bool) -> None:
+    st.plotly_chart(view.head_figure(stages, spec, head, rs, log_color=log_color), key="chart_weights")
+    if log_color:
+        st.caption(f"Colour is log10 of the weight from 1e{view.LOG_FLOOR:.0f} (weights below it, and masked "
+                   "zeros, at the floor) to 1.")
     if max(spec.L, spec.S) > view.MAIN_SIDE:
         side = view.MAIN_SIDE
         st.caption(f"Shown at ≤{side}×{side} cells: each cell averages a block of weights; the CSV has every "
@@ -176,7 +197,7 @@ def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
     spec_b = replace(spec, scoring=b_scoring, temperature=b_temp, normalizer=b_norm)
     res_a = heatmap_stages(spec, ctx.device)
     res_b = heatmap_stages(spec_b, ctx.device)
-    st.markdown("##### Compare A and B (same Q, K, V)")
+    st.markdown("##### Compare A and B (same Q, K, V): the weights of the selected head")
     cols = st.columns(2)
     for col, name, s, res in ((cols[0], "A", spec, res_a), (cols[1], "B", spec_b, res_b)):
         w = res.value.weights[head]
@@ -292,19 +313,25 @@ def body(ctx: PageContext) -> None:
                 "it equals the causal mask.")
     rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
     head_metrics(stages, spec, head, rs)
+    if cmp_on:
+        compare(spec, ctx, head, ctx.controls)
     st.markdown("##### Stages of one head")
-    st.caption("Scores: red positive, blue negative, white 0, each map scaled to the ± range in its title. "
-               "Hover any cell for its query, key and exact value.")
-    st.plotly_chart(view.stages_figure(stages, head), key="chart_stages")
-    main_view(stages, spec, head, rs)
+    c = st.columns(2)
+    own = widgets.toggle(P_OWN, "Per-map colour ranges", where=c[0],
+                         help="Off: raw and scaled scores share one colour range, so the scaling shows as "
+                              "colour. On: each map is stretched to its own ± range.")
+    log_color = widgets.toggle(P_LOG, "Log colour scale for the weights", where=c[1],
+                               help="Colour the selected head's weights by log10(weight), so small weights "
+                                    "differ in colour too.")
+    st.caption(stages_caption(spec, own))
+    st.plotly_chart(view.stages_figure(stages, head, shared=not own), key="chart_stages")
+    main_view(stages, spec, head, rs, log_color)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")
     p = float(st.session_state.get(P_DROP.key, P_DROP.default))
     if p > 0:
         dropout_section(stages, spec, ctx, head, p)
     heads_grid(stages, spec)
-    if cmp_on:
-        compare(spec, ctx, head, ctx.controls)
 
 
 run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body,

@@ -12,8 +12,8 @@ from streamlit.testing.v1 import AppTest
 from attncore.attention import AttentionStages
 from attncore.explore import SyntheticSpec, synthetic_stages
 from attncore.stats import entropy
-from tests.chart_data import decode, figure, no_errors, page_device, run_app, set_widget, trace, walk
-from ui.figures import downsample
+from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, set_widget, trace, walk
+from ui.figures import MASKED_GREY, downsample, downsample_signed
 from ui.nav import PAGES
 
 HEATMAPS = "pages/1_Heatmaps.py"
@@ -65,7 +65,7 @@ def check_charts(at: AppTest) -> None:
     stages = figure(at, "stages")
     for i, tensor in enumerate((st.raw, st.scaled, st.masked, st.weights)):
         z = decode(trace(stages, i)["z"])
-        expect, _, _ = downsample(tensor[head].numpy(), 128)
+        expect, _, _ = (downsample if i == 3 else downsample_signed)(tensor[head].numpy(), 128)
         np.testing.assert_allclose(z, expect, rtol=1e-5, atol=1e-5, equal_nan=True)
     if spec.heads > 1:
         grid = figure(at, "heads")
@@ -202,3 +202,89 @@ def test_heatmaps_additive_over_budget_gives_a_plain_message() -> None:
     at = run(HEATMAPS, scoring="additive", L="1024", S="1024", heads="16", kv="16")
     assert not at.exception
     assert at.error and "limit" in at.error[0].value and "additive" in at.error[0].value
+
+
+# ---------------------------------------------------------------- issue 11: the lesson visible by default
+
+
+def test_heatmaps_scores_share_one_colour_range_by_default() -> None:
+    at = run(HEATMAPS, dk="512")
+    no_errors(at)
+    st = stages_on_page_device(spec_of(at))
+    stages = figure(at, "stages")
+    raw, scaled, masked = (trace(stages, i) for i in range(3))
+    top = float(np.abs(st.raw[0].numpy()).max())  # raw scores are the widest (scale 1/√512 < 1)
+    for t in (raw, scaled, masked):
+        assert t["zmin"] == pytest.approx(-top, rel=1e-5) and t["zmax"] == pytest.approx(top, rel=1e-5)
+    assert raw["showscale"] is True and scaled["showscale"] is False  # one bar for the three
+    _set(at, "toggle", "hm_own", True)
+    no_errors(at)
+    stages = figure(at, "stages")
+    lim = float(np.abs(st.scaled[0].numpy()).max())
+    assert trace(stages, 0)["zmax"] == pytest.approx(top, rel=1e-5)
+    assert trace(stages, 1)["zmax"] == pytest.approx(lim, rel=1e-5) and lim < top / 10
+    assert at.query_params["hm_own"] == "1"
+
+
+def test_heatmaps_selected_head_has_a_colour_bar_log_option_labelled_log_n_and_fitted_max_axis() -> None:
+    at = run(HEATMAPS)
+    no_errors(at)
+    fig = figure(at, "weights")
+    hm = trace(fig, 0)
+    assert hm["showscale"] is True and hm["colorbar"]["title"]["text"] == "weight"
+    assert "log n" in fig["layout"]["xaxis2"]["title"]["text"]
+    assert any(t.get("name") == "log n (uniform)" for t in fig["data"])
+    w = stages_on_page_device(spec_of(at)).weights[0].numpy()
+    assert fig["layout"]["xaxis3"]["range"][1] == pytest.approx(w.max(-1).max() * 1.08, rel=1e-4)
+    assert fig["layout"]["xaxis3"]["range"][1] < 1.0  # 16 keys, no row puts all its weight on one
+    _set(at, "toggle", "hm_log", True)
+    no_errors(at)
+    hm = trace(figure(at, "weights"), 0)
+    np.testing.assert_allclose(decode(hm["z"]), np.log10(np.maximum(w, 1e-4)), rtol=1e-5, atol=1e-5)
+    assert (hm["zmin"], hm["zmax"]) == (-4.0, 0.0)
+    assert hm["colorbar"]["ticktext"][0] == "1e-4"
+    assert any("log10" in c.value for c in at.caption)
+
+
+def test_heatmaps_large_signed_maps_keep_the_signal() -> None:
+    at = run(HEATMAPS, L="1024", S="1024", heads="1", kv="1", scoring="dot")
+    no_errors(at)
+    raw = stages_on_page_device(spec_of(at)).raw[0].numpy()
+    z = decode(trace(figure(at, "stages"), 0)["z"])
+    signed, _, _ = downsample_signed(raw, 128)
+    np.testing.assert_allclose(z, signed, rtol=1e-6)
+    # Block means cancel towards 0; the kept entries are as large as the scores themselves.
+    assert np.abs(z).mean() > 5 * np.abs(downsample(raw, 128)[0]).mean()
+    assert (z > 0).any() and (z < 0).any()
+    assert any("largest-magnitude score" in c.value for c in at.caption)
+
+
+def test_downsample_signed_picks_the_largest_magnitude_with_its_sign() -> None:
+    a = np.array([[1.0, -5.0, 2.0, 2.0], [3.0, 0.0, -np.inf, 1.5]], dtype=np.float32)
+    small, fr, fc = downsample_signed(a, 2)
+    assert (fr, fc) == (1, 2)
+    np.testing.assert_array_equal(small, [[-5.0, 2.0], [3.0, 1.5]])
+    nan_block, _, _ = downsample_signed(np.array([[-np.inf, -np.inf, 1.0, 0.0]]), 2)
+    assert np.isnan(nan_block[0, 0]) and nan_block[0, 1] == 1.0
+
+
+def test_heatmaps_masked_cells_are_grey_with_a_legend_entry() -> None:
+    at = run(HEATMAPS, mask="causal")
+    no_errors(at)
+    fig = figure(at, "stages")
+    masked = decode(trace(fig, 2)["z"])
+    assert np.isnan(masked[0, 1:]).all()  # -inf above the diagonal is sent as a gap...
+    assert fig["layout"]["plot_bgcolor"] == MASKED_GREY  # ...which shows the grey plot area
+    assert [t["name"] for t in fig["data"] if t.get("showlegend")] == ["masked (−∞)"]
+    assert any("Grey cells are masked" in c.value for c in at.caption)
+    plain = figure(run(HEATMAPS), "stages")
+    assert plain["layout"].get("showlegend") is False
+
+
+def test_heatmaps_compare_sits_above_the_stage_row() -> None:
+    at = run(HEATMAPS)
+    views = [(f["layout"].get("meta") or {}).get("view") for f in figures(at)]
+    assert "compare-A" not in views
+    _set(at, "toggle", "cmp", True)
+    views = [(f["layout"].get("meta") or {}).get("view") for f in figures(at)]
+    assert views.index("compare-A") < views.index("compare-B") < views.index("stages")

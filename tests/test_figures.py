@@ -71,7 +71,7 @@ def test_weights_with_row_stats_traces() -> None:
     w = np.full((4, 4), 0.25)
     fig = heatmaps_view.weights_with_row_stats(w, np.log(np.full(4, 4.0)), w.max(1), max_entropy=np.log([1, 2, 3, 4]))
     names = [t.name for t in fig.data]
-    assert names[1:] == ["entropy", "log(visible keys)", "max weight"]
+    assert names[1:] == ["entropy", "log n (uniform)", "max weight"]
     np.testing.assert_allclose(np.asarray(fig.data[1].x), np.log(4.0), rtol=1e-6)
 
 

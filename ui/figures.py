@@ -38,6 +38,9 @@ __all__ = [
     "axis_name",
     "downsample",
     "downsample_stack",
+    "MASKED_GREY",
+    "downsample_signed",
+    "masked_legend",
     "heatmap",
     "heatmap_grid",
     "heatmap_trace",
@@ -57,6 +60,9 @@ DIVERGING = "RdBu_r"
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
 
 Array = NDArray[np.floating]
+# Masked (−∞) cells are NaN in a chart; heatmap figures paint the plot area this neutral grey, so a
+# masked cell reads as "no score", distinct from a score of 0 (white on the diverging scale).
+MASKED_GREY = "#8c8c8c"
 
 
 def style(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
@@ -124,6 +130,37 @@ def downsample_stack(a: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], 
     return small.astype(np.float32), fr, fc
 
 
+def downsample_signed(z: ArrayLike, max_side: int) -> tuple[NDArray[np.float32], int, int]:
+    """Downsample a signed map by keeping, per block, the entry of largest magnitude with its sign.
+
+    Block means of signed scores cancel to 0 (grey-white on a diverging scale) when a block
+    mixes signs; the max-|x| rule keeps the strongest score of each block visible. Non-finite
+    cells are left out; a block with no finite cell stays NaN. Same blocks as :func:`downsample`.
+    """
+    x = np.asarray(z, dtype=np.float32)
+    if x.ndim < 2:
+        raise ValueError(f"heatmaps need a 2-D array; got shape {x.shape}.")
+    n, m = x.shape[-2:]
+    fr, fc = -(-n // max_side), -(-m // max_side)
+    clean = np.where(np.isfinite(x), x, np.nan).astype(np.float32)
+    if fr == 1 and fc == 1:
+        return clean, 1, 1
+    rows, cols = -(-n // fr), -(-m // fc)
+    lead = x.shape[:-2]
+    pad = np.full((*lead, rows * fr, cols * fc), np.nan, dtype=np.float32)
+    pad[..., :n, :m] = clean
+    blocks = np.moveaxis(pad.reshape(*lead, rows, fr, cols, fc), -3, -2).reshape(*lead, rows, cols, fr * fc)
+    mag = np.where(np.isnan(blocks), -1.0, np.abs(blocks))
+    pick = np.take_along_axis(blocks, mag.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    return pick.astype(np.float32), fr, fc
+
+
+def masked_legend(name: str = "masked (−∞)") -> go.Scatter:
+    """A legend-only grey square naming the masked cells of a heatmap figure."""
+    return go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
+                      marker={"symbol": "square", "size": 12, "color": MASKED_GREY})
+
+
 def heatmap_trace(
     z: ArrayLike,
     *,
@@ -136,8 +173,10 @@ def heatmap_trace(
     zmin: float | None = None,
     zmax: float | None = None,
     colorbar: str = "right",
+    signed_rule: bool = False,
 ) -> go.Heatmap:
-    small, fr, fc = downsample(z, max_side)
+    """One heatmap trace. Large maps are block-averaged (``signed_rule``: max-|x| per block, signed)."""
+    small, fr, fc = (downsample_signed if signed_rule else downsample)(z, max_side)
     kw: dict = {"z": small}
     if x_labels is not None and fc == 1:
         kw["x"] = [f"{j}:{t}" for j, t in enumerate(x_labels)]
@@ -150,8 +189,9 @@ def heatmap_trace(
     if fr == 1 and fc == 1:
         hover = f"query %{{y}}<br>key %{{x}}<br>{value_name} %{{z:.6g}}<extra></extra>"
     else:
+        rule = "largest-|·|" if signed_rule else "mean"
         hover = (f"queries %{{y}}…+{fr - 1}<br>keys %{{x}}…+{fc - 1}<br>"
-                 f"mean {value_name} %{{z:.6g}}<extra></extra>")
+                 f"{rule} {value_name} %{{z:.6g}}<extra></extra>")
     if coloraxis is not None:
         kw["coloraxis"] = coloraxis
     else:

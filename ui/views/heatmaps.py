@@ -19,12 +19,22 @@ from attncore.attention import AttentionStages
 from attncore.dropout import DropoutDraws
 from attncore.explore import RowStats, SyntheticSpec
 from ui import figures
-from ui.figures import PALETTE, as_f32, axis_name, heatmap_trace, style, title_annotation
+from ui.figures import (
+    MASKED_GREY,
+    PALETTE,
+    as_f32,
+    axis_name,
+    heatmap_trace,
+    masked_legend,
+    style,
+    title_annotation,
+)
 
 STAGE_SIDE = 128  # cells per side for the four stage maps
 MAIN_SIDE = 512  # cells per side for the selected head
 THUMB_SIDE = 64  # cells per side for head thumbnails
 HEAD_SIDE = 512  # cells per side of a real model's selected head (every token fits unaveraged)
+LOG_FLOOR = -4.0  # log10 of the smallest weight the log colour scale tells apart (0 is drawn there)
 
 
 # ---------------------------------------------------------------------------- builders
@@ -43,6 +53,10 @@ def heatmap_row(
 ) -> go.Figure:
     """Several maps side by side in one figure, each with its own horizontal colour bar.
 
+    Signed (diverging) maps larger than ``max_side`` keep each block's largest-magnitude score
+    with its sign (:func:`ui.figures.downsample_signed`); masked (non-finite) cells are drawn in
+    :data:`ui.figures.MASKED_GREY` with a legend entry.
+
     ``limits[i]`` is the symmetric colour limit of a diverging map (or the top of a
     sequential one, from 0); ``None`` lets Plotly choose. ``colorbars[i] = False`` leaves
     map i's colour bar out (each one costs the browser a noticeable redraw).
@@ -58,7 +72,7 @@ def heatmap_row(
         x1 = min(1.0, x0 + w)
         lim = limits[i]
         tr = heatmap_trace(z, max_side=max_side, diverging=diverging[i], value_name=value_names[i],
-                            x_labels=None, y_labels=None,
+                            x_labels=None, y_labels=None, signed_rule=diverging[i],
                             zmin=(-lim if diverging[i] else 0.0) if lim else None, zmax=lim or None)
         name = axis_name(i)
         tr.update(xaxis=f"x{name}", yaxis=f"y{name}",
@@ -71,9 +85,16 @@ def heatmap_row(
         layout[f"yaxis{name}"] = {"domain": [0.0, 0.9], "anchor": f"x{name}", "autorange": "reversed",
                                   "showgrid": False, "zeroline": False}
         notes.append({**title_annotation(titles[i], x0, x1, 1.0), "font": {"size": 13}})
+    masked = any(not np.isfinite(np.asarray(z)).all() for z in maps)
+    if masked:
+        traces.append(masked_legend())
     fig = go.Figure(data=traces, layout={**layout, "annotations": notes})
     style(fig, height=height)
-    fig.update_layout(margin={"t": 20, "b": 50})
+    fig.update_layout(margin={"t": 20, "b": 50}, showlegend=masked,
+                      legend={"orientation": "h", "x": 2 * (w + gap) if n > 2 else 0.0, "xanchor": "left",
+                              "y": -0.02, "yanchor": "top"})
+    if masked:
+        fig.update_layout(plot_bgcolor=MASKED_GREY)
     return fig
 
 
@@ -88,36 +109,53 @@ def weights_with_row_stats(
     y_labels: Sequence[str] | None = None,
     max_side: int = 512,
     height: int = 520,
+    log_color: bool = False,
 ) -> go.Figure:
-    """Weights heatmap (L, S) with per-row entropy and max weight beside it.
+    """Weights heatmap (L, S) with a colour bar, and per-row entropy and max weight beside it.
 
-    ``max_entropy`` (L,) draws log(visible keys) per row as the uniform bound.
+    ``max_entropy`` (L,) draws log(visible keys) per row as the uniform bound (dashed, labelled).
+    ``log_color`` colours by log10(weight) from :data:`LOG_FLOOR` (weights below it, and 0, at the
+    floor), so the small weights a linear 0-1 scale paints alike become distinct. The max-weight
+    axis runs from 0 to just above the largest row maximum.
     """
-    w = np.asarray(weights)
+    w = np.asarray(weights, dtype=np.float64)
     ent = as_f32(row_entropy)
     mx = as_f32(row_max)
-    hm = heatmap_trace(w, max_side=max_side, diverging=False, value_name="weight",
-                        x_labels=x_labels, y_labels=y_labels, zmin=0.0)
-    hm.update(showscale=False)
+    bar = {"thickness": 10, "len": 0.8, "x": 0.625, "xanchor": "left", "y": 0.5,
+           "title": {"text": "weight", "side": "right"}}
+    if log_color:
+        z = np.log10(np.maximum(w, 10.0**LOG_FLOOR))
+        ticks = np.arange(LOG_FLOOR, 1.0)
+        hm = heatmap_trace(z, max_side=max_side, diverging=False, value_name="log10 weight",
+                           x_labels=x_labels, y_labels=y_labels, zmin=LOG_FLOOR, zmax=0.0)
+        bar.update(tickvals=ticks.tolist(), ticktext=[f"1e{int(t)}" if t < 0 else "1" for t in ticks])
+    else:
+        hm = heatmap_trace(w, max_side=max_side, diverging=False, value_name="weight",
+                           x_labels=x_labels, y_labels=y_labels, zmin=0.0)
+    hm.update(showscale=True, colorbar=bar)
     y = list(hm.y) if hm.y is not None else np.arange(w.shape[0])
     traces = [
         hm,
         go.Bar(x=ent, y=y, orientation="h", name="entropy", marker_color=PALETTE[0], xaxis="x2",
                yaxis="y", hovertemplate="query %{y}<br>entropy %{x:.4f} nats<extra></extra>"),
     ]
+    ent_title = "entropy (nats)"
     if max_entropy is not None:
-        traces.append(go.Scatter(x=as_f32(max_entropy), y=y, mode="lines", name="log(visible keys)",
+        ent_title = "entropy (nats)<br>- - log n (uniform)"
+        traces.append(go.Scatter(x=as_f32(max_entropy), y=y, mode="lines", name="log n (uniform)",
                                  xaxis="x2", yaxis="y", line={"color": PALETTE[7], "dash": "dash"},
                                  hovertemplate="query %{y}<br>log n %{x:.4f}<extra></extra>"))
     traces.append(go.Bar(x=mx, y=y, orientation="h", name="max weight", marker_color=PALETTE[1],
                          xaxis="x3", yaxis="y",
                          hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"))
-    d1, d2, d3 = (0.0, 0.68), (0.70, 0.84), (0.86, 1.0)
+    d1, d2, d3 = (0.0, 0.62), (0.70, 0.84), (0.86, 1.0)
+    top = float(np.nanmax(mx)) if mx.size and np.isfinite(mx).any() else 1.0
+    mx_range = [0.0, max(top, 1e-6) * 1.08]
     layout = {
         "xaxis": {"domain": list(d1), "anchor": "y", "side": "bottom", "title": {"text": "key"},
                   "showgrid": False, "zeroline": False},
-        "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": "entropy (nats)"}},
-        "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": [0, 1.0],
+        "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": ent_title}},
+        "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": mx_range,
                    "title": {"text": "max weight"}},
         "yaxis": {"autorange": "reversed", "title": {"text": "query"}, "showgrid": False},
         "showlegend": False,
@@ -129,33 +167,54 @@ def weights_with_row_stats(
 # ---------------------------------------------------------------------------- synthetic Q, K, V
 
 
-def stages_figure(stages: AttentionStages, head: int) -> go.Figure:
-    """Raw, scaled, masked scores and weights of one head, side by side (``stages``)."""
+def stage_limits(stages: AttentionStages, head: int, shared: bool) -> tuple[float, float]:
+    """The ± colour limits of the raw and of the scaled/masked score maps.
+
+    ``shared``: one limit (the larger) for all three, so the √d scaling shows as faded colour,
+    not only in the titles.
+    """
+    def top(a: np.ndarray) -> float:
+        finite = np.abs(a[np.isfinite(a)])
+        return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+
+    raw_lim, lim = top(stages.raw[head].cpu().numpy()), top(stages.scaled[head].cpu().numpy())
+    if shared:
+        raw_lim = lim = max(raw_lim, lim)
+    return raw_lim, lim
+
+
+def stages_figure(stages: AttentionStages, head: int, *, shared: bool = True) -> go.Figure:
+    """Raw, scaled, masked scores and weights of one head, side by side (``stages``).
+
+    ``shared`` (default) puts the three score maps on one colour range with one colour bar;
+    otherwise each map is scaled to its own ± range (written in its title).
+    """
     raw = stages.raw[head].cpu().numpy()
     scaled = stages.scaled[head].cpu().numpy()
     masked = stages.masked[head].cpu().numpy()
     weights = stages.weights[head].cpu().numpy()
-    finite = np.abs(scaled[np.isfinite(scaled)])
-    lim = float(finite.max()) if finite.size else 1.0
-    raw_lim = float(np.abs(raw[np.isfinite(raw)]).max()) if np.isfinite(raw).any() else 1.0
-    # Red = positive, blue = negative, white = 0; each score map's range is in its title, and
-    # only the weights carry a colour bar (every bar costs the browser a redraw).
+    raw_lim, lim = stage_limits(stages, head, shared)
+
+    def own(a: np.ndarray) -> str:
+        return f" · ±{float(np.abs(a[np.isfinite(a)]).max()) if np.isfinite(a).any() else 0:.3g}"
+
     fig = heatmap_row(
         [raw, scaled, masked, weights],
-        [f"1 · raw scores a(q, k) · ±{raw_lim:.3g}", f"2 · scaled ×{stages.scale:.3g}/τ · ±{lim:.3g}",
-         f"3 · masked (blank = −∞) · ±{lim:.3g}", "4 · weights"],
-        diverging=[True, True, True, False], limits=[raw_lim or 1.0, lim or 1.0, lim or 1.0, None],
+        [f"1 · raw scores a(q, k){own(raw)}", f"2 · scaled ×{stages.scale:.3g}/τ{own(scaled)}",
+         f"3 · masked{own(masked)}", "4 · weights"],
+        diverging=[True, True, True, False], limits=[raw_lim, lim, lim, None],
         value_names=["score", "score", "score", "weight"], max_side=STAGE_SIDE,
-        colorbars=[False, False, False, True])
-    return fig.update_layout(meta={"view": "stages"})
+        colorbars=[shared, False, False, True])
+    return fig.update_layout(meta={"view": "stages", "shared_range": shared})
 
 
-def head_figure(stages: AttentionStages, spec: SyntheticSpec, head: int, rs: RowStats) -> go.Figure:
+def head_figure(stages: AttentionStages, spec: SyntheticSpec, head: int, rs: RowStats, *,
+                log_color: bool = False) -> go.Figure:
     """The selected head large, with per-query entropy and max weight (``weights``)."""
     vis = rs.visible.cpu().numpy().astype(np.float64)
     fig = weights_with_row_stats(
         stages.weights[head].cpu().numpy(), rs.entropy.cpu().numpy(), rs.max_weight.cpu().numpy(),
-        max_entropy=np.log(np.maximum(vis, 1)), max_side=MAIN_SIDE,
+        max_entropy=np.log(np.maximum(vis, 1)), max_side=MAIN_SIDE, log_color=log_color,
         title=f"Head {head} (key/value head {head // (spec.heads // spec.kv_heads)})",
     )
     return fig.update_layout(meta={"view": "weights"})
