@@ -49,7 +49,7 @@ P_N = Param("sat_n", 20_000, options=(1_000, 2_000, 5_000, 10_000, 20_000, 50_00
 P_VQ = Param("sat_vq", 1.0, lo=0.25, hi=4.0)
 P_VK = Param("sat_vk", 1.0, lo=0.25, hi=4.0)
 P_BINS = Param("sat_bins", 60, lo=10, hi=200)
-P_SAMEX = Param("sat_samex", False)
+P_SAMEX = Param("sat_samex", True)
 P_NS = Param("sat_ns", 500, options=(250, 500, 1_000, 2_000, 4_000))
 # 2 · Saturation
 P_SN = Param("sat_sn", 4, options=(2, 3, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
@@ -122,9 +122,9 @@ def why_sqrt_d(ctx: PageContext) -> None:
             f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:#.3g}** (measured "
             f"{h.std_raw:#.3g} ± {h.se_raw:.2g} from {n:,} samples); divided by √d = {math.sqrt(d):#.3g} "
             f"they have std **{sd_scaled:#.3g}** (measured {h.std_scaled:#.3g} ± {h.se_scaled:.2g}). "
-            f"At d = 64 that is {theory.dot_product_std(64, vq, vk):#.3g} against {sd_scaled:#.3g}; at "
-            f"d = 512, the source text's exercise, **{theory.dot_product_std(512, vq, vk):.1f}** against "
-            f"{sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
+            f"At d = 64 that is {theory.dot_product_std(64, vq, vk):#.3g} against {sd_scaled:#.3g}; "
+            f"at d = 512 (the exercise of the {SOURCE}), **{theory.dot_product_std(512, vq, vk):.1f}** "
+            f"against {sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
         )
         chart(view.dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
         widgets.csv_download(lambda: view.hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
@@ -391,7 +391,7 @@ def overflow_section(ctx: PageContext) -> None:
                                 "the largest |difference| from float64 stable softmax of the same rounded "
                                 "logits; exact zeros are drawn at 1e-20.")
         rows = cached.sat_overflow_rows(float(x), 4)
-        st.dataframe(view.overflow_table(rows), hide_index=True, width="stretch")
+        st.table(view.overflow_table(rows).set_index(["dtype", "method"]))
 
 
 # --------------------------------------------------------------------------- page

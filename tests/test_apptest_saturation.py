@@ -98,6 +98,9 @@ def check_why(at: AppTest) -> None:
     close(y, theory.normal_density(x, vq * vk), rtol=1e-4)
     shared = fig["layout"].get("xaxis2", {}).get("matches") == "x"
     assert shared == bool(get(at, "sat_samex"))
+    if shared:  # issue 11: both histograms drawn over the unscaled range
+        assert fig["layout"]["xaxis2"]["range"] == fig["layout"]["xaxis"]["range"]
+        assert fig["layout"]["xaxis"]["range"][1] == pytest.approx(float(h.edges_raw[-1]), rel=1e-6)
     sw = dot_std_sweep(D_GRID, get(at, "sat_ns"), var_q=vq, var_k=vk, seed=get(at, "seed"), dtype=mc_dtype(at),
                        device=page_device())
     std = figure(at, "sat-std")
@@ -110,7 +113,9 @@ def check_why(at: AppTest) -> None:
     text = " ".join(m.value for m in at.markdown)
     assert f"std √(d·σq²·σk²) = **{theory.dot_product_std(d, vq, vk):#.3g}**" in text
     assert f"measured {h.std_raw:#.3g}" in text
-    assert f"exercise, **{theory.dot_product_std(512, vq, vk):.1f}** against {math.sqrt(vq * vk):#.3g}" in text
+    assert "source text" not in text
+    assert (f"Matters\" tutorial), **{theory.dot_product_std(512, vq, vk):.1f}** against "
+            f"{math.sqrt(vq * vk):#.3g}") in text
     assert any("Computed by attncore on" in c.value for c in at.caption)
 
 
@@ -170,10 +175,16 @@ def check_gradients(at: AppTest) -> None:
     for i, name in enumerate(ov.dtypes):
         close(xy(trace(of, name, "x"))[1], np.maximum(ov.naive_error[i], 1e-20), rtol=1e-5, atol=1e-25)
         close(xy(trace(of, name, "x2"))[1], np.maximum(ov.stable_error[i], 1e-20), rtol=1e-5, atol=1e-25)
-    table = at.dataframe[-1].value
+    table = at.table[-1].value.reset_index()
     expect_rows = overflow_rows(float(s["sat_ox"]), 4)
     assert list(table["finite"]) == ["yes" if r.finite else "NO" for r in expect_rows]
-    close(table["row sum"].to_numpy(), [r.row_sum for r in expect_rows], rtol=1e-12)
+    close(np.array([float(v) for v in table["row sum"]]), [r.row_sum for r in expect_rows], rtol=1e-4)
+    # issue 11: scientific notation, NaN printed as NaN (never None), no fixed-point 0.000...0003
+    for r, row in zip(expect_rows, table.itertuples(index=False), strict=True):
+        cells = [row[2], row[4], row[5], *row[3].strip("[]").split(", ")]
+        assert all(c in ("NaN", "inf", "0") or "e" in c for c in cells), cells
+        assert ("NaN" in row[3]) == any(math.isnan(w) for w in r.weights)
+        assert "None" not in str(row) and "nan" not in str(row)
 
 
 CHECK = {"Why √d": check_why, "Saturation": check_saturation, "Gradients": check_gradients}
@@ -195,7 +206,7 @@ def change_each(at: AppTest, tab: str, changes: list[tuple[str, str, object]]) -
         now = charts(at)
         assert now != before, f"{key} changed nothing"
         before = now
-        encoded = f"{val:.6g}" if isinstance(val, float) else ("1" if val is True else str(val))
+        encoded = f"{val:.6g}" if isinstance(val, float) else ("1" if val is True else "0" if val is False else str(val))
         assert at.query_params[key] == encoded, key
 
 
@@ -219,7 +230,7 @@ def test_why_sqrt_d_every_control() -> None:
         ("slider", "sat_vq", 2.0),
         ("slider", "sat_vk", 0.5),
         ("slider", "sat_bins", 30),
-        ("toggle", "sat_samex", True),
+        ("toggle", "sat_samex", False),
         ("select_slider", "sat_ns", 250),
         ("number_input", "seed", 7),
         ("selectbox", "dtype", "float64"),
@@ -264,8 +275,8 @@ def test_gradients_every_control() -> None:
     at.select_slider(key="sat_ox").set_value(710.0).run()
     check_gradients(at)
     assert at.query_params["sat_ox"] == "710"
-    finite = dict(zip(zip(at.dataframe[-1].value["dtype"], at.dataframe[-1].value["method"], strict=True),
-                      at.dataframe[-1].value["finite"], strict=True))
+    tab = at.table[-1].value.reset_index()
+    finite = dict(zip(zip(tab["dtype"], tab["method"], strict=True), tab["finite"], strict=True))
     assert finite[("float64", "naive")] == "NO" and finite[("float64", "stable")] == "yes"
 
 
@@ -329,7 +340,7 @@ def test_std_statement_states_the_source_numbers() -> None:
     at = run()
     text = " ".join(m.value for m in at.markdown)
     assert "= **8.00**" in text and "divided by √d = 8.00 they have std **1.00**" in text
-    assert "At d = 64 that is 8.00 against 1.00" in text and "exercise, **22.6** against 1.00" in text
+    assert "At d = 64 that is 8.00 against 1.00" in text and "tutorial), **22.6** against 1.00" in text
     h = dot_histograms(64, 20_000, 60, seed=0)
     assert abs(h.std_raw - 8) < 5 * theory.sample_std_error(64, 20_000)
     assert abs(h.std_scaled - 1) < 5 * theory.sample_std_error(64, 20_000) / math.sqrt(64)

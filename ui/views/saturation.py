@@ -74,7 +74,10 @@ def dot_histogram_figure(h: DotHistograms, vq: float, vk: float, same_x: bool) -
                             color=EXACT_C, extra={"line": exact_line})],
               x_title="q·k / √d", y_title="density"),
     ]
-    return figures.panel_grid(panels, cols=2, height=380, shared_x=same_x)
+    fig = figures.panel_grid(panels, cols=2, height=380, shared_x=same_x)
+    if same_x:  # both on the unscaled axis: the scaled histogram shows as the narrow spike it is
+        fig.update_xaxes(range=[float(h.edges_raw[0]), float(h.edges_raw[-1])])
+    return fig
 
 
 def hist_frame(h: DotHistograms, vq: float, vk: float) -> pd.DataFrame:
@@ -269,12 +272,25 @@ def jacobian_figure(jac: np.ndarray, scores: Sequence[float]) -> go.Figure:
     return fig.update_traces(hovertemplate="weight %{y}<br>score %{x}<br>∂p_i/∂s_j %{z:.4g}<extra></extra>")
 
 
+def sci(v: float, digits: int = 4) -> str:
+    """A number as the overflow table prints it: scientific notation, ``NaN``, ``inf``, or ``0``."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "inf" if v > 0 else "−inf"
+    return "0" if v == 0 else f"{v:.{digits}e}"
+
+
 def overflow_table(rows: Sequence[OverflowRow]) -> pd.DataFrame:
-    """Naive and stable softmax of one row in each dtype, for the table under the overflow chart."""
+    """Naive and stable softmax of one row in each dtype, for the table under the overflow chart.
+
+    Every number is text in scientific notation (``NaN`` as NaN), so nothing prints as
+    0.000...0003 or None.
+    """
     return pd.DataFrame([{
-        "dtype": r.dtype, "method": r.method, "eˣ in dtype": r.exp_x,
-        "weights": "[" + ", ".join("nan" if math.isnan(w) else f"{w:.4f}" for w in r.weights) + "]",
-        "row sum": r.row_sum, "max |error|": r.max_error, "finite": "yes" if r.finite else "NO",
+        "dtype": r.dtype, "method": r.method, "eˣ in dtype": sci(r.exp_x),
+        "weights": "[" + ", ".join(sci(w, 3) for w in r.weights) + "]",
+        "row sum": sci(r.row_sum), "max |error|": sci(r.max_error), "finite": "yes" if r.finite else "NO",
     } for r in rows])
 
 
