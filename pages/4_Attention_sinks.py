@@ -26,6 +26,7 @@ from ui.views import sinks as view
 P_VIEW = Param("snk_view", "lab", options=("lab", "model"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
 P_SINK = Param("snk_sink", True)
+P_LOG = Param("snk_log", True)
 P_S = Param("snk_s", 6.0, lo=STRENGTH_RANGE[0], hi=STRENGTH_RANGE[1])
 P_V = Param("snk_v", 0.0, lo=0.0, hi=1.0)
 P_C = Param("snk_c", 0.0, lo=CONTENT_RANGE[0], hi=CONTENT_RANGE[1])
@@ -39,7 +40,7 @@ GATE_HELP = (
     "Output gate σ(x W_g + b_g) with unit-Gaussian pre-activations x W_g, so its mean is E σ(b_g + Z). "
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
-PARAMS = (P_VIEW, P_N, P_SINK, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS)
+PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS)
 
 
 
@@ -140,9 +141,16 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     no_sink = float(sweep.series["output_rms_nosink"].mean())
     c[3].metric("Output RMS without a sink", f"{no_sink:.4f}",
                 help="The same queries over the real tokens only: softmax must mix real values.")
-    left, mid, right = st.columns([1.1, 1, 1])
-    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec), key="chart_snk_map")
-    mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
+    if spec.sink:
+        left, mid, right = st.columns([1.1, 1, 1])
+    else:  # no sink token: there is no weight on the sink to draw
+        (left, right), mid = st.columns([1.1, 1]), None
+    log_color = widgets.toggle(P_LOG, "Log colour scale", where=left,
+                               help="Colour by log10(weight), 1e-4 to 1: the real keys, which share what the "
+                                    "sink leaves, differ in colour too. Off: linear 0 to 1.")
+    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec, log_color), key="chart_snk_map")
+    if mid is not None:
+        mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
     right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")
     widgets.csv_download(lambda: view.strength_frame(sweep, spec), "sink_strength_sweep.csv",
                          label="Download the strength sweep (CSV)", key="dl_snk_strength")

@@ -27,6 +27,7 @@ from attncore.sinks import (
 from tests.chart_data import (
     decode,
     figure,
+    figures,
     no_errors,
     page_device,
     run_app,
@@ -87,15 +88,20 @@ def check_lab(at: AppTest) -> None:
     dev = page_device()  # attncore on the page's own device
     zoo, th = normaliser_zoo(spec, dev), zoo_theory(spec)
     rtol = 1e-2 if spec.dtype == "bfloat16" else 1e-5
-    expect, _, _ = downsample(zoo["softmax"].weights.float().cpu().numpy(), 256)
-    np.testing.assert_allclose(decode(trace(figure(at, "snk-map"))["z"]), expect, rtol=rtol, atol=1e-6)
+    w = zoo["softmax"].weights.float().cpu().numpy()
+    log_color = at.session_state["snk_log"]
+    expect, _, _ = downsample(np.log10(np.maximum(w, 1e-4)) if log_color else w, 256)
+    np.testing.assert_allclose(decode(trace(figure(at, "snk-map"))["z"]), expect, rtol=rtol, atol=1e-5)
     # Sweeps: measured (trace 0) and theory (trace 1).
     xs = np.linspace(*STRENGTH_RANGE, SWEEP_POINTS)
     sw = strength_sweep(spec, xs, dev)
-    fig = figure(at, "snk-strength")
-    np.testing.assert_allclose(decode(trace(fig, 0)["y"]), sw.mean("sink_weight"), rtol=rtol, atol=1e-6)
-    np.testing.assert_allclose(decode(trace(fig, 1)["y"]),
-                               T.sink_weight_theory(xs, spec.n, spec.content, spec.spread), rtol=1e-5)
+    views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
+    assert ("snk-strength" in views) == spec.sink  # issue 11: no empty "weight on the sink" chart
+    if spec.sink:
+        fig = figure(at, "snk-strength")
+        np.testing.assert_allclose(decode(trace(fig, 0)["y"]), sw.mean("sink_weight"), rtol=rtol, atol=1e-6)
+        np.testing.assert_allclose(decode(trace(fig, 1)["y"]),
+                                   T.sink_weight_theory(xs, spec.n, spec.content, spec.spread), rtol=1e-5)
     fig = figure(at, "snk-rms")
     np.testing.assert_allclose(decode(trace(fig, 0)["y"]), sw.mean("output_rms"), rtol=rtol, atol=1e-7)
     np.testing.assert_allclose(
@@ -136,6 +142,12 @@ def test_lab_defaults_show_a_sink() -> None:
     assert float(metrics["Weight on the sink"]) > 0.8  # s = 6 against 32 tokens of logit ~0
     assert float(metrics["Output RMS"]) < 0.2 * float(metrics["Output RMS without a sink"])
     assert any("\\text{softmax: }" in s.value for s in at.latex)
+    # issue 11: a log colour scale with a bar in weights; axis labels on the five-normaliser row
+    sink_map = trace(figure(at, "snk-map"))
+    assert (sink_map["zmin"], sink_map["zmax"]) == (-4.0, 0.0) and sink_map["colorbar"]["ticktext"][-1] == "1"
+    zoo = figure(at, "snk-zoo")["layout"]
+    assert zoo["xaxis"]["title"]["text"] == "key" and zoo["yaxis"]["title"]["text"] == "query"
+    assert all(zoo[k]["showticklabels"] for k in zoo if k.startswith(("xaxis", "yaxis")))
     assert at.get("download_button")
     assert "Computed by attncore" in " ".join(c.value for c in at.caption)
 
@@ -151,6 +163,7 @@ LAB_CHANGES = [
     ("radio", "snk_gate", "headwise"),
     ("toggle", "snk_sink", False),
     ("toggle", "snk_sink", True),
+    ("toggle", "snk_log", False),
     ("number_input", "seed", 3),
     ("selectbox", "dtype", "float64"),
     ("selectbox", "dtype", "bfloat16"),
@@ -218,6 +231,13 @@ def check_model(at: AppTest, lm: LoadedModel) -> None:
     np.testing.assert_allclose(decode(trace(head_fig, 0)["z"]), att.attentions[layer, head].numpy(),
                                rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(decode(figure(at, "snk-metric")["data"][0]["z"]), rep.share.numpy(), rtol=1e-6)
+    # issue 11: only informative cell text (no rows of "0.00")
+    metric = figure(at, "snk-metric")["data"][0]
+    if "text" in metric:
+        share = rep.share.numpy()
+        text = np.array(metric["text"])
+        assert ((text == "") == (np.round(share, 2) == 0)).all()
+        assert "0.00" not in text
 
 
 def test_model_view_defaults(lm: LoadedModel) -> None:

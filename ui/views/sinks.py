@@ -123,8 +123,11 @@ def labelled_heatmap(
         raise ValueError(
             f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
     kw: dict = {}
-    if text_format is not None:
-        kw.update(texttemplate=f"%{{z:{text_format}}}", textfont={"size": 10})
+    if text_format is not None:  # print only what informs: cells that round to 0 stay blank
+        spec = text_format.lstrip(".")
+        text = [[("" if not np.isfinite(v) or format(float(v), spec) == format(0.0, spec)
+                  else format(float(v), spec)) for v in row] for row in a]
+        kw.update(text=text, texttemplate="%{text}", textfont={"size": 10})
     fig = go.Figure(go.Heatmap(
         z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
         colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
@@ -176,11 +179,30 @@ def keys_labels(spec: SinkSpec) -> list[str]:
     return (["sink"] if spec.sink else []) + [f"t{j}" for j in range(1, spec.n + 1)]
 
 
-def sink_map_figure(weights: np.ndarray, spec: SinkSpec) -> go.Figure:
-    """softmax weights (n, n[+1]) of the synthetic head (``snk-map``)."""
-    fig = figures.heatmap(weights, title="softmax weights" + ("" if spec.sink else " (no sink token)"),
-                          x_labels=keys_labels(spec), y_labels=[f"t{i}" for i in range(1, spec.n + 1)],
-                          max_side=MAP_SIDE, zmin=0.0, zmax=1.0, height=380)
+LOG_FLOOR = -4.0  # log10 of the smallest weight the log colour scale tells apart
+
+
+def sink_map_figure(weights: np.ndarray, spec: SinkSpec, log_color: bool = True) -> go.Figure:
+    """softmax weights (n, n[+1]) of the synthetic head (``snk-map``).
+
+    ``log_color`` colours by log10(weight) from 1e-4 to 1 (the colour bar is labelled in weights),
+    so the real keys, which share the little weight the sink leaves, differ in colour too.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    title = ("softmax weights" + ("" if spec.sink else " (no sink token)")
+             + (" · log scale" if log_color else ""))
+    z = np.log10(np.maximum(w, 10.0**LOG_FLOOR)) if log_color else w
+    fig = figures.heatmap(z, title=title, x_labels=keys_labels(spec),
+                          y_labels=[f"t{i}" for i in range(1, spec.n + 1)], max_side=MAP_SIDE,
+                          zmin=LOG_FLOOR if log_color else 0.0, zmax=0.0 if log_color else 1.0, height=380,
+                          value_name="log10 weight" if log_color else "weight")
+    if log_color:
+        ticks = np.arange(LOG_FLOOR, 1.0)
+        fig.update_traces(colorbar={"tickvals": ticks.tolist(),
+                                    "ticktext": [f"1e{int(t)}" if t < 0 else "1" for t in ticks],
+                                    "title": {"text": "weight", "side": "right"}})
+    else:
+        fig.update_traces(colorbar={"title": {"text": "weight", "side": "right"}})
     fig.update_xaxes(side="bottom")  # keeps the key labels clear of the title
     return _tag(fig, "snk-map")
 
@@ -274,7 +296,12 @@ def zoo_maps_figure(zoo: dict[str, ZooEntry]) -> go.Figure:
     titles = [ZOO_LABELS[name] + (" (weights; gate on output)" if name == "gated" else "") for name in ZOO]
     zmax = float(max(m.max() for m in maps)) or 1.0
     fig = figures.heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
-    return fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 34})
+    # Axis labels on every map: key index (key 0 is the sink when it is on) across, query down.
+    fig.update_xaxes(showticklabels=True, title={"text": "key", "standoff": 2}, tickfont={"size": 9},
+                     nticks=5)
+    fig.update_yaxes(showticklabels=True, tickfont={"size": 9}, nticks=5)
+    fig.update_layout(yaxis={"title": {"text": "query"}}, coloraxis_colorbar={"title": {"text": "weight"}})
+    return fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 34, "b": 40})
 
 
 def zoo_bars_figure(zoo: dict[str, ZooEntry], theory: dict[str, ZooTheory], field: str, label: str,
