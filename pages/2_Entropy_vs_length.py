@@ -23,6 +23,7 @@ from ui.views.entropy import (
     figure1_charts,
     figure1_frame,
     main_chart,
+    mark_stale,
     n_label,
     panel_frame,
     theory_lengths,
@@ -53,7 +54,7 @@ P_TAU = Param("ent_tau", 1.0, lo=0.1, hi=10.0)
 P_RULE = Param("ent_rule", "sqrt_d", options=SCALE_RULES)
 P_NORM = Param("ent_norm", "softmax", options=SWEEP_NORMALIZERS)
 P_S = Param("ent_s", 0.43, lo=0.05, hi=2.0)
-P_FULL = Param("ent_full", True)
+P_FULL = Param("ent_full", False)
 P_AXIS = Param("ent_axis", "nats", options=("nats", "fraction"))
 P_PEAK = Param("ent_peak", 3.0, lo=-10.0, hi=10.0)
 P_REST = Param("ent_rest", -2.0, lo=-10.0, hi=10.0)
@@ -201,6 +202,8 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame, given: pd.DataFrame) 
     last = df.iloc[-1]
     n = int(last["n"])
     t, g = th.set_index("n").loc[n], given.iloc[0]
+    st.markdown(f"**The numbers below describe the first curve, {s.label}, at its longest n = "
+                f"{n_label(n)}.**")
     cols = st.columns(4)
     quiet = {"delta_color": "off", "delta_arrow": "off"}
     cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
@@ -295,6 +298,20 @@ def figure1_body(ctx: PageContext) -> None:
     widgets.caption_compute(ctx.device_label, res.seconds, f"{len(ns)} rows up to n = 2²⁰.")
 
 
+LAST_KEY = "_ent_last_chart"  # the last panels drawn in this session (not a control: not in the URL)
+
+
+def stale_charts() -> None:
+    """While a new sweep waits for Run (or was stopped), keep the last panels on screen, marked stale."""
+    last = st.session_state.get(LAST_KEY)
+    if last is None:
+        return
+    fig, labels = last
+    st.warning(f"Stale: these panels show the previous settings ({labels}); they update when the new "
+               "sweep finishes.", icon=":material/history:")
+    st.plotly_chart(mark_stale(fig), key="chart_entropy")
+
+
 def body(ctx: PageContext) -> None:
     st.title("Entropy vs length")
     max_exp = max_sweep_n(ctx.device).bit_length() - 1
@@ -308,14 +325,18 @@ def body(ctx: PageContext) -> None:
     series = build_series(c, ctx.seed, ctx.sample_dtype)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
-    if result is not None:
+    if result is None:
+        stale_charts()
+    else:
         with st.spinner("Computing the exact expectations (quadrature)…"):
             th = [theory_for(s) for s in series]
         theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
         given = entropy_theory_given_queries(series[0].spec, int(frames[0]["n"].iloc[-1]), ctx.device)
         metrics(series[0], frames[0], theories[0], given.value)
-        st.plotly_chart(main_chart(series, frames, theories, c), key="chart_entropy")
+        fig = main_chart(series, frames, theories, c)
+        st.session_state[LAST_KEY] = (fig, ", ".join(s.label for s in series))
+        st.plotly_chart(fig, key="chart_entropy")
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)

@@ -135,7 +135,7 @@ CHANGES = [
     ("slider", "ent_s", 0.6),
     ("selectbox", "ent_norm", "softmax1"),
     ("radio", "ent_axis", "fraction"),
-    ("toggle", "ent_full", False),
+    ("toggle", "ent_full", True),
     ("selectbox", "ent_vary", "scale_rule"),
     ("multiselect", "ent_rules", ["none", "llama4"]),
     ("slider", "ent_tau", 2.0),
@@ -257,7 +257,11 @@ def test_long_sweeps_wait_for_run_and_a_stop_is_honoured(monkeypatch: pytest.Mon
     at.run()
     no_errors(at)
     assert any("stopped before it finished" in i.value for i in at.info)
-    assert not [f for f in at.get("plotly_chart") if "entropy-panels" in f.proto.spec]
+    # issue 11: the last panels stay on screen, marked stale, until the new sweep finishes
+    stale = figure(at, "entropy-panels")
+    assert stale["layout"]["meta"]["stale"] is True
+    assert any("STALE" in a["text"] for a in stale["layout"]["annotations"])
+    assert any(w.value.startswith("Stale:") for w in at.warning)
 
 
 def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s_finding() -> None:
@@ -332,3 +336,41 @@ def test_dotted_asymptotes_are_drawn_only_within_the_stated_tolerance() -> None:
             if label == "τ = 0.5" and axis == "x4":
                 assert 64 not in xa.tolist()
     assert drawn > 0  # sigma^2 = 1/4 (tau = 2) is within tolerance over most of the range
+
+
+# ---------------------------------------------------------------- issue 11: the lesson visible by default
+
+
+def test_headline_metrics_name_their_curve_and_exact_curves_sit_on_top() -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "describe the first curve, τ = 0.5" in text
+    fig = figure(at, "entropy-panels")
+    out = [t for t in fig["data"] if t.get("xaxis") == "x4"]
+    names = [t["name"] for t in out]
+    assert len(out) <= 11  # three curves x (measured, exact, asymptote) + two bounds; fully scaled is opt-in
+    assert not [n for n in names if "fully scaled" in n]
+    exact = [i for i, n in enumerate(names) if n.endswith("· exact")]
+    measured = [i for i, t in enumerate(out) if "markers" in t.get("mode", "")]
+    assert len(exact) == 3 and len(measured) == 3 and min(exact) > max(measured)
+
+
+def test_ssmax_s_does_not_recompute_a_sweep_it_does_not_affect(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    before = figure(at, "entropy-panels")
+    calls: list = []
+    real = ui.sweep.run_sweep
+    monkeypatch.setattr(ui.sweep, "run_sweep", lambda *a, **k: calls.append(a) or real(*a, **k))
+    at.slider(key="ent_s").set_value(0.9).run()
+    no_errors(at)
+    assert calls == []  # every curve came from the sweep store
+    assert figure(at, "entropy-panels")["data"] == before["data"]
+    assert "3 of 3 curves reused" in " ".join(c.value for c in at.caption)
+    at.selectbox(key="ent_vary").set_value("none").run()
+    at.selectbox(key="ent_rule").set_value("ssmax").run()
+    n_calls = len(calls)
+    at.slider(key="ent_s").set_value(0.6).run()  # now s matters: the SSMax curve is computed again
+    no_errors(at)
+    assert len(calls) > n_calls

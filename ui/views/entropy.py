@@ -28,7 +28,7 @@ from ui import figures
 from ui.figures import PALETTE, Curve, Panel
 
 __all__ = ["ASYMPTOTE_RTOL", "Controls", "Series", "asymptote_holds", "build_series", "figure1_charts",
-           "figure1_frame", "lengths_for", "main_chart", "n_label", "panel_frame", "sweep_spec",
+           "figure1_frame", "lengths_for", "main_chart", "mark_stale", "n_label", "panel_frame", "sweep_spec",
            "theory_lengths", "validity_frame"]
 
 RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
@@ -134,6 +134,10 @@ def build_series(c: Controls, seed: int, dtype: str) -> list[Series]:
             items.append((n, replace(base, normalizer=n)))
     else:
         items.append((f"{RULE_SHORT[c.rule]}, τ = {c.tau:g}, {c.norm}", base))
+    # SSMax's s changes only SSMax curves: every other curve carries the default s, so moving the
+    # slider finds them in the sweep store instead of recomputing them.
+    items = [(label, spec if spec.scale_rule == "ssmax" else replace(spec, ssmax_s=SweepSpec.ssmax_s))
+             for label, spec in items]
     return [Series(label, sweep_spec(spec), PALETTE[i % len(PALETTE)], shown=spec.lengths)
             for i, (label, spec) in enumerate(items)]
 
@@ -200,40 +204,48 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
     n_lo, n_hi = 2.0**c.lo, 2.0**c.hi
     xs = np.geomspace(n_lo, n_hi, 64)
     frac = c.axis == "fraction"
-    ent, mxw, eff, out = [], [], [], []
+    # Per panel, drawing order (later on top): bounds, asymptotes, measurements, exact expectations,
+    # so no dashed exact curve hides under a measured one.
+    layers: dict[str, dict[str, list[Curve]]] = {p: {"ref": [], "asym": [], "meas": [], "exact": []}
+                                                 for p in ("ent", "mxw", "eff", "out")}
     for s, df, th in zip(series, frames, theories, strict=True):
         nth = th["n"].to_numpy().astype(np.float64)
         ln_t = np.log(np.maximum(nth, 2)) if frac else 1.0
         h_col = "normalized_entropy" if frac else "entropy"
-        ent += [_measured(s, df, h_col, 0, "H", "" if frac else " nats"),
-                _theory(s, th, h_col, "E[H]"),
-                _theory(s, th, "entropy_asymptote", "log n − σ²/2", dotted=True, scale=1.0 / ln_t,
-                        mask=asymptote_holds(th, "entropy_asymptote", "entropy"))]
-        mxw += [_measured(s, df, "max_weight", 1, "max weight", ""),
-                _theory(s, th, "max_weight", "E[max p]"),
-                _theory(s, th, "max_weight_asymptote", "Gumbel asymptote", dotted=True,
-                        mask=asymptote_holds(th, "max_weight_asymptote", "max_weight"))]
-        eff += [_measured(s, df, "effective_support", 2, "exp(mean H)", " keys"),
-                _theory(s, th, "effective_support", "exp(E[H])"),
-                _theory(s, th, "effective_support_asymptote", "n·e^{−σ²/2}", dotted=True,
-                        mask=asymptote_holds(th, "effective_support_asymptote", "effective_support"))]
-        out += [_measured(s, df, "output_std", 3, "std(output)", ""),
-                _theory(s, th, "output_std", "√E[Σp²]"),
-                _theory(s, th, "output_std_asymptote", "√(e^{σ²}/n)", dotted=True,
-                        mask=asymptote_holds(th, "output_std_asymptote", "output_std"))]
+        layers["ent"]["meas"].append(_measured(s, df, h_col, 0, "H", "" if frac else " nats"))
+        layers["ent"]["exact"].append(_theory(s, th, h_col, "E[H]"))
+        layers["ent"]["asym"].append(_theory(s, th, "entropy_asymptote", "log n − σ²/2", dotted=True,
+                                             scale=1.0 / ln_t,
+                                             mask=asymptote_holds(th, "entropy_asymptote", "entropy")))
+        layers["mxw"]["meas"].append(_measured(s, df, "max_weight", 1, "max weight", ""))
+        layers["mxw"]["exact"].append(_theory(s, th, "max_weight", "E[max p]"))
+        layers["mxw"]["asym"].append(_theory(s, th, "max_weight_asymptote", "Gumbel asymptote", dotted=True,
+                                             mask=asymptote_holds(th, "max_weight_asymptote", "max_weight")))
+        layers["eff"]["meas"].append(_measured(s, df, "effective_support", 2, "exp(mean H)", " keys"))
+        layers["eff"]["exact"].append(_theory(s, th, "effective_support", "exp(E[H])"))
+        layers["eff"]["asym"].append(_theory(
+            s, th, "effective_support_asymptote", "n·e^{−σ²/2}", dotted=True,
+            mask=asymptote_holds(th, "effective_support_asymptote", "effective_support")))
+        layers["out"]["meas"].append(_measured(s, df, "output_std", 3, "std(output)", ""))
+        layers["out"]["exact"].append(_theory(s, th, "output_std", "√E[Σp²]"))
+        layers["out"]["asym"].append(_theory(s, th, "output_std_asymptote", "√(e^{σ²}/n)", dotted=True,
+                                             mask=asymptote_holds(th, "output_std_asymptote", "output_std")))
         if c.full:
             m = np.asarray(fully_scaled_multiplier(df["n"].to_numpy()))
             marker = {"symbol": "circle-open", "size": 8, "color": s.color}
-            out.append(_measured(s, df, "output_std", 3, "std(output)·√(n/e)", "", scale=m, mode="markers",
-                                 marker=marker, name=f"{s.label} · fully scaled"))
-            out.append(_theory(s, th, "output_std", "fully scaled √E[Σp²]·√(n/e)",
-                               scale=np.asarray(fully_scaled_multiplier(nth)), kind="fully scaled exact"))
-    ent.append(_reference("uniform: log n" if not frac else "uniform: 1", xs,
-                          np.ones_like(xs) if frac else np.asarray(uniform_entropy(xs))))
-    mxw.append(_reference("uniform: 1/n", xs, 1.0 / xs))
-    eff.append(_reference("uniform: n", xs, xs))
-    out += [_reference("uniform row: 1/√n", xs, np.asarray(output_std_flat(xs))),
-            _reference("one-hot row: 1", xs, np.asarray(output_std_onehot(xs)))]
+            layers["out"]["meas"].append(_measured(s, df, "output_std", 3, "std(output)·√(n/e)", "", scale=m,
+                                                   mode="markers", marker=marker,
+                                                   name=f"{s.label} · fully scaled"))
+            layers["out"]["exact"].append(_theory(s, th, "output_std", "fully scaled √E[Σp²]·√(n/e)",
+                                                  scale=np.asarray(fully_scaled_multiplier(nth)),
+                                                  kind="fully scaled exact"))
+    layers["ent"]["ref"].append(_reference("uniform: log n" if not frac else "uniform: 1", xs,
+                                           np.ones_like(xs) if frac else np.asarray(uniform_entropy(xs))))
+    layers["mxw"]["ref"].append(_reference("uniform: 1/n", xs, 1.0 / xs))
+    layers["eff"]["ref"].append(_reference("uniform: n", xs, xs))
+    layers["out"]["ref"] += [_reference("uniform row: 1/√n", xs, np.asarray(output_std_flat(xs))),
+                             _reference("one-hot row: 1", xs, np.asarray(output_std_onehot(xs)))]
+    ent, mxw, eff, out = ([*v["ref"], *v["asym"], *v["meas"], *v["exact"]] for v in layers.values())
     nx = {"x_title": "keys per row n", "log_x": True}
     panels = [Panel("Entropy (fraction of log n)" if frac else "Entropy H (nats)", ent,
                     "H / log n" if frac else "nats", **nx),
@@ -249,6 +261,16 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
     fig = figures.panel_grid(panels, legend=legend, height=2 * 340 + 70)
     fig.update_layout(meta={"view": "entropy-panels"})
     return fig
+
+
+def mark_stale(fig: go.Figure) -> go.Figure:
+    """A copy of a panel figure marked as showing previous settings (greyed, labelled, ``meta.stale``)."""
+    out = go.Figure(fig)
+    out.update_traces(opacity=0.45)
+    out.add_annotation(text="STALE · previous settings", xref="paper", yref="paper", x=1.0, y=1.0,
+                       xanchor="right", yanchor="bottom", showarrow=False,
+                       font={"size": 14, "color": PALETTE[5]})
+    return out.update_layout(meta={**(fig.layout.meta or {}), "stale": True})
 
 
 def panel_frame(series: list[Series], frames: list[pd.DataFrame],
