@@ -141,7 +141,7 @@ def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
         theory = scaled_logit_std(spec.d_k, spec.input_std**2, spec.input_std**2, scale=spec.scale(),
                                   temperature=spec.temperature)
         c[2].metric("std of scaled scores", f"{measured:.3f}", f"theory {theory:.3f}",
-                    delta_color="off",
+                    delta_color="off", delta_arrow="off",
                     help="Theory: √d·σ²·scale/τ for independent Gaussian entries.")
     c[3].metric("Mean row sum", f"{float(rs.row_sum.mean()):.3f}",
                 help="1 for softmax and SSMax; softmax1 and sigmoid may spend less (or more).")

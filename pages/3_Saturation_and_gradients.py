@@ -168,12 +168,13 @@ def saturation(ctx: PageContext) -> None:
         m = st.columns(3)
         m[0].metric(f"x where the top weight reaches {level:g}",
                     "beyond the range" if crossing is None else f"{crossing:.3f}",
-                    f"theory {x_star:.3f}", delta_color="off",
+                    f"theory {x_star:.3f}", delta_color="off", delta_arrow="off",
                     help="Measured: linear interpolation on attncore's softmax. Theory: the closed form "
                          "above.")
         m[1].metric(f"top weight at x = {x_max:g}", f"{float(sc.top[-1]):.6f}")
         m[2].metric("‖J‖_F at x = 0 (uniform row)", f"{float(sc.jac_norm[0]):.4f}",
-                    f"theory √(n−1)/n = {theory.uniform_row_jacobian_norm(n):.4f}", delta_color="off")
+                    f"theory √(n−1)/n = {theory.uniform_row_jacobian_norm(n):.4f}", delta_color="off",
+                    delta_arrow="off")
         chart(view.saturation_figure(sc, n, level, x_star, x_max), "sat-curve")
         widgets.csv_download(lambda: view.saturation_frame(sc), f"saturation_n{n}.csv",
                              label="Download curve (CSV)", key="dl_sat_curve")
@@ -263,7 +264,7 @@ def jacobian_section(ctx: PageContext) -> None:
         jac = softmax_jacobian(p).numpy()  # (n, n)
         closed = float(res.value.jac_norm[i])
         c[0].metric("‖J‖_F (closed form)", f"{closed:.5f}",
-                    f"materialised {float(np.linalg.norm(jac)):.5f}", delta_color="off",
+                    f"materialised {float(np.linalg.norm(jac)):.5f}", delta_color="off", delta_arrow="off",
                     help="√(Σp² − 2Σp³ + (Σp²)²) against the norm of the n × n matrix itself.")
         c[0].metric("max weight", f"{float(res.value.max_weight[i]):.4f}")
         c[0].caption("Diagonal p(1 − p): " + ", ".join(f"{v:.3f}" for v in np.diag(jac)[:12])
