@@ -218,6 +218,12 @@ def check_sinks_verdict(d: dict[str, Any]) -> None:
         k, base = counts[fix], counts["softmax"]
         assert f"({k} against {base})" in line
         assert ("fewer" in line) == (k < base) and ("more sink" in line) == (k > base)
+    top = max(float(np.max(r["sink_alpha"])) for r in d["runs"])
+    uni = d["alpha_uniform"]
+    said = [x for x in out if x.startswith("Every head of every model")]
+    assert bool(said) == (shown(top) < shown(uni))
+    if said:
+        assert f"largest α₀ {top:.3f} against {uni:.3f}" in said[0]
     s = d["runs"][[r["label"] for r in d["runs"]].index("softmax")]["streaming"]
     (line,) = [x for x in out if x.startswith("With softmax")]
     w, ws = s["window_beyond"], s["window_sinks_beyond"]
@@ -228,6 +234,8 @@ def check_sinks_verdict(d: dict[str, Any]) -> None:
         assert f"raises it to {ws:.3f}" in line
     else:
         assert f"leaves it at {ws:.3f}" in line
+    worse = [x for x in out if x.startswith("Past the training context the full cache")]
+    assert bool(worse) == (shown(s["full_beyond"]) > max(shown(w), shown(ws)))
 
 
 def test_verdict_sentences_are_true_of_the_numbers(results) -> None:
@@ -253,7 +261,10 @@ def test_verdict_sentences_are_true_of_the_numbers(results) -> None:
         if r["label"] == "softmax":
             r["sink_alpha"] = [[0.9] * len(row) for row in r["sink_alpha"]]
             r["streaming"]["window_beyond"] += 0.5
+            r["streaming"]["full_beyond"] = r["streaming"]["window_beyond"] + 1.0
     check_sinks_verdict(d)
+    assert any(x.startswith("Past the training context") for x in view.sinks_verdict(d))
+    assert not any(x.startswith("Every head of every model") for x in view.sinks_verdict(d))
     assert any("fewer sink heads than softmax" in x for x in view.sinks_verdict(d))
 
 

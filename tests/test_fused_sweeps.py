@@ -443,3 +443,17 @@ def test_entropy_page_through_the_fused_engine(monkeypatch):
     check_charts(at)  # compares with run_sweep on the page's device, which takes the same engine
     text = " ".join(m.value for m in at.markdown)
     assert "fused Triton kernels" in text and "redrawn from the exact tail" not in text
+
+
+def test_sigmoid_entropy_finite_with_denormals_flushed():
+    """The app flushes denormals (ui.page); a weight that underflows must add 0 log 0 = 0, not NaN."""
+    spec = _spec(lengths=(700,), queries=3, normalizer="sigmoid", scale_rule="none", d=4)
+    z = torch.randn(3, 700, generator=torch.Generator().manual_seed(5))
+    z[:, :100] = -60.0  # sigmoid(-60 * std - ln n) underflows to 0 in float32
+    before = torch.set_flush_denormal(True)
+    try:
+        got = run_fused_sweep(spec, device=DEV, fixed=FixedInputs(z=z), chunk=1024, launch_keys=2048)
+    finally:
+        torch.set_flush_denormal(False)
+    assert before  # this CPU supports flushing, so the test exercises it
+    assert np.isfinite(got["entropy"]).all() and np.isfinite(got["effective_support"]).all()

@@ -143,3 +143,18 @@ def test_shipped_model_is_the_best_standard_run_and_predicts_shakespeare() -> No
     assert size < 8 * 1024**2
     dist = dict(next_char_distribution(m, "First Citizen:\nBefore we proceed any further, hear me spea"))
     assert dist["k"] > 0.5  # a trained model, not a random one
+
+
+def test_sinks_finding_says_what_the_rows_show() -> None:
+    from attncore.training.experiments import sinks_finding
+
+    no_sinks = [["softmax", 1.8, 0.03, 0.05, "0/12", 2.5, 1.78, 1.79, -0.01],
+                ["softmax1", 1.8, 0.03, 0.04, "0/12", 2.4, 1.78, 1.78, 0.0]]
+    text = sinks_finding(no_sinks, 0.074)
+    assert "No head of any model became a first-token sink (every head" in text
+    assert "does not lower the windowed loss" in text and "worse than either window" in text
+    sinks = [["softmax", 1.8, 0.4, 0.9, "5/12", 1.7, 2.3, 1.8, 0.5],
+             ["softmax1", 1.8, 0.03, 0.04, "0/12", 2.4, 1.78, 1.78, 0.0]]
+    text = sinks_finding(sinks, 0.074)
+    assert "Sink heads formed" in text and "lowers the windowed loss for softmax." in text
+    assert "worse than either window" not in text

@@ -107,7 +107,7 @@ def _softmax_add(x, ok, m_new, s0, s1, s2):
 def _sigmoid_add(x, ok, bias, m, s0, s1, s2):
     """Add a tile's sigmoid weights ``w = sigma(x + bias)``: max, sum w, sum w log w, sum w^2."""
     w = tl.where(ok, tl.sigmoid(x + bias), 0.0)
-    wlw = w * tl.log(tl.maximum(w, 1.0e-38))  # 0 log 0 = 0
+    wlw = w * tl.log(tl.maximum(w, 1.0e-30))  # 0 log 0 = 0 (a normal float: FTZ flushes 1e-38)
     return (tl.maximum(m, tl.max(w, axis=1)), s0 + tl.sum(w, axis=1), s1 + tl.sum(wlw, axis=1),
             s2 + tl.sum(w * w, axis=1))
 
@@ -288,7 +288,7 @@ def _vectors_kernel(part_ptr, q_ptr, k_ptr, v_ptr, seed_k, seed_v, key_lo, key_h
         ok = key_ok[None, :]
         if SIGMOID:
             w = tl.where(ok, tl.sigmoid(s + bias), 0.0)
-            wlw = w * tl.log(tl.maximum(w, 1.0e-38))  # 0 log 0 = 0
+            wlw = w * tl.log(tl.maximum(w, 1.0e-30))  # 0 log 0 = 0 (a normal float: FTZ flushes 1e-38)
             m = tl.maximum(m, tl.max(w, axis=1))
             s0 += tl.sum(w, axis=1)
             s1 += tl.sum(wlw, axis=1)

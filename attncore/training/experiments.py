@@ -412,14 +412,7 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
     columns = ["normaliser", "final val", "mean alpha_0", "max alpha_0", "sink heads (>0.3)",
                "full cache", "window", "window+4 sinks", "window - window+sinks"]
     base_alpha = first_token_sinks_baseline(T)
-    finding_parts = []
-    for row in rows:
-        if row[1] is None:
-            finding_parts.append(f"{row[0]} diverged")
-            continue
-        finding_parts.append(f"{row[0]}: {row[4]} sink heads, the first 4 tokens change the windowed loss by "
-                             f"{-row[8]:+.3f}")
-    finding = f"Uniform causal attention gives alpha_0 = {base_alpha:.3f}. " + "; ".join(finding_parts) + "."
+    finding = sinks_finding(rows, base_alpha)
     print(f"\nsinks: first-token sink score alpha_0 over {n_win} held-out windows of {T} characters; "
           f"StreamingLLM loss (nats/char) on {8 * T} characters, predictions past position {T}, "
           f"window {sizes['window']}\n" + format_table(columns, rows))
@@ -433,6 +426,36 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
         alpha_uniform=_r(base_alpha, 4),
         finding=finding,
     )
+
+
+def sinks_finding(rows: list[list[Any]], base_alpha: float) -> str:
+    """Plain-words verdict from the sinks table rows (see :func:`run_sinks` for the columns)."""
+    done = [r for r in rows if r[1] is not None]
+    parts = [f"{r[0]}: {r[4]} sink heads (mean alpha_0 {r[2]:.3f}), keeping the first 4 tokens changes the "
+             f"windowed loss by {-r[8]:+.3f}" for r in done]
+    parts += [f"{r[0]} diverged" for r in rows if r[1] is None]
+    text = f"Uniform causal attention gives alpha_0 = {base_alpha:.3f}. " + "; ".join(parts) + ". "
+    if not done:
+        return text
+    any_sink = any(int(str(r[4]).split("/")[0]) > 0 for r in done)
+    helps = [r[0] for r in done if r[8] > 0.01]
+    if not any_sink:
+        below = all(r[3] <= base_alpha for r in done)
+        text += ("No head of any model became a first-token sink"
+                 + (" (every head gives the first token less than uniform attention would)"
+                    if below else "")
+                 + ", so softmax had no sinks for softmax1, the sink logit or the gate to remove at "
+                 "this scale. ")
+    else:
+        text += "Sink heads formed (see the counts). "
+    if helps:
+        text += f"Keeping the first 4 tokens lowers the windowed loss for {', '.join(helps)}. "
+    else:
+        text += ("Keeping the first 4 tokens does not lower the windowed loss of any of them by more "
+                 "than 0.01. ")
+    if all(r[5] > max(r[6], r[7]) for r in done):
+        text += "The full cache, run past the training context, is worse than either window."
+    return text.strip()
 
 
 def first_token_sinks_baseline(length: int) -> float:

@@ -341,6 +341,11 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
         mean = float(np.mean(r["sink_alpha"]))
         out.append(f"{label}: {k} of {total} heads are sink heads (α₀ > {eps:g}); the mean α₀ is {mean:.3f} "
                    f"against {uni:.3f} under uniform causal attention.")
+    top = max(float(np.max(r["sink_alpha"])) for r in runs.values())
+    if shown(top) < shown(uni):
+        out.append(f"Every head of every model gives the first token less weight than uniform causal "
+                   f"attention would (largest α₀ {top:.3f} against {uni:.3f}): no first-token sinks formed "
+                   "at this scale.")
     if "softmax" in runs:
         base = sink_counts(runs["softmax"])[0]
         for fix in ("softmax1", "sink_logit"):
@@ -359,6 +364,9 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
         out.append(f"With softmax, a sliding window of {s['window']} keys scores {w:.3f} nats per character "
                    f"beyond the training context; keeping the first {s['sinks']} tokens too {how} "
                    f"(full cache {full:.3f}).")
+        if shown(full) > max(shown(w), shown(ws)):
+            out.append(f"Past the training context the full cache ({full:.3f}) is worse than either window: "
+                       "this model has not learned to use positions beyond those it was trained on.")
     return out
 
 
