@@ -116,14 +116,21 @@ def controls(where) -> SyntheticSpec:
 
 
 def explain() -> None:
-    st.markdown(
-        "Every query scores every key, the scores are scaled and masked, and a normaliser turns "
-        "each row into weights that mix the values. Move a control and watch which stage changes. "
-        "With unscaled dot products the scores grow like √d, so at large d the rows collapse onto "
-        "one key; dividing by √d keeps their spread near σ² whatever the dimension."
-    )
+    """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
+    st.markdown("Every query scores every key; the scores are scaled, masked and normalised into weights "
+                "that mix the values. Move a control and watch which stage changes.")
     st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}\,\tau}"
              r"+M\right)V,\qquad \operatorname{Var}(q\cdot k)=d_k\,\sigma^4")
+
+
+def explain_more() -> None:
+    with st.expander("Why divide by √d", icon=":material/menu_book:"):
+        st.markdown(
+            "With unscaled dot products the scores grow like √d, so at large d the rows collapse onto "
+            "one key; dividing by √d keeps their spread near σ² whatever the dimension. With the default "
+            "shared colour range the stage row shows this directly: the scaled map is the raw one, faded "
+            "by 1/√d."
+        )
 
 
 def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
@@ -289,14 +296,21 @@ def body(ctx: PageContext) -> None:
         return
     explain()
     spec = replace(controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
+    head = 0
+    if spec.heads > 1:
+        head = ctx.controls.slider("Selected head", 0, spec.heads - 1, key=P_HEAD.key,
+                                   help="The head shown large and in the stage row.")
+    ctx.controls.markdown("#### Display")
+    own = widgets.toggle(P_OWN, "Per-map colour ranges", where=ctx.controls,
+                         help="Off: raw and scaled scores share one colour range, so the scaling shows as "
+                              "colour. On: each map is stretched to its own ± range.")
+    log_color = widgets.toggle(P_LOG, "Log colour scale for the weights", where=ctx.controls,
+                               help="Colour the selected head's weights by log10(weight), so small weights "
+                                    "differ in colour too.")
     cmp_on = widgets.toggle(P_CMP, "Compare two settings", where=ctx.controls)
     spec.validate()
     res = heatmap_stages(spec, ctx.device)
     stages = res.value
-    head = 0
-    if spec.heads > 1:
-        head = st.columns([2, 3])[0].slider("Selected head", 0, spec.heads - 1, key=P_HEAD.key,
-                                            help="The head shown large and in the stage row.")
     if spec.dtype == "float16":
         over = float16_overflow(stages.raw)
         if over:
@@ -312,19 +326,11 @@ def body(ctx: PageContext) -> None:
         st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
                 "it equals the causal mask.")
     rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
-    head_metrics(stages, spec, head, rs)
     if cmp_on:
         compare(spec, ctx, head, ctx.controls)
-    st.markdown("##### Stages of one head")
-    c = st.columns(2)
-    own = widgets.toggle(P_OWN, "Per-map colour ranges", where=c[0],
-                         help="Off: raw and scaled scores share one colour range, so the scaling shows as "
-                              "colour. On: each map is stretched to its own ± range.")
-    log_color = widgets.toggle(P_LOG, "Log colour scale for the weights", where=c[1],
-                               help="Colour the selected head's weights by log10(weight), so small weights "
-                                    "differ in colour too.")
-    st.caption(stages_caption(spec, own))
     st.plotly_chart(view.stages_figure(stages, head, shared=not own), key="chart_stages")
+    st.caption(stages_caption(spec, own))
+    head_metrics(stages, spec, head, rs)
     main_view(stages, spec, head, rs, log_color)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")
@@ -332,6 +338,7 @@ def body(ctx: PageContext) -> None:
     if p > 0:
         dropout_section(stages, spec, ctx, head, p)
     heads_grid(stages, spec)
+    explain_more()
 
 
 run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body,

@@ -137,18 +137,27 @@ def theory_for(s: Series) -> tuple[pd.DataFrame, float]:
 
 
 def explain(max_exp: int = 24) -> None:
+    """One sentence and the key formulas above the first chart (the rest: :func:`explain_more`)."""
     st.markdown(
-        "A query spreads one unit of attention over the n keys it sees. With logits of a fixed "
-        "spread σ, every extra key takes a share: the row flattens, its entropy climbs like log n and "
-        "its largest weight falls. To stay sharp, a head must produce ever larger logits as n grows. "
-        f"Below, every curve is measured by **attncore** streaming rows of up to {n_label(2**max_exp)} keys "
-        "on this device (no n × n matrix), and the dashed lines are exact expectations computed by "
-        "quadrature."
+        "A query spreads one unit of attention over the n keys it sees: with logits of a fixed spread σ "
+        "the row flattens as n grows, its entropy climbing like log n. Curves: **attncore** streaming rows "
+        f"of up to {n_label(2**max_exp)} keys; dashed: exact expectations."
     )
     st.latex(r"H \approx \log n - \frac{\sigma^2}{2},\qquad "
              r"\max_j p_j \approx \frac{e^{\sigma z_{\max}}}{n\,e^{\sigma^2/2}},\qquad "
              r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
+
+
+def explain_more() -> None:
+    with st.expander("What the formulas assume, and the fully scaled fix", icon=":material/menu_book:"):
+        explain_text()
+
+
+def explain_text() -> None:
     st.markdown(
+        "With logits of a fixed spread σ, every extra key takes a share: the row flattens, its entropy "
+        "climbs like log n and its largest weight falls. To stay sharp, a head must produce ever larger "
+        "logits as n grows (no n × n matrix is formed; the dashed lines are computed by quadrature). "
         "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
         "The large-n asymptotes need n well past $e^{\\sigma^2}$, and the dotted lines are drawn only "
         f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact expectation (from the first n that stays "
@@ -333,10 +342,10 @@ def body(ctx: PageContext) -> None:
         theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
         given = entropy_theory_given_queries(series[0].spec, int(frames[0]["n"].iloc[-1]), ctx.device)
-        metrics(series[0], frames[0], theories[0], given.value)
         fig = main_chart(series, frames, theories, c)
         st.session_state[LAST_KEY] = (fig, ", ".join(s.label for s in series))
         st.plotly_chart(fig, key="chart_entropy")
+        metrics(series[0], frames[0], theories[0], given.value)
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)
@@ -349,6 +358,7 @@ def body(ctx: PageContext) -> None:
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):
             validity_table(series, frames, theories)
+        explain_more()
         how_it_is_computed(choose_engine(None, ctx.device, "float32"))
     figure1(ctx)
 

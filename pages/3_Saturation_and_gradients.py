@@ -94,29 +94,25 @@ def comma(v: int) -> str:
 
 
 def why_sqrt_d(ctx: PageContext) -> None:
-    st.markdown(
-        "Draw a query and a key with independent zero-mean entries and take their dot product. It is a "
-        "sum of d independent products, so its variance adds up: **it grows linearly with d**, and its "
-        "spread like √d. Dividing by √d undoes exactly that, whatever the dimension. Below, the "
-        "histograms are Monte Carlo draws; the dashed curves are the Gaussian of the central limit "
-        "theorem and the exact law of a sum of products of Gaussians (a variance-gamma density), "
-        "which differ visibly only at small d."
-    )
+    st.markdown("q·k is a sum of d independent products, so **its variance grows linearly with d**; "
+                "dividing by √d undoes exactly that, whatever the dimension.")
     st.latex(r"q\cdot k=\sum_{i=1}^{d} q_i k_i,\quad \operatorname{Var}(q\cdot k)=d\,\sigma_q^2\sigma_k^2,"
              r"\quad \operatorname{Var}\!\Big(\frac{q\cdot k}{\sqrt d}\Big)=\sigma_q^2\sigma_k^2,\quad"
              r"\text{kurtosis}=3+\frac{6}{d}")
-    c = st.columns([1.2, 1.2, 1, 1, 1])
-    d = widgets.select_slider(P_D, "Head dim d", where=c[0])
-    n = widgets.select_slider(P_N, "Samples", fmt=comma, where=c[1])
-    vq = widgets.slider(P_VQ, "Query variance σq²", step=0.05, where=c[2])
-    vk = widgets.slider(P_VK, "Key variance σk²", step=0.05, where=c[3])
-    bins = widgets.slider(P_BINS, "Bins", where=c[4])
-    same_x = widgets.toggle(P_SAMEX, "Same x-axis for both histograms",
+    side = ctx.controls
+    side.markdown("#### Dot products")
+    d = widgets.select_slider(P_D, "Head dim d", where=side)
+    n = widgets.select_slider(P_N, "Samples", fmt=comma, where=side)
+    vq = widgets.slider(P_VQ, "Query variance σq²", step=0.05, where=side)
+    vk = widgets.slider(P_VK, "Key variance σk²", step=0.05, where=side)
+    bins = widgets.slider(P_BINS, "Bins", where=side)
+    same_x = widgets.toggle(P_SAMEX, "Same x-axis for both histograms", where=side,
                             help="Draw the scaled histogram on the unscaled one's axis, to see how much "
                                  "narrower it is.")
     with guarded():
         res = cached.sat_dot_histograms(d, n, bins, vq, vk, ctx.seed, ctx.device, ctx.sample_dtype)
         h = res.value
+        chart(view.dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
         sd_theory, sd_scaled = theory.dot_product_std(d, vq, vk), math.sqrt(vq * vk)
         st.markdown(
             f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:#.3g}** (measured "
@@ -126,14 +122,16 @@ def why_sqrt_d(ctx: PageContext) -> None:
             f"at d = 512 (the exercise of the {SOURCE}), **{theory.dot_product_std(512, vq, vk):.1f}** "
             f"against {sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
         )
-        chart(view.dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
         widgets.csv_download(lambda: view.hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
                              label="Download histogram (CSV)", key="dl_sat_hist")
         widgets.caption_compute(ctx.device_label, res.seconds,
                                 f"{n:,} samples of q and k in {ctx.sample_dtype}; {h.outside:,} fell outside "
-                                "±5 theoretical std and are not drawn. Error: ±1 standard error.")
+                                "±5 theoretical std and are not drawn. Error: ±1 standard error. Bars: "
+                                "Monte Carlo draws; dashed: the Gaussian of the central limit theorem and "
+                                "the exact law of a sum of products of Gaussians (variance-gamma), which "
+                                "differ visibly only at small d.")
     st.markdown("##### The spread against d")
-    ns = widgets.select_slider(P_NS, "Samples per d (sweep)", fmt=comma)
+    ns = widgets.select_slider(P_NS, "Samples per d (sweep)", fmt=comma, where=ctx.controls)
     with guarded():
         sw = cached.sat_std_sweep(ns, vq, vk, ctx.seed, ctx.device, ctx.sample_dtype)
         chart(view.std_sweep_figure(sw.value, vq, vk, d), "sat-std")
@@ -148,23 +146,23 @@ def why_sqrt_d(ctx: PageContext) -> None:
 
 
 def saturation(ctx: PageContext) -> None:
-    st.markdown(
-        "Give softmax one score x and n − 1 zeros. As x grows the top weight heads to 1 and every other "
-        "weight to 0: the row **saturates** to one-hot. It gets there fast. With n = 4 the top weight "
-        "passes 0.99 at x ≈ 5.7, under one unscaled standard deviation at d = 64."
-    )
+    st.markdown("Give softmax one score x and n − 1 zeros: as x grows the row **saturates** to one-hot, "
+                "fast (with n = 4 the top weight passes 0.99 at x ≈ 5.7, under one unscaled standard "
+                "deviation at d = 64).")
     st.latex(r"\mathrm{softmax}([x,0,\dots,0])_1=\frac{1}{1+(n-1)e^{-x}},\qquad "
              r"x^\ast=\ln\frac{\text{level}\,(n-1)}{1-\text{level}}")
-    c = st.columns(3)
-    n = widgets.select_slider(P_SN, "Entries n in the row", where=c[0])
-    x_max = widgets.slider(P_XMAX, "Largest x", step=0.5, where=c[1])
-    level = widgets.select_slider(P_LEVEL, "Saturation level", where=c[2],
+    side = ctx.controls
+    side.markdown("#### Saturation")
+    n = widgets.select_slider(P_SN, "Entries n in the row", where=side)
+    x_max = widgets.slider(P_XMAX, "Largest x", step=0.5, where=side)
+    level = widgets.select_slider(P_LEVEL, "Saturation level", where=side,
                                   help="The top weight at which the row counts as saturated.")
     with guarded():
         res = cached.sat_saturation_curve(n, x_max)
         sc = res.value
         x_star = theory.saturation_threshold(n, level)
         crossing = saturation_crossing(sc.x, sc.top, level)
+        chart(view.saturation_figure(sc, n, level, x_star, x_max), "sat-curve")
         m = st.columns(3)
         m[0].metric(f"x where the top weight reaches {level:g}",
                     "beyond the range" if crossing is None else f"{crossing:.3f}",
@@ -175,7 +173,6 @@ def saturation(ctx: PageContext) -> None:
         m[2].metric("‖J‖_F at x = 0 (uniform row)", f"{float(sc.jac_norm[0]):.4f}",
                     f"theory √(n−1)/n = {theory.uniform_row_jacobian_norm(n):.4f}", delta_color="off",
                     delta_arrow="off")
-        chart(view.saturation_figure(sc, n, level, x_star, x_max), "sat-curve")
         widgets.csv_download(lambda: view.saturation_frame(sc), f"saturation_n{n}.csv",
                              label="Download curve (CSV)", key="dl_sat_curve")
         widgets.caption_compute(ctx.device_label, res.seconds,
@@ -186,10 +183,10 @@ def saturation(ctx: PageContext) -> None:
         "unscaled d = 64 dot product. Edit them; each row below is softmax(scores / τ): unscaled, then "
         "τ = 0.5√d, √d and 2√d. A smaller τ sharpens the row, a larger one flattens it."
     )
-    c = st.columns([3, 1])
-    text = c[0].text_input(f"Scores (comma-separated, 2 to {MAX_SCORES})", key=P_SCORES.key,
+    side.markdown("#### Worked example")
+    text = side.text_input(f"Scores (comma-separated, 2 to {MAX_SCORES})", key=P_SCORES.key,
                            help="Plain finite numbers within ±1,000,000, e.g. 9.2, -3.1, 8.8.")
-    d_ex = widgets.select_slider(P_DEX, "d (the scaling is √d)", where=c[1])
+    d_ex = widgets.select_slider(P_DEX, "d (the scaling is √d)", where=side)
     with guarded():
         scores = parse_scores(text)
         res = cached.sat_temperature_rows(tuple(scores), d_ex)
@@ -228,12 +225,8 @@ def source_check(rows: TemperatureRows) -> None:
 
 
 def gradients(ctx: PageContext) -> None:
-    st.markdown(
-        "Gradients reach the scores only through the softmax Jacobian. For a row of weights p it is "
-        "diag(p) − ppᵀ: zero for a one-hot row, and small for a flat row over many keys. Every "
-        "gradient with respect to a query or a key is that matrix times something, so a saturated row "
-        "passes (almost) nothing back."
-    )
+    st.markdown("Gradients reach the scores only through the softmax Jacobian diag(p) − ppᵀ, zero for a "
+                "one-hot row: a saturated row passes (almost) nothing back.")
     st.latex(r"J=\frac{\partial p}{\partial s}=\operatorname{diag}(p)-pp^\top,\quad "
              r"\|J\|_F^2=\sum_i p_i^2-2\sum_i p_i^3+\Big(\sum_i p_i^2\Big)^2,\quad "
              r"\frac{\partial \ell}{\partial q_i}=\text{scale}\cdot K^\top J_i\,"
@@ -249,9 +242,10 @@ def gradients(ctx: PageContext) -> None:
 
 def jacobian_section(ctx: PageContext) -> None:
     st.markdown("##### The Jacobian of one row")
-    c = st.columns([2, 3])
+    ctx.controls.markdown("#### Jacobian")
     row = widgets.radio(P_JROW, "Row (the scores and d of the Saturation tab)", labels=ROW_LABELS,
-                        where=c[0])
+                        where=ctx.controls)
+    c = st.columns([2, 3])
     with guarded():
         try:
             scores = parse_scores(str(value(P_SCORES)))
@@ -288,10 +282,11 @@ def scale_section(ctx: PageContext) -> None:
         "from vanishing faster is rare near-ties between the top two logits, whose density at zero, "
         "f_G(0), sets that asymptote."
     )
-    c = st.columns(3)
-    keys = widgets.select_slider(P_KEYS, "Keys n per row", where=c[0])
-    trials = widgets.select_slider(P_TRIALS, "Rows (Monte Carlo)", fmt=comma, where=c[1])
-    s_max = widgets.select_slider(P_SMAX, "Largest σ", fmt=lambda v: f"{v:g}", where=c[2])
+    side = ctx.controls
+    side.markdown("#### ‖J‖ against the logit scale")
+    keys = widgets.select_slider(P_KEYS, "Keys n per row", where=side)
+    trials = widgets.select_slider(P_TRIALS, "Rows (Monte Carlo)", fmt=comma, where=side)
+    s_max = widgets.select_slider(P_SMAX, "Largest σ", fmt=lambda v: f"{v:g}", where=side)
     with guarded():
         res = cached.sat_scale_sweep(keys, trials, s_max, ctx.seed, ctx.device, ctx.sample_dtype)
         chart(view.scale_figure(res.value), "sat-jscale")
@@ -312,10 +307,11 @@ def depth_section(ctx: PageContext) -> None:
         "scores still get large gradients, so training learns from a handful of rows, which is noisy "
         "and unstable. Switch the statistic to see both; the numbers below the chart say how fast."
     )
-    c = st.columns(3)
-    batch = widgets.select_slider(P_BATCH, "Batch (independent draws)", where=c[0])
-    d_max = widgets.select_slider(P_DMAX, "Largest d", where=c[1])
-    stat = widgets.radio(P_STAT, "Statistic", where=c[2],
+    side = ctx.controls
+    side.markdown("#### Against d")
+    batch = widgets.select_slider(P_BATCH, "Batch (independent draws)", where=side)
+    d_max = widgets.select_slider(P_DMAX, "Largest d", where=side)
+    stat = widgets.radio(P_STAT, "Statistic", where=side,
                          labels={"median": "median, band = 25–75%", "mean": "mean, band = ±2 SE"})
     keys, level = int(value(P_KEYS)), float(value(P_LEVEL))
     with guarded():
@@ -381,7 +377,8 @@ def overflow_section(ctx: PageContext) -> None:
         "the same weights, so it never overflows. The row here is [x, 0, 0, 0]."
     )
     st.latex(r"\mathrm{softmax}(x)_i=\frac{e^{x_i-m}}{\sum_j e^{x_j-m}},\qquad m=\max_j x_j")
-    x = widgets.select_slider(P_OX, "x for the table", fmt=lambda v: f"{v:g}")
+    ctx.controls.markdown("#### Overflow")
+    x = widgets.select_slider(P_OX, "x for the table", fmt=lambda v: f"{v:g}", where=ctx.controls)
     with guarded():
         res = cached.sat_overflow_sweep(4, ctx.device)
         chart(view.overflow_figure(res.value), "sat-overflow")
@@ -400,11 +397,9 @@ def overflow_section(ctx: PageContext) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Saturation & gradients")
-    st.markdown(
-        "Why scaled dot-product attention divides by √d, one step at a time: the dot product's spread "
-        "grows like √d, large scores saturate the softmax, and a saturated softmax passes almost no "
-        "gradient back. Every number is measured live and drawn against its closed form."
-    )
+    st.caption("Why attention divides by √d: the dot product's spread grows like √d, large scores saturate "
+               "the softmax, and a saturated softmax passes almost no gradient back. Measured live, drawn "
+               "against closed forms.")
     tabs = st.tabs(list(TABS), key=P_TAB.key, on_change="rerun")
     for tab, render in zip(tabs, (why_sqrt_d, saturation, gradients), strict=True):
         if tab.open:

@@ -48,6 +48,21 @@ PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *M
 
 
 def explain() -> None:
+    """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
+    st.markdown("Softmax must spend exactly 1 on the keys a query sees; a head with nothing to read pours it "
+                "onto a token whose value is near zero, an **attention sink**.")
+    st.latex(r"p_j=\frac{e^{x_j}}{\sum_k e^{x_k}}\quad\text{vs. a sink logit } b\text{: }"
+             r"p_j=\frac{e^{x_j}}{e^{b}+\sum_k e^{x_k}}")
+
+
+def explain_more(spec: SinkSpec | None = None) -> None:
+    with st.expander("Sinks and their fixes, in full", icon=":material/menu_book:"):
+        explain_text()
+        if spec is not None:
+            explain_lab(spec)
+
+
+def explain_text() -> None:
     st.markdown(
         "Softmax has a fixed budget: every query must spend a total weight of exactly 1 on the keys it "
         "sees. A head that finds nothing worth reading cannot spend *less*; what it can do is pour the "
@@ -95,6 +110,9 @@ def lab_controls(where) -> SinkSpec:
                        help="Mean logit of the real tokens: how relevant they are. Low c = nothing relevant.")
     sd = widgets.slider(P_SD, "Logit spread σ", step=0.05, where=where,
                         help="Std of the real tokens' logits around c.")
+    widgets.toggle(P_LOG, "Log colour scale for the weight map", where=where,
+                   help="Colour by log10(weight), 1e-4 to 1: the real keys, which share what the sink "
+                        "leaves, differ in colour too. Off: linear 0 to 1.")
     where.markdown("#### Fixes")
     b = widgets.slider(P_B, "Sink logit b (learned, per head)", step=0.25, where=where,
                        help="The extra denominator logit of the gpt-oss form; b = 0 is softmax1.")
@@ -111,7 +129,6 @@ def lab_controls(where) -> SinkSpec:
 def lab(ctx: PageContext) -> None:
     spec = replace(lab_controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
     spec.validate()
-    explain_lab(spec)
     zoo_res = cached.sink_zoo(spec, ctx.device)
     s_res = cached.sink_strength_sweep(spec, ctx.device)
     c_res = cached.sink_content_sweep(spec, ctx.device)
@@ -123,11 +140,13 @@ def lab(ctx: PageContext) -> None:
     widgets.caption_compute(ctx.device_label, seconds,
                             f"One head, {spec.n} queries × {spec.n + spec.sink} keys, d = 64, {spec.dtype}; "
                             f"sweeps of 41 points over the first {min(spec.n, SWEEP_QUERIES)} queries.")
+    explain_more(spec)
 
 
 def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     st.markdown("##### 1 · A sink lets a head write almost nothing")
     soft = zoo["softmax"]
+    charts_row(spec, soft, sweep)
     c = st.columns(4)
     if spec.sink:
         c[0].metric("Weight on the sink", f"{float(soft.sink_weight.mean()):.3f}",
@@ -141,17 +160,6 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
     no_sink = float(sweep.series["output_rms_nosink"].mean())
     c[3].metric("Output RMS without a sink", f"{no_sink:.4f}",
                 help="The same queries over the real tokens only: softmax must mix real values.")
-    if spec.sink:
-        left, mid, right = st.columns([1.1, 1, 1])
-    else:  # no sink token: there is no weight on the sink to draw
-        (left, right), mid = st.columns([1.1, 1]), None
-    log_color = widgets.toggle(P_LOG, "Log colour scale", where=left,
-                               help="Colour by log10(weight), 1e-4 to 1: the real keys, which share what the "
-                                    "sink leaves, differ in colour too. Off: linear 0 to 1.")
-    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec, log_color), key="chart_snk_map")
-    if mid is not None:
-        mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
-    right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")
     widgets.csv_download(lambda: view.strength_frame(sweep, spec), "sink_strength_sweep.csv",
                          label="Download the strength sweep (CSV)", key="dl_snk_strength")
     cc, n, sd = spec.content, spec.n, spec.spread
@@ -160,6 +168,20 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
                "bit of weight the sink absorbs is weight that mixes nothing, so the output shrinks towards "
                "zero: a head can switch itself off, at the price of a token that exists only to be "
                "stared at.")
+
+
+def charts_row(spec: SinkSpec, soft, sweep) -> None:
+    """The weight map, the sink weight and the output RMS against the sink strength."""
+    no_sink = float(sweep.series["output_rms_nosink"].mean())
+    if spec.sink:
+        left, mid, right = st.columns([1.1, 1, 1])
+    else:  # no sink token: there is no weight on the sink to draw
+        (left, right), mid = st.columns([1.1, 1]), None
+    log_color = bool(st.session_state.get(P_LOG.key, P_LOG.default))
+    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec, log_color), key="chart_snk_map")
+    if mid is not None:
+        mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
+    right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")
 
 
 def nothing_section(spec: SinkSpec, sweep) -> None:
@@ -244,6 +266,7 @@ def model_view(ctx: PageContext) -> None:
                             "process.")
     mass_section(att, rep, labels, lm)
     metric_section(att, rep, labels, lm)
+    explain_more()
 
 
 def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:

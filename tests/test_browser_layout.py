@@ -1,0 +1,32 @@
+"""Real browser, issue 11: at 1280x720 every page shows a chart without scrolling (chart first)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page
+
+from tests.browser_utils import assert_clean, open_page, report, url_path
+from ui.nav import PAGES
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1280, "height": 720}
+# The first chart must start this far above the bottom edge, so a real part of it is on screen.
+VISIBLE_PX = 120
+
+
+def first_chart_top(page: Page) -> float:
+    """The top (px from the top of the viewport, page scrolled to the top) of the first chart on the page."""
+    page.evaluate("() => { const m = document.querySelector('[data-testid=stMain]'); if (m) m.scrollTo(0, 0);"
+                  " window.scrollTo(0, 0); }")
+    return float(page.locator(".js-plotly-plot").first.bounding_box()["y"])
+
+
+@pytest.mark.parametrize("entry", PAGES, ids=[e.label for e in PAGES])
+def test_first_chart_is_above_the_fold(page: Page, app_url: str, entry) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/{url_path(entry.path)}", timeout_s=180)
+    assert_clean(page)
+    top = first_chart_top(page)
+    report(f"first chart top {entry.label} at 1280x720: {top:.0f} px")
+    assert top < VIEWPORT["height"] - VISIBLE_PX, f"{entry.label}: first chart starts at {top:.0f} px"
