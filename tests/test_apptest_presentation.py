@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.proto.Metric_pb2 import Metric as MetricProto
 
-from tests.chart_data import no_errors, run_app
+from tests.chart_data import figures, no_errors, run_app
 
 VIEWS = [
     ("pages/1_Heatmaps.py", {}),
@@ -25,3 +25,69 @@ def test_theory_chips_carry_no_arrow(page: str, query: dict[str, str]) -> None:
     for m in with_delta:
         assert m.proto.direction == MetricProto.MetricDirection.NONE, (m.label, m.proto.delta)
         assert m.proto.color == MetricProto.MetricColor.GRAY, m.label
+
+
+def _layout_sizes(fig: dict) -> tuple[list[float], list[float], list[float]]:
+    """Every tick font size, legend font size and annotation font size a figure's JSON sets."""
+    lay = fig["layout"]
+    ticks = [lay[k].get("tickfont", {}).get("size", lay.get("font", {}).get("size", 0))
+             for k in lay if k.startswith(("xaxis", "yaxis"))]
+    legend = [lay.get("legend", {}).get("font", {}).get("size", lay.get("font", {}).get("size", 0))]
+    notes = [a.get("font", {}).get("size", lay.get("font", {}).get("size", 0)) for a in lay.get("annotations", [])]
+    return ticks, legend, notes
+
+
+@pytest.mark.parametrize(("page", "query"), VIEWS, ids=[p for p, _ in VIEWS])
+def test_presenter_mode_enlarges_every_chart(page: str, query: dict[str, str]) -> None:
+    at = run_app(page, present="1", **query)
+    no_errors(at)
+    assert at.session_state["present"] is True and at.toggle(key="present").value is True
+    figs = figures(at)
+    assert figs
+    for f in figs:
+        lay = f["layout"]
+        assert lay["meta"]["present"] is True, lay.get("meta")
+        assert lay["font"]["size"] >= 16
+        ticks, legend, notes = _layout_sizes(f)
+        assert ticks and min(ticks) >= 16, (lay["meta"], ticks)
+        assert min(legend) >= 14 and (not notes or min(notes) >= 16), (lay["meta"], legend, notes)
+        normal = [_scale_key("Viridis"), _scale_key("RdBu_r")]
+        scales = [tr["colorscale"] for tr in f["data"] if tr.get("type") == "heatmap" and "colorscale" in tr]
+        scales += [lay["coloraxis"]["colorscale"]] if "colorscale" in lay.get("coloraxis", {}) else []
+        for sc in scales:  # high-contrast scales replace the normal ones
+            assert _scale_key(sc) not in normal, lay["meta"]
+    # Off by default: the same page without the flag keeps the normal sizes and scales.
+    plain = run_app(page, **query)
+    assert not any((f["layout"].get("meta") or {}).get("present") for f in figures(plain))
+
+
+def test_presenter_mode_lives_in_the_url() -> None:
+    at = run_app("pages/1_Heatmaps.py")
+    at.toggle(key="present").set_value(True).run()
+    no_errors(at)
+    assert at.query_params["present"] == "1"
+    assert all(f["layout"]["meta"]["present"] for f in figures(at))
+
+
+def test_present_restyles_a_figure_without_changing_its_data() -> None:
+    import numpy as np
+
+    from ui import figures as F
+
+    fig = F.heatmap(np.eye(3), diverging=True)
+    before = fig.data[0].z.copy()
+    F.present(fig)
+    assert fig.layout.font.size == F.PRESENT_TICK_PX and fig.layout.xaxis.tickfont.size == 16
+    assert fig.data[0].colorscale == go_scale(F.PRESENT_DIVERGING)
+    np.testing.assert_array_equal(fig.data[0].z, before)
+
+
+def _scale_key(scale) -> tuple:
+    """A colour scale (name or list of [stop, colour]) as comparable tuples."""
+    return tuple(tuple(x) for x in go_scale(scale))
+
+
+def go_scale(name):
+    import plotly.graph_objects as go
+
+    return go.Heatmap(colorscale=name).colorscale

@@ -17,6 +17,7 @@ Arrays are sent as float32 and large maps are block-averaged to at most
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -39,8 +40,13 @@ __all__ = [
     "downsample",
     "downsample_stack",
     "MASKED_GREY",
+    "PRESENT_DIVERGING",
+    "PRESENT_SEQUENTIAL",
     "downsample_signed",
     "masked_legend",
+    "present",
+    "presenting",
+    "set_presenting",
     "heatmap",
     "heatmap_grid",
     "heatmap_trace",
@@ -60,6 +66,14 @@ DIVERGING = "RdBu_r"
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
 
 Array = NDArray[np.floating]
+# Presenter mode (issue 11): chart text that reads from the back of a lecture hall, and colour scales
+# whose ends stay apart when a projector washes the dark tones out.
+PRESENT_TICK_PX = 16
+PRESENT_LEGEND_PX = 14
+PRESENT_TITLE_PX = 20
+PRESENT_SEQUENTIAL = "Plasma"
+PRESENT_DIVERGING = "Balance"
+_PRESENTING: contextvars.ContextVar[bool] = contextvars.ContextVar("attnlab_presenting", default=False)
 # Masked (−∞) cells are NaN in a chart; heatmap figures paint the plot area this neutral grey, so a
 # masked cell reads as "no score", distinct from a score of 0 (white on the diverging scale).
 MASKED_GREY = "#8c8c8c"
@@ -78,6 +92,55 @@ def style(fig: go.Figure, *, title: str | None = None, height: int | None = None
     )
     if height is not None:
         fig.update_layout(height=height)
+    return fig
+
+
+def set_presenting(on: bool) -> None:
+    """Switch presenter styling on or off for the charts this script run sends (set by ``ui.page``)."""
+    _PRESENTING.set(bool(on))
+
+
+def presenting() -> bool:
+    """Whether this script run is in presenter mode."""
+    return _PRESENTING.get()
+
+
+def _bigger(font: object, px: int) -> dict:
+    size = getattr(font, "size", None) if font is not None else None
+    return {"size": max(px, int(size or 0))}
+
+
+def present(fig: go.Figure) -> go.Figure:
+    """Presenter styling of any figure, in place: ticks and axis titles >= 16 px, legends >= 14 px,
+    annotations (subplot titles, labels) >= 16 px, thicker lines, taller, high-contrast colour scales.
+
+    ``layout.meta.present`` is set, so tests and the browser can tell a presented chart.
+    """
+    lay = fig.layout
+    fig.update_layout(font={"size": PRESENT_TICK_PX},
+                      legend={"font": _bigger(lay.legend.font, PRESENT_LEGEND_PX)},
+                      hoverlabel={"font": {"size": PRESENT_LEGEND_PX}})
+    if lay.title is not None and lay.title.text:
+        fig.update_layout(title={"font": {"size": PRESENT_TITLE_PX}})
+    fig.update_xaxes(tickfont={"size": PRESENT_TICK_PX}, title_font={"size": PRESENT_TICK_PX})
+    fig.update_yaxes(tickfont={"size": PRESENT_TICK_PX}, title_font={"size": PRESENT_TICK_PX})
+    for a in lay.annotations or ():
+        a.font = {**(a.font.to_plotly_json() if a.font else {}), **_bigger(a.font, PRESENT_TICK_PX)}
+
+    for tr in fig.data:
+        if isinstance(tr, go.Heatmap):
+            if tr.colorscale is not None:
+                tr.colorscale = PRESENT_DIVERGING if tr.zmid is not None else PRESENT_SEQUENTIAL
+            tr.colorbar.tickfont = {"size": PRESENT_TICK_PX}
+        elif isinstance(tr, go.Scatter) and tr.line is not None and tr.line.width:
+            tr.line.width = max(3.0, float(tr.line.width))
+    if lay.coloraxis is not None and lay.coloraxis.colorscale is not None:
+        diverging = lay.coloraxis.cmid is not None
+        fig.update_layout(coloraxis={"colorscale": PRESENT_DIVERGING if diverging else PRESENT_SEQUENTIAL,
+                                     "colorbar": {"tickfont": {"size": PRESENT_TICK_PX}}})
+    if lay.height:
+        fig.update_layout(height=int(lay.height * 1.15))
+    fig.update_layout(meta={**(lay.meta if isinstance(lay.meta, dict) else {}), "present": True})
     return fig
 
 

@@ -8,20 +8,23 @@ never a traceback.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import plotly.graph_objects as go
 import streamlit as st
 import torch
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from attncore.budget import free_gpu_memory
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
-from ui import state, widgets
+from ui import figures, state, widgets
 from ui.nav import PAGES
 
 __all__ = ["GLOBAL_PARAMS", "PageContext", "run_page"]
@@ -35,7 +38,8 @@ torch.set_flush_denormal(True)
 DEVICE = state.Param("device", "auto", options=("auto", *available_devices()))
 SEED = state.Param("seed", 0, lo=0, hi=2**31 - 1)
 DTYPE = state.Param("dtype", "float32", options=tuple(DTYPES))
-GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE)
+PRESENT = state.Param("present", False)
+GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE, PRESENT)
 
 
 # Chart first (issue 11): Streamlit's default 6rem of space above the title and its 2.75rem title
@@ -44,6 +48,13 @@ GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE)
 COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding: 0 0 0.25rem 0; }
+</style>"""
+# Presenter mode: larger page text as well as larger chart text (ui.figures.present).
+PRESENT_CSS = """<style>
+[data-testid="stMainBlockContainer"] { font-size: 1.2rem; max-width: 100%; padding-left: 1.5rem;
+  padding-right: 1.5rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stMarkdownContainer"] p { font-size: 1.2rem; }
+[data-testid="stMetricValue"] { font-size: 2.6rem; }
 </style>"""
 
 
@@ -56,6 +67,7 @@ class PageContext:
     seed: int
     dtype: str
     controls: Any  # sidebar container for the page's own controls, below the compute section
+    present: bool = False  # presenter mode (?present=1): charts restyled centrally, sidebar collapsed
 
     @property
     def sample_dtype(self) -> str:
@@ -88,10 +100,40 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     box.caption(f"torch {torch.__version__}")
     if problem:
         side.warning(problem)
+    present = widgets.toggle(PRESENT, "Presenter mode", where=side,
+                             help="For a projector: chart text ≥ 16 px, wider charts, high-contrast colour "
+                                  "scales, sidebar collapsed on load. In the URL as present=1.")
+    figures.set_presenting(present)
+    if present:
+        st.html(PRESENT_CSS)
     if has_controls:
         side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
-                       controls=side.container())
+                       controls=side.container(), present=present)
+
+
+def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``plotly_chart`` that restyles the figure for presenter mode (:func:`ui.figures.present`).
+
+    Installed once on Streamlit's ``DeltaGenerator`` (and ``st.plotly_chart``), so every chart of
+    every page, present and future, gets the presenter styling without the page doing anything;
+    outside presenter mode it passes the figure through untouched.
+    """
+    if getattr(original, "_attnlab_presenter", False):
+        return original
+
+    @functools.wraps(original)
+    def plotly_chart(self: Any, figure_or_data: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if figures.presenting() and isinstance(figure_or_data, go.Figure):
+            figure_or_data = figures.present(go.Figure(figure_or_data))
+        return original(self, figure_or_data, *args, **kwargs)
+
+    plotly_chart._attnlab_presenter = True  # type: ignore[attr-defined]
+    return plotly_chart
+
+
+DeltaGenerator.plotly_chart = _presented_plotly_chart(DeltaGenerator.plotly_chart)  # type: ignore[method-assign]
+st.plotly_chart = functools.partial(DeltaGenerator.plotly_chart, st._main)  # type: ignore[attr-defined]
 
 
 def _nav() -> None:
@@ -116,7 +158,9 @@ def run_page(
     device, so a GPU shows other draws than a CPU). ``oom_hint``: which limit to lower when the
     GPU runs out of memory (the memory is freed and the page says so, never a traceback).
     """
-    st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide")
+    presenting = st.query_params.get(PRESENT.key) == "1" or bool(st.session_state.get(PRESENT.key))
+    st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide",
+                       initial_sidebar_state="collapsed" if presenting else "auto")
     all_params = (*GLOBAL_PARAMS, *params)
     notices = state.init(all_params)
     gpu_oom = False
