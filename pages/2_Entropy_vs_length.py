@@ -15,6 +15,7 @@ from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
+from ui.text import plain
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -228,10 +229,10 @@ def figure1(ctx: PageContext) -> None:
     try:
         figure1_body(ctx)
     except AttnInputError as exc:
-        st.error(str(exc), icon=":material/block:")
+        st.error(plain(exc), icon=":material/block:")
     except Exception as exc:  # the panel's boundary: never show a traceback
         log.exception("figure-1 panel failed")
-        st.error(f"Something went wrong in this panel ({type(exc).__name__}: {exc}).",
+        st.error(plain(f"Something went wrong in this panel ({type(exc).__name__}: {exc})."),
                  icon=":material/error:")
     finally:
         state.sync_url((*GLOBAL_PARAMS, *PARAMS))

@@ -22,6 +22,7 @@ from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
 from ui import state, widgets
 from ui.nav import PAGES
+from ui.text import plain
 
 __all__ = ["GLOBAL_PARAMS", "PageContext", "run_page"]
 
@@ -75,7 +76,7 @@ def _sidebar(has_controls: bool) -> PageContext:
                    help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
     box.caption(f"torch {torch.__version__}")
     if problem:
-        side.warning(problem)
+        side.warning(plain(problem))
     if has_controls:
         side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
@@ -104,18 +105,18 @@ def run_page(
         _nav()
         ctx = _sidebar(bool(params))
         for note in notices:
-            st.warning(note, icon=":material/link:")
+            st.warning(plain(note), icon=":material/link:")
         body(ctx)
     except ScriptControlException:
         raise
     except AttnInputError as exc:
-        st.error(str(exc), icon=":material/block:")
+        st.error(plain(exc), icon=":material/block:")
     except MemoryError:
         st.error("That request needs more memory than this machine has; reduce the sizes.",
                  icon=":material/memory:")
     except Exception as exc:  # the page boundary: never show a traceback
         log.exception("page %s failed", title)
-        st.error(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
-                 "Try other settings; the message has been logged.", icon=":material/error:")
+        st.error(plain(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
+                       "Try other settings; the message has been logged."), icon=":material/error:")
     finally:
         state.sync_url(all_params)
