@@ -190,11 +190,21 @@ class _Engine:
 
 
 
+# torch's intra-op thread count is process-wide: a CPU sweep's workers set it to 1 while they
+# run and the sweep restores the previous count when it ends. Both the read of that count and
+# its restoration happen under this lock, so overlapping sweeps (several sessions) cannot
+# read another sweep's temporary 1 and "restore" it for good.
 _THREADS_LOCK = threading.Lock()
 
 
 def _worker_init() -> None:
+    """CPU worker: single-threaded (the workers are the parallelism), denormals flushed."""
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+
+
+def _gpu_worker_init() -> None:
+    """CUDA feeder thread: leaves the process's CPU thread count alone."""
     torch.set_flush_denormal(True)
 
 
@@ -260,9 +270,20 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
     """:func:`entropy_vs_length` for a ready :class:`SweepSpec`."""
     spec.validate()
     dev = resolve_device(device)
-    if workers is None:
-        workers = 1 if dev.type != "cpu" else max(1, min(LANES, torch.get_num_threads()))
-    workers = 1 if dev.type != "cpu" else max(1, min(LANES, int(workers)))
+    if dev.type != "cpu":
+        return _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init)
+    with _THREADS_LOCK:
+        prev_threads = torch.get_num_threads()  # read under the lock: never another sweep's 1
+        try:
+            n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
+            return _run_sweep(spec, dev, n_workers, progress, cancel, _worker_init)
+        finally:
+            torch.set_num_threads(prev_threads)
+
+
+def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progress | None,
+               cancel: threading.Event | None, init: Callable[[], None]) -> pd.DataFrame:
+    """The sweep itself on ``workers`` threads started with ``init`` (thread settings are the caller's)."""
     engine = _Engine(spec, dev, workers)
     shared = _Shared(done=[0] * workers)
     if cancel is not None and cancel.is_set():
@@ -290,23 +311,17 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
             shared.cancel.set()
 
     records: list[dict] = []
-    prev_threads = torch.get_num_threads()
-    lock = _THREADS_LOCK if dev.type == "cpu" else threading.Lock()
-    with lock:
-        try:
-            with ThreadPoolExecutor(max_workers=workers, initializer=_worker_init,
-                                    thread_name_prefix="attncore-sweep") as pool:
-                for factor, lens in spec.passes():
-                    n_blocks = -(-max(lens) // engine.block)
-                    bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-                    job = _PassJob(factor=factor, checkpoints=lens, n_blocks=n_blocks, bias=bias)
-                    shared.done = [0] * workers
-                    stats = engine.run_pass(job, shared, pool, poll)
-                    finished_units += n_blocks * engine.block_units
-                    for n, rows in zip(lens, stats, strict=True):
-                        records.append(summarise(n, rows, spec, factor, engine.q_norm.cpu()))
-        finally:
-            torch.set_num_threads(prev_threads)
+    with ThreadPoolExecutor(max_workers=workers, initializer=init,
+                            thread_name_prefix="attncore-sweep") as pool:
+        for factor, lens in spec.passes():
+            n_blocks = -(-max(lens) // engine.block)
+            bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
+            job = _PassJob(factor=factor, checkpoints=lens, n_blocks=n_blocks, bias=bias)
+            shared.done = [0] * workers
+            stats = engine.run_pass(job, shared, pool, poll)
+            finished_units += n_blocks * engine.block_units
+            for n, rows in zip(lens, stats, strict=True):
+                records.append(summarise(n, rows, spec, factor, engine.q_norm.cpu()))
     if progress is not None:
         progress(1.0, "done")
     return frame(records)
