@@ -11,7 +11,7 @@ import streamlit as st
 from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
 from ui import state, widgets
-from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
@@ -282,6 +282,10 @@ def body(ctx: PageContext) -> None:
     if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
         st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
     series = build_series(c, ctx.seed, ctx.sample_dtype)
+    for s in series:  # the theory's quadrature budget is checked before any sweep starts
+        sp = s.spec
+        check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature, sp.normalizer,
+                             sp.ssmax_s)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
     if result is not None:

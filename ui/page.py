@@ -19,7 +19,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
-from attncore.errors import AttnInputError
+from attncore.errors import AttnInputError, Cancelled
 from ui import state, widgets
 from ui.nav import PAGES
 from ui.text import plain
@@ -111,6 +111,8 @@ def run_page(
         raise
     except AttnInputError as exc:
         st.error(plain(exc), icon=":material/block:")
+    except Cancelled:
+        st.info("Stopped: the view is being redrawn with the new settings.", icon=":material/stop:")
     except MemoryError:
         st.error("That request needs more memory than this machine has; reduce the sizes.",
                  icon=":material/memory:")

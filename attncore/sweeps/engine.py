@@ -27,6 +27,7 @@ from torch import Tensor
 
 from attncore.budget import fmt_count
 from attncore.device import resolve_device
+from attncore.errors import Cancelled
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
@@ -36,7 +37,7 @@ __all__ = ["Progress", "SweepCancelled", "entropy_vs_length", "run_sweep"]
 Progress = Callable[[float, str], "bool | None"]
 
 
-class SweepCancelled(RuntimeError):
+class SweepCancelled(Cancelled):
     """The progress callback returned False (or the cancel event was set) between chunks."""
 
 
