@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser_utils import assert_clean, open_page, report, url_path
+from tests.browser_utils import assert_clean, open_page, report, screenshot, url_path
 from ui.nav import PAGES
 
 pytestmark = pytest.mark.browser
@@ -36,3 +38,30 @@ def test_first_chart_is_above_the_fold(page: Page, app_url: str, entry) -> None:
     report(f"first chart top {entry.label} at 1280x720: {top:.0f} px")
     if entry.label in CHART_FIRST:
         assert top < VIEWPORT["height"] - VISIBLE_PX, f"{entry.label}: first chart starts at {top:.0f} px"
+
+
+SHOTS = [(theme, present) for theme in ("light", "dark") for present in (False, True)]
+
+
+@pytest.mark.parametrize("entry", PAGES, ids=[e.label for e in PAGES])
+def test_screenshots_light_dark_presenter(page: Page, app_url: str, entry) -> None:
+    """docs/page-<name>[-dark][-present].png at 1280x720 (written when ATTNLAB_UPDATE_SCREENSHOTS=1),
+    and the first render time of each view (printed, not asserted)."""
+    path = url_path(entry.path)
+    for theme, present in SHOTS:
+        page.emulate_media(color_scheme=theme)
+        page.set_viewport_size(VIEWPORT)
+        t0 = time.perf_counter()
+        open_page(page, f"{app_url}/{path}" + ("?present=1" if present else ""), timeout_s=180)
+        first = time.perf_counter() - t0
+        assert_clean(page)
+        if present:
+            # presenter mode opens with the sidebar collapsed and larger chart text
+            # (the sidebar, ~300 px wide when open, leaves the charts the whole width)
+            assert page.locator(".js-plotly-plot").first.bounding_box()["x"] < 150
+            sizes = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot .xtick text'))"
+                                  ".map(t => parseFloat(getComputedStyle(t).fontSize))")
+            assert sizes and min(sizes) >= 16, sizes
+        report(f"first render {entry.label} ({theme}{', presenter' if present else ''}): {first:.2f} s")
+        suffix = ("-dark" if theme == "dark" else "") + ("-present" if present else "")
+        screenshot(page, f"page-{path.lower()}{suffix}")

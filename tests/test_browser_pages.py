@@ -8,6 +8,7 @@ from playwright.sync_api import Page, expect
 from tests.browser_utils import (
     assert_clean,
     nudge_and_time,
+    nudge_times,
     open_page,
     redraw_times,
     report,
@@ -52,10 +53,11 @@ def test_page_opens_from_its_url_and_redraws(page: Page, app_url: str, entry) ->
     expect(page.get_by_role("heading", name=entry.label).first).to_be_visible()
     assert_clean(page)
     label = FIRST_SLIDER[entry.label]
-    seconds = nudge_and_time(page, label)
+    seconds, settled = nudge_times(page, label)
     assert_clean(page)
-    report(f"redraw {entry.label} default settings, slider {label!r}: {seconds:.3f} s")
-    screenshot(page, f"page-{path.lower()}", height=1600)
+    report(f"redraw {entry.label} default settings, slider {label!r}: chart updated {seconds:.3f} s, "
+           f"page settled {settled:.3f} s")
+    screenshot(page, f"page-{path.lower()}-tall", height=1600)  # 1280x720 views: test_browser_layout
 
 
 def test_heatmaps_url_state_round_trip(page: Page, app_url: str) -> None:

@@ -17,7 +17,6 @@ Arrays are sent as float32 and large maps are block-averaged to at most
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,8 +44,6 @@ __all__ = [
     "downsample_signed",
     "masked_legend",
     "present",
-    "presenting",
-    "set_presenting",
     "heatmap",
     "heatmap_grid",
     "heatmap_trace",
@@ -73,7 +70,6 @@ PRESENT_LEGEND_PX = 14
 PRESENT_TITLE_PX = 20
 PRESENT_SEQUENTIAL = "Plasma"
 PRESENT_DIVERGING = "Balance"
-_PRESENTING: contextvars.ContextVar[bool] = contextvars.ContextVar("attnlab_presenting", default=False)
 # Masked (−∞) cells are NaN in a chart; heatmap figures paint the plot area this neutral grey, so a
 # masked cell reads as "no score", distinct from a score of 0 (white on the diverging scale).
 MASKED_GREY = "#8c8c8c"
@@ -95,16 +91,6 @@ def style(fig: go.Figure, *, title: str | None = None, height: int | None = None
     return fig
 
 
-def set_presenting(on: bool) -> None:
-    """Switch presenter styling on or off for the charts this script run sends (set by ``ui.page``)."""
-    _PRESENTING.set(bool(on))
-
-
-def presenting() -> bool:
-    """Whether this script run is in presenter mode."""
-    return _PRESENTING.get()
-
-
 def _bigger(font: object, px: int) -> dict:
     size = getattr(font, "size", None) if font is not None else None
     return {"size": max(px, int(size or 0))}
@@ -124,6 +110,9 @@ def present(fig: go.Figure) -> go.Figure:
         fig.update_layout(title={"font": {"size": PRESENT_TITLE_PX}})
     fig.update_xaxes(tickfont={"size": PRESENT_TICK_PX}, title_font={"size": PRESENT_TICK_PX})
     fig.update_yaxes(tickfont={"size": PRESENT_TICK_PX}, title_font={"size": PRESENT_TICK_PX})
+    # Plotly labels a log axis's 2s and 5s in small digits; a projected chart labels decades only.
+    fig.for_each_xaxis(lambda ax: ax.update(dtick=1) if ax.type == "log" and ax.dtick is None else None)
+    fig.for_each_yaxis(lambda ax: ax.update(dtick=1) if ax.type == "log" and ax.dtick is None else None)
     for a in lay.annotations or ():
         a.font = {**(a.font.to_plotly_json() if a.font else {}), **_bigger(a.font, PRESENT_TICK_PX)}
 

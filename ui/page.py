@@ -47,7 +47,7 @@ GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE, PRESENT)
 # push the first chart below the fold at 1280x720; a page keeps one sentence and its key formula
 # above the first chart and the rest in expanders below it.
 COMPACT_CSS = """<style>
-[data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
+[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding: 0 0 0.25rem 0; }
 </style>"""
 # Presenter mode: larger page text as well as larger chart text (ui.figures.present).
@@ -104,7 +104,6 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     present = widgets.toggle(PRESENT, "Presenter mode", where=side,
                              help="For a projector: chart text ≥ 16 px, wider charts, high-contrast colour "
                                   "scales, sidebar collapsed on load. In the URL as present=1.")
-    figures.set_presenting(present)
     if present:
         st.html(PRESENT_CSS)
     if has_controls:
@@ -125,7 +124,8 @@ def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def plotly_chart(self: Any, figure_or_data: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if figures.presenting() and isinstance(figure_or_data, go.Figure):
+        # session state, not a flag of the script run: fragments rerun without run_page
+        if isinstance(figure_or_data, go.Figure) and st.session_state.get(PRESENT.key) is True:
             figure_or_data = figures.present(go.Figure(figure_or_data))
         return original(self, figure_or_data, *args, **kwargs)
 
