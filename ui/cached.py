@@ -161,16 +161,28 @@ def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
 # --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
 def language_model(source: str, device: str) -> _models.LoadedModel:
-    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process."""
-    return _models.load_model(source, device)
+    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process.
+
+    The cache key is the resolved folder (:func:`attncore.models.canonical_source`), so every
+    spelling of one folder shares one load.
+    """
+    return _language_model(_models.canonical_source(source), device)
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
+def _language_model(canonical: str, device: str) -> _models.LoadedModel:
+    return _models.load_model(canonical, device)
+
+
+def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
+    return _text_attention(_models.canonical_source(source), text, device)
 
 
 @st.cache_resource(max_entries=6, show_spinner="Running the model…")
-def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
-    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
-    lm = language_model(source, device)
+def _text_attention(canonical: str, text: str, device: str) -> Timed[_models.TextAttention]:
+    lm = _language_model(canonical, device)
     return timed(lambda: _models.run_text(lm, text))
 
 
