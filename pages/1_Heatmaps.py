@@ -12,7 +12,7 @@ from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import realtext, widgets
+from ui import causal, realtext, widgets
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -55,9 +55,10 @@ FULLY_MASKED_NOTE = (
     "uniformly (1/S on every key).")
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
+RT_NEXT = causal.next_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
           P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM, P_SOURCE,
-          *RT.all())
+          *RT.all(), *RT_NEXT.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -239,6 +240,8 @@ def real_text(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
+    if causal.is_causal(lm):
+        causal.explain(lm)
     att = res.value
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)
@@ -259,6 +262,8 @@ def real_text(ctx: PageContext) -> None:
     maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
     st.markdown(f"##### Every head of layer {layer}")
     st.plotly_chart(view.layer_heads_figure(maps), key="chart_rt_heads")
+    if causal.is_causal(lm):
+        causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
 
 
 def body(ctx: PageContext) -> None:

@@ -24,6 +24,7 @@ from attncore import kernels as _kernels
 from attncore import models as _models
 from attncore import overflow as _overflow
 from attncore import sinks as _sinks
+from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
@@ -36,6 +37,9 @@ from attncore.synthetic import QKV
 __all__ = [
     "SWEEP_POINTS",
     "Timed",
+    "causal_attention",
+    "causal_model",
+    "causal_next_chars",
     "entropy_theory",
     "entropy_theory_given_queries",
     "heatmap_dropout",
@@ -184,6 +188,29 @@ def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAtt
     """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
     lm = language_model(source, device)
     return timed(lambda: _models.run_text(lm, text))
+
+
+# --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def causal_model(device: str) -> Timed[_training.CharTransformer]:
+    """The shipped character transformer (a causal decoder), loaded once per process and device."""
+    return timed(lambda: _training.load_shipped_model(device))
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def causal_attention(text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every causal attention map of the shipped model on ``text`` (vocabulary characters only)."""
+    model = causal_model(device).value
+    return timed(lambda: _training.text_attention(model, text))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def causal_next_chars(text: str, temperature: float, device: str) -> Timed[list[tuple[str, float]]]:
+    """Every character with its probability of following ``text`` at ``temperature``, most likely first."""
+    model = causal_model(device).value
+    return timed(lambda: _training.next_char_distribution(model, text, temperature))
 
 
 # --------------------------------------------------------------------------- the synthetic sink head (Sinks)
