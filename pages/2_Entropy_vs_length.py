@@ -12,9 +12,11 @@ from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
+from ui.views import training as training_view
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -160,6 +162,18 @@ def explain(max_exp: int = 24) -> None:
         "training loss of about 1.4 with fully scaled attention against 1.2 with standard attention, so the "
         "shrinking output seems to help training, for reasons the post calls an open question."
     )
+    training_result()
+
+
+def training_result() -> None:
+    """This app's own measurement of the "fully scaled" result, beside the post's, and a link to it."""
+    try:
+        sentence = training_view.entropy_page_sentence(training_result_file("lr_sweep"))
+    except AttnInputError:
+        sentence = "This app's own run of that comparison is not shipped with this copy of the app."
+    st.markdown(sentence)
+    st.page_link("pages/6_Training_lab.py", label="Training lab: the learning-rate sweep and its curves",
+                 icon=":material/model_training:")
 
 
 def how_it_is_computed(engine: str = "torch") -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "causal_attention",
     "causal_model",
     "causal_next_chars",
+    "training_result",
     "entropy_theory",
     "entropy_theory_given_queries",
     "heatmap_dropout",
@@ -211,6 +212,12 @@ def causal_next_chars(text: str, temperature: float, device: str) -> Timed[list[
     """Every character with its probability of following ``text`` at ``temperature``, most likely first."""
     model = causal_model(device).value
     return timed(lambda: _training.next_char_distribution(model, text, temperature))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def training_result(name: str) -> dict:
+    """A shipped Training lab result (``lr_sweep``, ``scaling``, ``sinks``) as a dict."""
+    return _training.load_result(name)
 
 
 # --------------------------------------------------------------------------- the synthetic sink head (Sinks)
