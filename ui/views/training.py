@@ -220,9 +220,9 @@ def entropy_page_sentence(d: dict[str, Any]) -> str:
                -1: f"better by {_diff(f, s)}, so the post's ordering did not reproduce at this scale",
                0: "the same to three decimals, so neither ordering shows at this scale"}[c]
     return (f"This app ran the comparison itself ({setup}). At each variant's best learning rate, fully "
-            f"scaled attention (rate {best['fully_scaled']['lr']:g}) ended at a final training loss of {f:.3f} "
-            f"nats per character against {s:.3f} for standard attention (rate {best['standard']['lr']:g}): "
-            f"{verdict}.")
+            f"scaled attention (rate {best['fully_scaled']['lr']:g}) ended at a final training loss of "
+            f"{f:.3f} nats per character against {s:.3f} for standard attention "
+            f"(rate {best['standard']['lr']:g}): {verdict}.")
 
 
 # ---------------------------------------------------------------------------- experiment 2: scaling
