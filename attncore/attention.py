@@ -22,12 +22,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.masks import causal_mask, combine, sliding_window_mask, valid_lens_mask
 from attncore.normalizers import Normalizer, get_normalizer
 from attncore.scoring import dot_scores
 
-__all__ = ["AttentionStages", "attention", "attention_stages", "compute_dtype"]
+__all__ = ["MAX_LOGIT_FACTOR", "AttentionStages", "attention", "attention_stages", "compute_dtype",
+           "estimate_attention_bytes"]
+
+# |scale / temperature| above this turns any ordinary score into inf (and the weights into NaN)
+MAX_LOGIT_FACTOR = 1e6
 
 Scorer = Callable[[Tensor, Tensor], Tensor]
 
@@ -76,6 +81,51 @@ def _expand_gqa(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tens
     return key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
 
 
+def _check_tensor(x: object, name: str) -> Tensor:
+    """A floating-point torch tensor, or a plain AttnInputError saying what was given."""
+    if not isinstance(x, Tensor):
+        raise AttnInputError(f"{name} must be a torch.Tensor; got {type(x).__name__}. Convert it with "
+                             "torch.as_tensor(x, dtype=torch.float32).")
+    if x.is_complex() or not x.dtype.is_floating_point:
+        raise AttnInputError(f"{name} must hold floating-point numbers; got {x.dtype}. Convert it with "
+                             f"{name}.float().")
+    return x
+
+
+def _batch_shape(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> torch.Size:
+    """The broadcast leading dims (..., H) of the scores, or a plain error when they do not match."""
+    kq, vq = list(key.shape[:-2]), list(value.shape[:-2])
+    if enable_gqa:
+        hq, hkv = query.shape[-3], key.shape[-3]
+        if value.shape[-3] != hkv:
+            raise AttnInputError("key and value must have the same number of heads.")
+        if hq % hkv != 0:
+            raise AttnInputError(f"grouped-query attention needs query heads ({hq}) to be a multiple of "
+                                 f"key/value heads ({hkv}).")
+        kq[-1] = vq[-1] = hq
+    try:
+        return torch.broadcast_shapes(query.shape[:-2], torch.Size(kq), torch.Size(vq))
+    except RuntimeError:
+        raise AttnInputError(
+            f"the batch and head dims of query {tuple(query.shape[:-2])}, key {tuple(key.shape[:-2])} and "
+            f"value {tuple(value.shape[:-2])} do not match (or broadcast). With fewer key/value heads "
+            "than query heads pass enable_gqa=True."
+        ) from None
+
+
+def estimate_attention_bytes(batch: int, L: int, S: int, E: int, Ev: int, dtype: torch.dtype,
+                             dropout: bool = False) -> float:
+    """Peak bytes of :func:`attention_stages`: every (..., L, S) stage kept, plus inputs and output.
+
+    ``batch`` is the product of the broadcast leading dims. Stages: raw, scaled, masked, weights
+    and ~2 normaliser temporaries in the compute dtype, ~2 boolean masks, dropout's draws.
+    """
+    item = torch.tensor([], dtype=compute_dtype(dtype)).element_size()
+    cells = float(batch) * L * S
+    per_cell = 6 * item + 2 + (5 if dropout else 0)
+    return cells * per_cell + float(batch) * (L * E + S * (E + Ev) + L * Ev) * item * 2
+
+
 def _check_shapes(query: Tensor, key: Tensor, value: Tensor, custom_scorer: bool) -> None:
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise AttnInputError("query, key and value need at least 2 dims: (..., L, E).")
@@ -116,24 +166,49 @@ def attention_stages(
             With a custom scorer ``scale`` defaults to 1.
         temperature: the scaled scores are divided by it (> 0).
     """
+    for x, name in ((query, "query"), (key, "key"), (value, "value")):
+        _check_tensor(x, name)
+    if not (key.device == query.device == value.device):
+        raise AttnInputError(f"query, key and value must be on one device; got {query.device}, {key.device} "
+                             f"and {value.device}.")
     _check_shapes(query, key, value, scorer is not None)
-    if not (0.0 <= dropout_p < 1.0):
+    if enable_gqa and (query.dim() < 3 or key.dim() < 3):
+        raise AttnInputError("enable_gqa needs a heads dimension: tensors (..., H, L, E).")
+    batch_shape = _batch_shape(query, key, value, enable_gqa)
+    if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
         raise AttnInputError(f"dropout_p must be in [0, 1); got {dropout_p}.")
-    if not (math.isfinite(temperature) and temperature > 0):
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
         raise AttnInputError(f"the temperature must be a positive number; got {temperature}.")
-    if window is not None and int(window) < 1:
-        raise AttnInputError(f"the sliding window must be at least 1 key; got {window}.")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
+                               or not math.isfinite(window) or window < 1 or window != int(window)):
+        raise AttnInputError(f"the sliding window must be a whole number, at least 1 key; got {window}.")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise AttnInputError(f"scale must be finite; got {scale}.")
+        if abs(scale / temperature) > MAX_LOGIT_FACTOR:
+            raise AttnInputError(f"scale / temperature = {scale / temperature:.3g} would turn every score "
+                                 f"into ±inf; use a factor of at most {MAX_LOGIT_FACTOR:g} in magnitude.")
+    if valid_lens is not None:
+        vl = torch.as_tensor(valid_lens)
+        if query.dim() >= 3 and vl.dim() >= 1 and vl.shape[0] != query.shape[0]:
+            raise AttnInputError(f"valid_lens must have one entry (or row) per batch element: the query's "
+                                 f"batch is {query.shape[0]}, valid_lens has shape {tuple(vl.shape)}.")
     norm = get_normalizer(normalizer)
+    L, S = query.shape[-2], key.shape[-2]
+    check_bytes(estimate_attention_bytes(math.prod(batch_shape), L, S, query.shape[-1], value.shape[-1],
+                                         query.dtype, dropout_p > 0),
+                f"attention over {math.prod(batch_shape):,} x {L:,} x {S:,} scores (all stages kept)",
+                "Use shorter sequences, fewer heads or a smaller batch.")
     if enable_gqa:
         key, value = _expand_gqa(query, key, value)
 
     ct = compute_dtype(query.dtype)
     q, k, v = query.to(ct), key.to(ct), value.to(ct)
-    L, S = q.shape[-2], k.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scorer is None else 1.0
-    if not math.isfinite(scale):
-        raise AttnInputError(f"scale must be finite; got {scale}.")
+        if abs(scale / temperature) > MAX_LOGIT_FACTOR:
+            raise AttnInputError(f"1 / temperature = {1 / temperature:.3g} would turn every score into ±inf; "
+                                 "use a larger temperature.")
 
     raw = dot_scores(q, k) if scorer is None else scorer(q, k)  # (..., L, S)
     scaled = raw * (scale / temperature)

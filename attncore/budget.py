@@ -7,6 +7,7 @@ no caller (URL, test, notebook) can ask for a computation that cannot fit.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -14,10 +15,18 @@ import torch
 
 from attncore.errors import ResourceLimitError
 
-__all__ = ["MAX_ATTENTION_CELLS", "MAX_ADDITIVE_OPS", "check_limit", "fmt_count", "free_gpu_memory",
-           "oom_to_limit"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_ADDITIVE_OPS", "MAX_ATTENTION_CELLS", "MAX_BYTES_ENV", "check_bytes",
+           "check_limit", "fmt_bytes", "fmt_count", "free_gpu_memory", "max_bytes", "oom_to_limit"]
 
 T = TypeVar("T")
+
+MAX_BYTES_ENV = "ATTNCORE_MAX_BYTES"
+# Peak bytes one computation may allocate. The largest Heatmaps request measures ~1.65 GB
+# (float64, all stages kept), so 2 GiB lets it through with a margin; a server for N
+# concurrent heavy users needs about N x this (the app's admission control, ui.admission,
+# keeps the sum of running estimates under its own process budget). Override with
+# ATTNCORE_MAX_BYTES (bytes, or with a K/M/G suffix, powers of 1024).
+DEFAULT_MAX_BYTES = 2 * 1024**3
 
 # heads x L x S cells of one materialised attention map (5 stages kept: ~320 MB in float32).
 MAX_ATTENTION_CELLS = 16 * 1024 * 1024
@@ -60,3 +69,38 @@ def oom_to_limit(fn: Callable[[], T], what: str, fix: str) -> T:
         pass
     free_gpu_memory()
     raise ResourceLimitError(f"the GPU ran out of memory for {what}; the memory was freed. {fix}")
+
+
+def fmt_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'; 2**31 -> '2 GiB'."""
+    for unit, size in (("TiB", 1024.0**4), ("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def max_bytes() -> int:
+    """The per-computation memory budget: ``ATTNCORE_MAX_BYTES`` or :data:`DEFAULT_MAX_BYTES`.
+
+    Read on every call, so a test or a notebook can change it with the environment.
+    A malformed value falls back to the default rather than disabling the budget.
+    """
+    raw = os.environ.get(MAX_BYTES_ENV, "").strip().upper().removesuffix("B").removesuffix("I")
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    mult = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}.get(raw[-1], 1)
+    try:
+        value = float(raw[:-1] if mult > 1 else raw) * mult
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+    return int(value) if value >= 1 and value == value and value != float("inf") else DEFAULT_MAX_BYTES
+
+
+def check_bytes(nbytes: float, what: str, fix: str) -> None:
+    """Raise :class:`ResourceLimitError` when ``nbytes`` exceeds :func:`max_bytes` (before allocating)."""
+    limit = max_bytes()
+    if not nbytes <= limit:  # NaN counts as over
+        raise ResourceLimitError(
+            f"{what} would need about {fmt_bytes(nbytes)} of memory; the limit is {fmt_bytes(limit)} "
+            f"per computation ({MAX_BYTES_ENV}). {fix}"
+        )

@@ -6,7 +6,7 @@ asked, what the limit is and why.
 
 from __future__ import annotations
 
-__all__ = ["AttnInputError", "ResourceLimitError"]
+__all__ = ["AttnInputError", "Cancelled", "ResourceLimitError"]
 
 
 class AttnInputError(ValueError):
@@ -15,3 +15,7 @@ class AttnInputError(ValueError):
 
 class ResourceLimitError(AttnInputError):
     """A request would need more memory or time than the configured budget allows."""
+
+
+class Cancelled(RuntimeError):  # noqa: N818 - the word the UI shows
+    """A long computation was stopped by its caller (progress callback, cancel event)."""

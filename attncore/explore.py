@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attncore.attention import AttentionStages, attention_stages
-from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_limit
+from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_bytes, check_limit
 from attncore.dropout import DropoutDraws, dropout_draws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
@@ -93,6 +93,11 @@ class SyntheticSpec:
             raise AttnInputError("the input std must be a positive number.")
         if self.mask == "padding2d":
             check_row_lengths(self.valid_lens_rows)
+        item = 8 if self.dtype == "float64" else 4
+        pool = float(POOL_LEN) * ((self.heads + self.kv_heads) * self.d_k + self.kv_heads * VALUE_DIM)
+        check_bytes(pool * item * 2,
+                    f"the input pool ({self.heads} query heads x {POOL_LEN} x d_k = {self.d_k:,})",
+                    "Lower d_k or the number of heads.")
         cells = self.heads * self.L * self.S
         check_limit(cells, MAX_ATTENTION_CELLS, "heads × L × S", "cells (about 320 MB for all stages)",
                     "Reduce the heads or the lengths.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 
 __all__ = [
@@ -32,7 +33,7 @@ def causal_mask(L: int, S: int, device: torch.device | str | None = None) -> Ten
     Query ``i`` sees keys ``0..i``. With ``L != S`` the diagonal starts at the
     top-left corner (torch's convention), not the bottom-right.
     """
-    _check_sizes(L, S)
+    _check_sizes(L, S, 2)
     return torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=0)
 
 
@@ -45,8 +46,8 @@ def sliding_window_mask(
     (so does ``window >= S`` when ``L <= S``); with ``L > S`` a window of ``S``
     still hides the early keys from queries ``i >= S``.
     """
-    _check_sizes(L, S)
-    if int(window) < 1:
+    _check_sizes(L, S, 5)
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or window != window or window < 1:
         raise AttnInputError(f"the sliding window must be at least 1 key; got {window}.")
     return causal_mask(L, S, device) & ~torch.ones(
         L, S, dtype=torch.bool, device=device
@@ -60,8 +61,8 @@ def block_diagonal_mask(
 
     Models the "document packing" mask used when several sequences share one row.
     """
-    _check_sizes(L, S)
-    if int(block) < 1:
+    _check_sizes(L, S, 1)
+    if isinstance(block, bool) or not isinstance(block, (int, float)) or block != block or block < 1:
         raise AttnInputError(f"the block size must be at least 1; got {block}.")
     qi = torch.arange(L, device=device) // int(block)
     kj = torch.arange(S, device=device) // int(block)
@@ -97,6 +98,10 @@ def valid_lens_mask(valid_lens: Tensor, L: int, S: int, query_ndim: int) -> Tens
             raise AttnInputError(f"valid_lens must be whole numbers of keys; got {vl[~whole][0].item():g}. "
                                  "A fraction of a key has no meaning, and attncore does not round it.")
     vl = vl.long()
+    if vl.dim() in (1, 2):
+        _check_sizes(L, S, 1)
+        check_bytes(float(vl.shape[0]) * L * S, f"a ({vl.shape[0]}, {L}, {S}) padding mask",
+                    "Use shorter sequences or a smaller batch.")
     if vl.dim() == 1:
         keep = torch.arange(S, device=vl.device)[None, :] < vl[:, None]  # (B, S)
         keep = keep[:, None, :]  # (B, 1, S)
@@ -129,6 +134,13 @@ def combine(*masks: Tensor | None) -> Tensor | None:
     return out
 
 
-def _check_sizes(L: int, S: int) -> None:
+def _check_sizes(L: int, S: int, bytes_per_cell: int = 1) -> None:
+    """Whole positive lengths, and an (L, S) mask that fits the memory budget (checked before allocating)."""
+    for name, v in (("L", L), ("S", S)):
+        whole = hasattr(v, "__index__") or (isinstance(v, float) and v == v and abs(v) != float("inf")
+                                              and v == int(v))
+        if isinstance(v, bool) or not whole:
+            raise AttnInputError(f"{name} must be a whole number of positions; got {v!r}.")
     if int(L) < 1 or int(S) < 1:
         raise AttnInputError(f"query and key lengths must be at least 1; got L={L}, S={S}.")
+    check_bytes(float(L) * float(S) * bytes_per_cell, f"an ({L:,}, {S:,}) mask", "Use shorter sequences.")

@@ -30,13 +30,14 @@ Averaging over the query: with ``q ~ N(0, I_d)`` the logit variance of a row is
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from attncore.errors import AttnInputError
+from attncore.budget import check_limit
+from attncore.errors import AttnInputError, Cancelled
 from attncore.scale_rules import base_scale, check_scale_rule, logit_multiplier
 from attncore.theory import (
     asymptote_valid_from,
@@ -46,7 +47,19 @@ from attncore.theory import (
     gaussian_max_moment,
 )
 
-__all__ = ["chi2_nodes", "gaussian_row_expectations", "sweep_theory", "sweep_theory_given_queries"]
+__all__ = ["CHUNK_CELLS", "MAX_THEORY_CELLS", "TheoryCancelled", "check_sweep_theory", "chi2_nodes",
+           "gaussian_row_expectations", "quadrature_cells", "sweep_theory", "sweep_theory_given_queries"]
+
+Cancel = Callable[[], bool]
+# (u, z) cells evaluated at once: ~6 float64 arrays of this many cells, ~13 MB in all
+CHUNK_CELLS = 1 << 18
+# (u, z) cells of one theory request (all its quadratures; bounded by quadrature_cells):
+# about 25 s on one CPU core at ~2.4e7 cells/s. Logit spreads up to sigma ~ 150 fit.
+MAX_THEORY_CELLS = 1 << 29
+
+
+class TheoryCancelled(Cancelled):
+    """The ``cancel`` callback asked the quadrature to stop between chunks."""
 
 F64 = NDArray[np.float64]
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -104,8 +117,62 @@ def _log1m(a: F64) -> F64:
         return np.log1p(-np.minimum(a, 1.0))
 
 
-def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool) -> dict[str, F64]:
-    """Exact E[H], E[max p], E[sum p^2], E[row sum] for fixed sigma and several n."""
+def _chunks(n_rows: int, n_cols: int, cancel: Cancel | None) -> Iterator[slice]:
+    """Row slices of at most :data:`CHUNK_CELLS` cells each; ``cancel`` is asked before each."""
+    step = max(1, CHUNK_CELLS // max(1, n_cols))
+    for r0 in range(0, n_rows, step):
+        if cancel is not None and cancel():
+            raise TheoryCancelled("the theory computation was stopped.")
+        yield slice(r0, min(n_rows, r0 + step))
+
+
+def quadrature_cells(n: ArrayLike, sigma2: float, *, normalizer: str = "softmax",
+                     want_max: bool = True) -> float:
+    """An upper bound on the (u, z) cells :func:`gaussian_row_expectations` evaluates (closed form).
+
+    Nothing is allocated: the grids' ends are bounded from their formulas (z within
+    ``±zmax``, steps ``min(0.1, 0.2/sigma)`` in z and 0.2 in u), so callers can budget a whole
+    theory curve before computing any of it.
+    """
+    ns = np.atleast_1d(np.asarray(n, dtype=np.float64))
+    if ns.size == 0 or not math.isfinite(sigma2) or sigma2 < 1e-18:
+        return 0.0
+    sigma = math.sqrt(sigma2)
+
+    def grid(n_max: float, sig: float) -> tuple[float, float]:
+        zmax = math.sqrt(2.0 * (math.log(max(n_max, 1.0)) + _TAIL))
+        dz = min(_Z_STEP, 2.0 * _Z_STEP / max(sig, 1e-9))
+        return zmax, 2.0 * math.ceil(zmax / dz) + 1.0
+
+    if normalizer == "sigmoid":
+        total = 0.0
+        for v in ns:
+            zmax, z_size = grid(float(v), max(sigma, 1e-3))
+            span = 2.0 * math.log(max(float(v), 1.0)) + sigma * zmax + 45.0
+            total += (span / _U_STEP + 2.0) * z_size if v > 1 else 0.0
+        return total
+    n_max = float(ns.max())
+    zmax, z_size = grid(n_max, sigma)
+    span = sigma * zmax + 8.0 + math.log(n_max) + min(0.5 * sigma2, sigma * zmax) + 36.0
+    return (span / _U_STEP + 2.0) * z_size * (2.0 if want_max else 1.0)
+
+
+def _check_cells(cells: float) -> None:
+    """Refuse quadrature work beyond :data:`MAX_THEORY_CELLS` (before any grid is built)."""
+    check_limit(cells, MAX_THEORY_CELLS, "the quadrature for this logit spread (grid cells evaluated)",
+                "(about half a minute on one CPU core)",
+                "Lower d, raise the temperature, or use a scale rule that keeps the logits' spread "
+                "moderate (the row is one-hot long before such spreads).")
+
+
+def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool,
+                    cancel: Cancel | None = None) -> dict[str, F64]:
+    """Exact E[H], E[max p], E[sum p^2], E[row sum] for fixed sigma and several n.
+
+    The (u, z) grid has O(sigma^3) cells (u spans ~sigma^2/2 in steps of 0.2, z needs steps
+    of 0.2/sigma); it is evaluated in row chunks of :data:`CHUNK_CELLS` cells, so memory stays
+    O(CHUNK_CELLS + U + Z) whatever sigma is, and the total work is budgeted beforehand.
+    """
     out = {k: np.empty(len(ns)) for k in ("entropy", "max_weight", "sum_sq", "row_sum")}
     if sigma < 1e-9:  # all logits equal: uniform row
         c = sink
@@ -125,25 +192,21 @@ def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool) -> dict[
     zq = z[np.argmax(n_min * log_cdf > -_TAIL)] if n_min > 1 else z[0]
     # t = e^-u from well above 1 (e^{-t} ~ 0 needs u < -4.5) down to t W << 1
     u = np.arange(min(sigma * zq - 8.0, -4.6), math.log(ns.max()) + log_mean_w + 36.0, _U_STEP)
-    y = np.minimum(x[None, :] - u[:, None], 700.0)  # (U, Z): log(t w)
-    ey = np.exp(y)
-    nz = np.exp(logwz)[None, :]
-    a_term = nz * -np.expm1(-ey)  # N(z)(1 - e^{-tw}) dz
-    A = a_term.sum(axis=1)  # 1 - phi(t)
+    nz1 = np.exp(logwz)
+    nz = nz1[None, :]
+    A, B, C, D = (np.empty(u.size) for _ in range(4))
+    for r in _chunks(u.size, z.size, cancel):
+        y = np.minimum(x[None, :] - u[r, None], 700.0)  # (rows, Z): log(t w)
+        ey = np.exp(y)
+        A[r] = (nz * -np.expm1(-ey)).sum(axis=1)  # 1 - phi(t)
+        ker = np.exp(y - ey)  # t w e^{-tw}
+        B[r] = (nz * x[None, :] * ker).sum(axis=1)  # E[t w log w e^{-tw}] dz-weighted
+        C[r] = (nz * np.exp(np.minimum(2 * y, 1400.0) - ey)).sum(axis=1)  # E[(t w)^2 e^{-tw}]
+        D[r] = (nz * ker).sum(axis=1)  # E[t w e^{-tw}]
     log_phi = _log1m(A)  # (U,)
-    ker = np.exp(y - ey)  # t w e^{-tw}
-    B = (nz * x[None, :] * ker).sum(axis=1)  # E[t w log w e^{-tw}] dz-weighted
-    C = (nz * np.exp(np.minimum(2 * y, 1400.0) - ey)).sum(axis=1)  # E[(t w)^2 e^{-tw}]
-    D = (nz * ker).sum(axis=1)  # E[t w e^{-tw}]
     t = np.exp(-u)
     sink_f = np.exp(-sink * t) if sink > 0 else np.ones_like(u)
     e_minus_t = np.exp(-t)
-    if want_max:
-        # rows of u that can matter for the max (psi <= phi): the cumulative integral only there
-        reach = (ns.min() - 1.0) * log_phi if ns.min() > 1 else np.zeros_like(u)
-        live = np.flatnonzero((reach > -45.0) & (u < x[-1] + 45.0))
-        first = int(live[0]) if live.size else 0
-        acum = _cumulative(a_term[first:] / dz, dz)  # (U - first, Z): int_{-inf}^{z} N (1 - e^{-tw})
     for i, n in enumerate(ns):
         pw = np.exp((n - 1.0) * log_phi) if n > 1 else np.ones_like(u)
         eln_w = _U_STEP * np.sum(e_minus_t - pw * np.exp(log_phi))
@@ -151,25 +214,49 @@ def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool) -> dict[
         out["entropy"][i] = max(eln_w - ewlw, 0.0)
         out["sum_sq"][i] = n * _U_STEP * np.sum(C * pw * sink_f)
         out["row_sum"][i] = n * _U_STEP * np.sum(D * pw * sink_f) if sink > 0 else 1.0
-        if want_max:
-            if n == 1:
-                out["max_weight"][i] = out["row_sum"][i]
-                continue
-            # psi <= phi, so rows with phi^(n-1) < e^-45 add nothing; nor do z with a tiny max density
-            lo = int(np.argmax(n * log_cdf > -_TAIL))
-            rows = np.flatnonzero(((n - 1.0) * log_phi > -45.0) & (u < x[-1] + 45.0))
-            rows = rows[rows >= first]
-            sl = slice(lo, None)
-            log_psi = _log1m(upper[None, sl] + acum[rows - first, sl])  # (Ur, Zw)
-            integrand = nz[:, sl] * ker[rows, sl] * np.exp((n - 1.0) * log_psi)
-            out["max_weight"][i] = n * _U_STEP * np.sum(integrand.sum(axis=1) * sink_f[rows])
     if not want_max:
         out["max_weight"][:] = np.nan
+        return out
+    _softmax_max(ns, out, x, z, upper, log_cdf, nz1, dz, u, log_phi, sink_f, cancel)
     return out
 
 
-def _sigmoid_one(n: float, sigma: float) -> dict[str, float]:
-    """Exact expectations for a sigmoid row (bias -log n), one n."""
+def _softmax_max(ns: F64, out: dict[str, F64], x: F64, z: F64, upper: F64, log_cdf: F64, nz: F64,
+                 dz: float, u: F64, log_phi: F64, sink_f: F64, cancel: Cancel | None) -> None:
+    """E[max p] for every n into ``out`` (the psi cumulative integral, chunked over u rows)."""
+    # psi <= phi, so rows with phi^(n-1) < e^-45 add nothing; nor do z with a tiny max density
+    near = u < x[-1] + 45.0
+    sel = [np.flatnonzero(((n - 1.0) * log_phi > -45.0) & near) if n > 1 else np.empty(0, np.int64)
+           for n in ns]
+    los = [int(np.argmax(n * log_cdf > -_TAIL)) for n in ns]
+    live = np.unique(np.concatenate(sel)) if len(sel) else np.empty(0, np.int64)
+    row_int = np.zeros((len(ns), u.size))  # per n, per u row: the z-integral of the max integrand
+    for r in _chunks(live.size, z.size, cancel):
+        rows = live[r]
+        y = np.minimum(x[None, :] - u[rows, None], 700.0)
+        ey = np.exp(y)
+        acum = _cumulative(nz[None, :] * -np.expm1(-ey) / dz, dz)  # int_{-inf}^{z} N (1 - e^{-tw})
+        ker = np.exp(y - ey)
+        for i, n in enumerate(ns):
+            if n == 1:
+                continue
+            mine = np.isin(rows, sel[i], assume_unique=True)
+            if not mine.any():
+                continue
+            sl = slice(los[i], None)
+            log_psi = _log1m(upper[None, sl] + acum[mine, sl])
+            integrand = nz[None, sl] * ker[mine, sl] * np.exp((n - 1.0) * log_psi)
+            row_int[i, rows[mine]] = integrand.sum(axis=1)
+    for i, n in enumerate(ns):
+        if n == 1:
+            out["max_weight"][i] = out["row_sum"][i]
+        else:
+            rows = sel[i]
+            out["max_weight"][i] = n * _U_STEP * np.sum(row_int[i, rows] * sink_f[rows])
+
+
+def _sigmoid_one(n: float, sigma: float, cancel: Cancel | None = None) -> dict[str, float]:
+    """Exact expectations for a sigmoid row (bias -log n), one n (the t-integral chunked over u)."""
     z, dz, logwz = _grid_z(n, max(sigma, 1e-3))
     v = sigma * z - math.log(n)
     logw = -np.logaddexp(0.0, -v)  # log sigmoid(v)
@@ -187,11 +274,13 @@ def _sigmoid_one(n: float, sigma: float) -> dict[str, float]:
     zq = z[np.argmax(n * log_cdf > -_TAIL)]
     lw_lo = float(-np.logaddexp(0.0, -(sigma * zq - math.log(n))))
     u = np.arange(min(lw_lo - 8.0, -4.6), math.log(n) + float(logw[-1]) + 36.0, _U_STEP)
-    y = np.minimum(logw[None, :] - u[:, None], 700.0)
-    ey = np.exp(y)
-    A = (nz[None, :] * -np.expm1(-ey)).sum(axis=1)
+    A, B = np.empty(u.size), np.empty(u.size)
+    for r in _chunks(u.size, z.size, cancel):
+        y = np.minimum(logw[None, :] - u[r, None], 700.0)
+        ey = np.exp(y)
+        A[r] = (nz[None, :] * -np.expm1(-ey)).sum(axis=1)
+        B[r] = (nz[None, :] * logw[None, :] * np.exp(y - ey)).sum(axis=1)
     log_phi = _log1m(A)
-    B = (nz[None, :] * logw[None, :] * np.exp(y - ey)).sum(axis=1)
     pw = np.exp((n - 1.0) * log_phi)
     t = np.exp(-u)
     eln_w = _U_STEP * np.sum(np.exp(-t) - pw * np.exp(log_phi))
@@ -200,7 +289,8 @@ def _sigmoid_one(n: float, sigma: float) -> dict[str, float]:
 
 
 def gaussian_row_expectations(
-    n: ArrayLike, sigma2: float, *, normalizer: str = "softmax", want_max: bool = True
+    n: ArrayLike, sigma2: float, *, normalizer: str = "softmax", want_max: bool = True,
+    cancel: Cancel | None = None,
 ) -> dict[str, F64]:
     """Exact ``E[H]``, ``E[max p]``, ``E[sum p^2]``, ``E[sum p]`` for n iid N(0, sigma2) logits.
 
@@ -208,21 +298,31 @@ def gaussian_row_expectations(
         n: lengths (array of integers >= 1). sigma2: the logits' variance (fixed).
         normalizer: ``softmax``, ``softmax1`` (sink logit 0) or ``sigmoid`` (bias ``-log n``).
         want_max: skip the (costlier) max-weight integral when False (NaN returned).
+        cancel: asked between chunks of the grid; returning True stops with
+            :class:`TheoryCancelled`.
 
     Returns:
         dict of arrays shaped like ``n``: ``entropy`` (nats, of the row renormalised to
         sum 1), ``max_weight``, ``sum_sq`` and ``row_sum`` (of the raw weights).
+
+    Raises:
+        AttnInputError: bad lengths or sigma2. ResourceLimitError: the grid for this sigma2
+            would exceed :data:`MAX_THEORY_CELLS` (checked before any grid is built).
+        TheoryCancelled: ``cancel()`` returned True.
     """
     ns = np.atleast_1d(np.asarray(n, dtype=np.float64))
     if np.any(ns < 1) or not np.all(np.isfinite(ns)):
         raise AttnInputError("lengths must be at least 1.")
     if not (math.isfinite(sigma2) and sigma2 >= 0):
         raise AttnInputError(f"sigma2 must be a finite non-negative number; got {sigma2}.")
+    if normalizer not in ("softmax", "softmax1", "sigmoid"):
+        raise AttnInputError(f"unknown normaliser {normalizer!r}.")
+    _check_cells(quadrature_cells(ns, sigma2, normalizer=normalizer, want_max=want_max))
     sigma = math.sqrt(sigma2)
     if normalizer in ("softmax", "softmax1"):
-        return _softmax_family(ns, sigma, 1.0 if normalizer == "softmax1" else 0.0, want_max)
+        return _softmax_family(ns, sigma, 1.0 if normalizer == "softmax1" else 0.0, want_max, cancel)
     if normalizer == "sigmoid":
-        rows = [_sigmoid_one(float(v), sigma) for v in ns]
+        rows = [_sigmoid_one(float(v), sigma, cancel) for v in ns]
         return {k: np.array([r[k] for r in rows]) for k in ("entropy", "max_weight", "sum_sq", "row_sum")}
     raise AttnInputError(f"unknown normaliser {normalizer!r}.")
 
@@ -247,6 +347,46 @@ def _logit_factors(lengths: Sequence[int] | ArrayLike, d: int, scale_rule: str, 
     return ns, base_scale(scale_rule, d) * mult / temperature
 
 
+def _theory_plan(lengths: Sequence[int] | ArrayLike, d: int, scale_rule: str, temperature: float,
+                 ssmax_s: float, nodes: int | None
+                 ) -> tuple[NDArray[np.int64], F64, F64, F64, dict[float, list[int]]]:
+    """Lengths, mean logit variance per length, chi2 nodes and weights, lengths grouped by variance."""
+    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
+    f2d = factor**2 * d  # mean logit variance at each n
+    xs, ws = chi2_nodes(d, nodes or _nodes_for(d))
+    groups: dict[float, list[int]] = {}
+    for i, v in enumerate(f2d):
+        groups.setdefault(float(v), []).append(i)
+    return ns, f2d, xs, ws, groups
+
+
+def _plan_cells(ns: NDArray[np.int64], xs: F64, groups: dict[float, list[int]], normalizer: str,
+                want_max: bool) -> float:
+    return sum(quadrature_cells(ns[idx], s2_mean * x, normalizer=normalizer, want_max=want_max)
+               for s2_mean, idx in groups.items() for x in xs)
+
+
+def check_sweep_theory(
+    lengths: Sequence[int] | ArrayLike,
+    *,
+    d: int = 64,
+    scale_rule: str = "sqrt_d",
+    temperature: float = 1.0,
+    normalizer: str = "softmax",
+    ssmax_s: float = 0.43,
+    nodes: int | None = None,
+    want_max: bool = True,
+) -> None:
+    """Raise what :func:`sweep_theory` would raise for its size, without computing anything.
+
+    Raises:
+        AttnInputError: bad arguments. ResourceLimitError: the quadratures together exceed
+            :data:`MAX_THEORY_CELLS` (so a page can refuse before it starts a sweep).
+    """
+    ns, _, xs, _, groups = _theory_plan(lengths, d, scale_rule, temperature, ssmax_s, nodes)
+    _check_cells(_plan_cells(ns, xs, groups, normalizer, want_max))
+
+
 def sweep_theory(
     lengths: Sequence[int] | ArrayLike,
     *,
@@ -257,6 +397,7 @@ def sweep_theory(
     ssmax_s: float = 0.43,
     nodes: int | None = None,
     want_max: bool = True,
+    cancel: Cancel | None = None,
 ) -> pd.DataFrame:
     """Theory for :func:`attncore.sweeps.entropy_vs_length` with the same arguments.
 
@@ -273,22 +414,21 @@ def sweep_theory(
       for sigmoid's raw weights);
     * ``sigma2`` (mean logit variance), ``valid_from`` (``e^{sigma2}``) and ``frozen_below``
       (``e^{sigma2/2}``).
+
+    ``cancel`` is asked between chunks of every quadrature (True stops with
+    :class:`TheoryCancelled`); grids beyond :data:`MAX_THEORY_CELLS` raise ResourceLimitError.
     """
-    ns, factor = _logit_factors(lengths, d, scale_rule, temperature, ssmax_s)
-    f2d = factor**2 * d  # mean logit variance at each n
-    xs, ws = chi2_nodes(d, nodes or _nodes_for(d))
+    ns, f2d, xs, ws, groups = _theory_plan(lengths, d, scale_rule, temperature, ssmax_s, nodes)
+    _check_cells(_plan_cells(ns, xs, groups, normalizer, want_max))
     keys = ("entropy", "max_weight", "sum_sq", "row_sum")
     acc = {k: np.zeros(ns.size) for k in keys}
     asym_max = np.zeros(ns.size)
     mgf = np.zeros(ns.size)
-    groups: dict[float, list[int]] = {}
-    for i, v in enumerate(f2d):
-        groups.setdefault(float(v), []).append(i)
     for s2_mean, idx in groups.items():
         sub = ns[idx].astype(np.float64)
         for x, w in zip(xs, ws, strict=True):
             s2 = s2_mean * x
-            res = gaussian_row_expectations(sub, s2, normalizer=normalizer, want_max=want_max)
+            res = gaussian_row_expectations(sub, s2, normalizer=normalizer, want_max=want_max, cancel=cancel)
             for k in keys:
                 acc[k][idx] += w * res[k]
             with np.errstate(over="ignore", invalid="ignore"):
@@ -328,6 +468,7 @@ def sweep_theory_given_queries(
     normalizer: str = "softmax",
     ssmax_s: float = 0.43,
     want_max: bool = True,
+    cancel: Cancel | None = None,
 ) -> pd.DataFrame:
     """The exact expectation of a sweep's row averages given the queries actually drawn.
 
@@ -342,6 +483,7 @@ def sweep_theory_given_queries(
             (:func:`attncore.sweeps.query_norms` gives the engine's).
         d, scale_rule, temperature, normalizer, ssmax_s: as in :func:`sweep_theory`.
         want_max: also the max weight (the costlier integral; NaN otherwise).
+        cancel: asked between chunks (True stops with :class:`TheoryCancelled`).
 
     Returns:
         One row per n: ``entropy``, ``normalized_entropy``, ``max_weight``, ``sum_sq``,
@@ -358,9 +500,12 @@ def sweep_theory_given_queries(
     groups: dict[float, list[int]] = {}
     for i, f in enumerate(factor):
         groups.setdefault(float(f), []).append(i)
+    _check_cells(sum(quadrature_cells(ns[idx], float(s2), normalizer=normalizer, want_max=want_max)
+                     for f, idx in groups.items() for s2 in (f * qn) ** 2))
     for f, idx in groups.items():
         for s2 in (f * qn) ** 2:
-            res = gaussian_row_expectations(ns[idx], float(s2), normalizer=normalizer, want_max=want_max)
+            res = gaussian_row_expectations(ns[idx], float(s2), normalizer=normalizer, want_max=want_max,
+                                            cancel=cancel)
             for k in keys:
                 acc[k][idx] += np.asarray(res[k]) / qn.size
     nf = ns.astype(np.float64)

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from attncore import theory as T
 from attncore.attention import attention_stages
-from attncore.budget import check_limit
+from attncore.budget import check_bytes, check_limit
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.normalizers import Normalizer, Sigmoid, Softmax, SoftmaxWithSink
@@ -510,6 +510,9 @@ def zoo_content_theory(name: str, spec: SinkSpec, content: np.ndarray) -> tuple[
 
 def uniform_attention(L: int, causal: bool, device: torch.device | str = "cpu") -> Tensor:
     """(L, L) uniform weights over the keys each query sees: the no-preference baseline."""
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise AttnInputError(f"L must be a whole number of positions, at least 1; got {L!r}.")
+    check_bytes(float(L) * L * 10, f"an ({L:,}, {L:,}) uniform attention map", "Use a shorter text.")
     allowed = torch.ones(L, L, dtype=torch.bool, device=device)
     if causal:
         allowed = allowed.tril()

@@ -11,11 +11,12 @@ import streamlit as st
 from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
-from ui.cached import entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
+from ui.text import plain
 from ui.views import training as training_view
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
@@ -266,10 +267,10 @@ def figure1(ctx: PageContext) -> None:
     try:
         figure1_body(ctx)
     except AttnInputError as exc:
-        st.error(str(exc), icon=":material/block:")
+        st.error(plain(exc), icon=":material/block:")
     except Exception as exc:  # the panel's boundary: never show a traceback
         log.exception("figure-1 panel failed")
-        st.error(f"Something went wrong in this panel ({type(exc).__name__}: {exc}).",
+        st.error(plain(f"Something went wrong in this panel ({type(exc).__name__}: {exc})."),
                  icon=":material/error:")
     finally:
         state.sync_url((*GLOBAL_PARAMS, *PARAMS))
@@ -320,6 +321,10 @@ def body(ctx: PageContext) -> None:
     if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
         st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
     series = build_series(c, ctx.seed, ctx.sample_dtype)
+    for s in series:  # the theory's quadrature budget is checked before any sweep starts
+        sp = s.spec
+        check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature, sp.normalizer,
+                             sp.ssmax_s)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
     if result is not None:

@@ -26,6 +26,7 @@ from attncore.overflow import OVERFLOW_DTYPES
 from ui import cached, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param, value
+from ui.text import plain
 from ui.views import saturation as view
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def guarded() -> Iterator[None]:
     try:
         yield
     except AttnInputError as exc:
-        st.error(str(exc), icon=":material/block:")
+        st.error(plain(exc), icon=":material/block:")
 
 
 def chart(fig: go.Figure, name: str, where: Any = st) -> None:

@@ -85,3 +85,14 @@ def test_heatmaps_bad_url_values_are_clamped_with_a_message(page: Page, app_url:
     warn = page.locator("[data-testid=stAlertContentWarning]")
     text = " ".join(warn.all_inner_texts())
     assert "above its limit 1024" in text and "dk" in text and "mask" in text, text
+
+
+def test_heatmaps_url_text_is_never_a_link_or_an_image(page: Page, app_url: str) -> None:
+    """Markdown in a URL value is shown as typed: no phishing link, no image fetched from elsewhere."""
+    link = "[Session expired - click to log in again](http://example/phish)"
+    open_page(page, f"{app_url}/Heatmaps?L={link}&mask=![x](http://example/x.png)")
+    assert_clean(page)
+    text = " ".join(page.locator("[data-testid=stAlertContentWarning]").all_inner_texts())
+    assert "Session expired" in text and "http://example/x.png" in text, text
+    assert page.locator('a[href^="http://example"]').count() == 0
+    assert page.locator('img[src^="http://example"]').count() == 0

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from attncore import dot_products as _dot
 from attncore import gradients as _grad
@@ -30,7 +31,7 @@ from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
-from attncore.row_theory import sweep_theory, sweep_theory_given_queries
+from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms
 from attncore.synthetic import QKV
 
@@ -262,12 +263,32 @@ def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.Sweep
 # function may not); theory and the figure-1 panel here.
 
 
+def rerun_pending() -> bool:
+    """True once the user moved a control or pressed Stop: this run is about to be replaced.
+
+    Long attncore loops take it as their ``cancel`` callback, so a click ends them between
+    chunks (as a sweep's progress bar does); the page then shows "stopped" and reruns.
+    Streamlit keeps the pending request on the run's ScriptRequests; outside a script run
+    (tests, bare mode) nothing is ever pending.
+    """
+    ctx = get_script_run_ctx(suppress_warning=True)
+    state = getattr(getattr(ctx, "script_requests", None), "_state", None)
+    return state is not None and getattr(state, "name", "CONTINUE") != "CONTINUE"
+
+
+def check_entropy_theory(lengths: tuple[int, ...], d: int, scale_rule: str, temperature: float,
+                         normalizer: str, ssmax_s: float) -> None:
+    """Refuse (ResourceLimitError) a theory curve that is too big, before its sweep starts."""
+    check_sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature, normalizer=normalizer,
+                       ssmax_s=ssmax_s)
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def entropy_theory(lengths: tuple[int, ...], d: int, scale_rule: str, temperature: float,
                    normalizer: str, ssmax_s: float) -> Timed[pd.DataFrame]:
     """Exact expectations and closed forms for one curve (see attncore.row_theory.sweep_theory)."""
     return timed(lambda: sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature,
-                                      normalizer=normalizer, ssmax_s=ssmax_s))
+                                      normalizer=normalizer, ssmax_s=ssmax_s, cancel=rerun_pending))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -284,7 +305,7 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
         qn = query_norms(spec, device).cpu().numpy()
         return sweep_theory_given_queries([n], qn, d=spec.d, scale_rule=spec.scale_rule,
                                           temperature=spec.temperature, normalizer=spec.normalizer,
-                                          ssmax_s=spec.ssmax_s)
+                                          ssmax_s=spec.ssmax_s, cancel=rerun_pending)
     return timed(compute)
 
 

@@ -6,8 +6,9 @@ and Attention sinks pages already draw, and :func:`next_char_section` adds what 
 has: the distribution of the next character, with a temperature slider over it.
 
 Text the model cannot read: characters outside its vocabulary are dropped with a note that
-names them (escaped, never rendered as markdown); past :data:`attncore.training.MAX_VIEW_CHARS`
-characters the text is cut with a note; empty text is a plain error.
+names them (through ``ui.text.plain``: never rendered as markdown); past
+:data:`attncore.training.MAX_VIEW_CHARS` characters the text is cut with a note; empty text is a
+plain error.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ui import cached, widgets
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param, value
+from ui.text import plain
 from ui.views import causal as causal_view
 
 __all__ = [
@@ -29,7 +31,6 @@ __all__ = [
     "LABEL",
     "NAME",
     "NextParams",
-    "escape_markdown",
     "explain",
     "is_causal",
     "load",
@@ -42,7 +43,6 @@ CAUSAL = "causal"  # the value of the model picker's Param
 NAME = "character transformer"
 LABEL = "character transformer (causal, trained here)"
 MAX_NAMED = 20  # unknown characters named in the note (then "and N more")
-_MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>$~:&='\"^%@;,?/")
 
 
 @dataclass(frozen=True)
@@ -62,20 +62,6 @@ def next_params(prefix: str) -> NextParams:
                       top_k=Param(f"{prefix}topk", 12, lo=1, hi=65))
 
 
-def escape_markdown(text: str) -> str:
-    """``text`` safe inside Streamlit markdown: ASCII punctuation backslash-escaped, invisible
-    characters written as code points."""
-    out = []
-    for c in text:
-        if c in _MD_SPECIAL:
-            out.append("\\" + c)
-        elif not c.isprintable() or c.isspace():
-            out.append(f"U+{ord(c):04X}")
-        else:
-            out.append(c)
-    return "".join(out)
-
-
 def is_causal(lm: LoadedModel) -> bool:
     """True when ``lm`` is the shipped character model (as :func:`load` returns it)."""
     return isinstance(lm.model, CharTransformer)
@@ -92,7 +78,7 @@ def prepare(text: str, ctx: PageContext) -> KnownText:
 
 def _notes(kt: KnownText) -> None:
     if kt.unknown:
-        named = ", ".join(f"{escape_markdown(c)} (U+{ord(c):04X})" for c in kt.unknown[:MAX_NAMED])
+        named = ", ".join(f"{plain(c)} (U+{ord(c):04X})" for c in kt.unknown[:MAX_NAMED])
         more = f" and {len(kt.unknown) - MAX_NAMED} more" if len(kt.unknown) > MAX_NAMED else ""
         st.info(f"The character model knows only the characters of the text it was trained on, so "
                 f"{kt.n_unknown} character{'s' if kt.n_unknown != 1 else ''} outside its vocabulary "

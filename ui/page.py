@@ -20,9 +20,10 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 from attncore.budget import free_gpu_memory
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
-from attncore.errors import AttnInputError
+from attncore.errors import AttnInputError, Cancelled
 from ui import state, widgets
 from ui.nav import PAGES
+from ui.text import plain
 
 __all__ = ["GLOBAL_PARAMS", "PageContext", "run_page"]
 
@@ -78,7 +79,7 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
                    help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
     box.caption(f"torch {torch.__version__}")
     if problem:
-        side.warning(problem)
+        side.warning(plain(problem))
     if has_controls:
         side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
@@ -115,12 +116,14 @@ def run_page(
         _nav()
         ctx = _sidebar(bool(params), seed_note)
         for note in notices:
-            st.warning(note, icon=":material/link:")
+            st.warning(plain(note), icon=":material/link:")
         body(ctx)
     except ScriptControlException:
         raise
     except AttnInputError as exc:
-        st.error(str(exc), icon=":material/block:")
+        st.error(plain(exc), icon=":material/block:")
+    except Cancelled:
+        st.info("Stopped: the view is being redrawn with the new settings.", icon=":material/stop:")
     except MemoryError:
         st.error("That request needs more memory than this machine has; reduce the sizes.",
                  icon=":material/memory:")
@@ -128,8 +131,8 @@ def run_page(
         gpu_oom = True  # handled below, once this frame has let go of the error and its tensors
     except Exception as exc:  # the page boundary: never show a traceback
         log.exception("page %s failed", title)
-        st.error(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
-                 "Try other settings; the message has been logged.", icon=":material/error:")
+        st.error(plain(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
+                       "Try other settings; the message has been logged."), icon=":material/error:")
     finally:
         state.sync_url(all_params)
     if gpu_oom:

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from attncore.budget import fmt_count, oom_to_limit
 from attncore.device import resolve_device
+from attncore.errors import Cancelled
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
@@ -36,7 +37,7 @@ __all__ = ["Progress", "SweepCancelled", "entropy_vs_length", "run_sweep"]
 Progress = Callable[[float, str], "bool | None"]
 
 
-class SweepCancelled(RuntimeError):
+class SweepCancelled(Cancelled):
     """The progress callback returned False (or the cancel event was set) between chunks."""
 
 
@@ -190,11 +191,21 @@ class _Engine:
 
 
 
+# torch's intra-op thread count is process-wide: a CPU sweep's workers set it to 1 while they
+# run and the sweep restores the previous count when it ends. Both the read of that count and
+# its restoration happen under this lock, so overlapping sweeps (several sessions) cannot
+# read another sweep's temporary 1 and "restore" it for good.
 _THREADS_LOCK = threading.Lock()
 
 
 def _worker_init() -> None:
+    """CPU worker: single-threaded (the workers are the parallelism), denormals flushed."""
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+
+
+def _gpu_worker_init() -> None:
+    """CUDA feeder thread: leaves the process's CPU thread count alone."""
     torch.set_flush_denormal(True)
 
 
@@ -272,18 +283,21 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
     if choose_engine(engine, dev, spec.dtype) == "fused":
         return run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel)
     spec.validate()
-    if dev.type == "cuda":
-        return oom_to_limit(lambda: _run_torch(spec, dev, progress, workers, cancel), "this sweep",
-                            "Lower the query rows or d.")
-    return _run_torch(spec, dev, progress, workers, cancel)
+    if dev.type != "cpu":
+        return oom_to_limit(lambda: _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init),
+                            "this sweep", "Lower the query rows or d.")
+    with _THREADS_LOCK:
+        prev_threads = torch.get_num_threads()  # read under the lock: never another sweep's 1
+        try:
+            n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
+            return _run_sweep(spec, dev, n_workers, progress, cancel, _worker_init)
+        finally:
+            torch.set_num_threads(prev_threads)
 
 
-def _run_torch(spec: SweepSpec, dev: torch.device, progress: Progress | None, workers: int | None,
-               cancel: threading.Event | None) -> pd.DataFrame:
-    """The torch engine (threads and torch.Generator lanes) for a validated spec."""
-    if workers is None:
-        workers = 1 if dev.type != "cpu" else max(1, min(LANES, torch.get_num_threads()))
-    workers = 1 if dev.type != "cpu" else max(1, min(LANES, int(workers)))
+def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progress | None,
+               cancel: threading.Event | None, init: Callable[[], None]) -> pd.DataFrame:
+    """The torch engine on ``workers`` threads started with ``init`` (thread settings are the caller's)."""
     engine = _Engine(spec, dev, workers)
     shared = _Shared(done=[0] * workers)
     if cancel is not None and cancel.is_set():
@@ -311,23 +325,17 @@ def _run_torch(spec: SweepSpec, dev: torch.device, progress: Progress | None, wo
             shared.cancel.set()
 
     records: list[dict] = []
-    prev_threads = torch.get_num_threads()
-    lock = _THREADS_LOCK if dev.type == "cpu" else threading.Lock()
-    with lock:
-        try:
-            with ThreadPoolExecutor(max_workers=workers, initializer=_worker_init,
-                                    thread_name_prefix="attncore-sweep") as pool:
-                for factor, lens in spec.passes():
-                    n_blocks = -(-max(lens) // engine.block)
-                    bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-                    job = _PassJob(factor=factor, checkpoints=lens, n_blocks=n_blocks, bias=bias)
-                    shared.done = [0] * workers
-                    stats = engine.run_pass(job, shared, pool, poll)
-                    finished_units += n_blocks * engine.block_units
-                    for n, rows in zip(lens, stats, strict=True):
-                        records.append(summarise(n, rows, spec, factor, engine.q_norm.cpu()))
-        finally:
-            torch.set_num_threads(prev_threads)
+    with ThreadPoolExecutor(max_workers=workers, initializer=init,
+                            thread_name_prefix="attncore-sweep") as pool:
+        for factor, lens in spec.passes():
+            n_blocks = -(-max(lens) // engine.block)
+            bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
+            job = _PassJob(factor=factor, checkpoints=lens, n_blocks=n_blocks, bias=bias)
+            shared.done = [0] * workers
+            stats = engine.run_pass(job, shared, pool, poll)
+            finished_units += n_blocks * engine.block_units
+            for n, rows in zip(lens, stats, strict=True):
+                records.append(summarise(n, rows, spec, factor, engine.q_norm.cpu()))
     if progress is not None:
         progress(1.0, "done")
     return frame(records)
