@@ -33,7 +33,7 @@ def next_char_figure(dist: Sequence[tuple[str, float]], k: int, temperature: flo
     """
     top = top_k(dist, k)
     chars = [c for c, _ in top]
-    labels = [f"{char_label(c)}" for c in chars]
+    labels = [char_label(c) for c in chars]
     # Plotly treats category labels that look like numbers as numbers: pin the order.
     p = np.array([q for _, q in top], dtype=np.float64)
     fig = go.Figure(go.Bar(
@@ -49,10 +49,12 @@ def next_char_figure(dist: Sequence[tuple[str, float]], k: int, temperature: flo
             hovertemplate="next character %{customdata}<br>p at τ = 1: %{y:.4f}<extra></extra>"))
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(top))), ticktext=labels,
                      title="next character (␣ space, ↵ newline)")
-    fig.update_yaxes(title="probability", range=[0, min(1.0, float(p.max()) * 1.18 + 0.02)])
+    fig.update_yaxes(title="probability", range=[0, float(p.max()) * 1.15 + 0.03])  # room for the labels
+    style(fig, height=340)
     fig.update_layout(bargap=0.25, showlegend=reference is not None and abs(temperature - 1.0) > 1e-12,
+                      legend={"x": 1.0, "xanchor": "right", "y": 1.0, "yanchor": "top"},
                       meta={"view": view, "chars": chars, "temperature": float(temperature)})
-    return style(fig, height=320)
+    return fig
 
 
 def next_char_frame(dist: Sequence[tuple[str, float]], temperature: float) -> pd.DataFrame:
