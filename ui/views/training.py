@@ -135,6 +135,8 @@ def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
     fig = figures.line_chart(curves, title="final training loss vs learning rate",
                              x_title="peak learning rate", y_title="final training loss (nats/char)",
                              log_x=True, height=380)
+    lrs = sorted({r["lr"] for r in d.get("runs", [])})
+    fig.update_xaxes(tickvals=lrs, ticktext=[f"{x:.2g}" for x in lrs])  # exactly the rates swept
     figures.legend_below(fig)
     return _view(fig, "tr-lr")
 
@@ -341,6 +343,7 @@ def streaming_figure(d: dict[str, Any]) -> go.Figure:
     lo = min(min(v) for _, v in series)
     hi = max(max(v) for _, v in series)
     fig.update_yaxes(range=[lo - 0.1 * (hi - lo + 1e-3), hi + 0.1 * (hi - lo + 1e-3)])
+    figures.legend_below(fig)
     return _view(fig, "tr-streaming")
 
 
