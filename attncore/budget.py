@@ -6,12 +6,19 @@ no caller (URL, test, notebook) can ask for a computation that cannot fit.
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
 
 from attncore.errors import ResourceLimitError
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_ADDITIVE_OPS", "MAX_ATTENTION_CELLS", "MAX_BYTES_ENV", "check_bytes",
-           "check_limit", "fmt_bytes", "fmt_count", "max_bytes"]
+           "check_limit", "fmt_bytes", "fmt_count", "free_gpu_memory", "max_bytes", "oom_to_limit"]
+
+T = TypeVar("T")
 
 MAX_BYTES_ENV = "ATTNCORE_MAX_BYTES"
 # Peak bytes one computation may allocate. The largest Heatmaps request measures ~1.65 GB
@@ -41,6 +48,27 @@ def check_limit(amount: float, limit: float, what: str, why: str, fix: str) -> N
         raise ResourceLimitError(
             f"{what} would be {fmt_count(amount)}; the limit is {fmt_count(limit)} {why}. {fix}"
         )
+
+
+def free_gpu_memory() -> None:
+    """Return cached CUDA memory to the driver (after an out-of-memory error); no-op without CUDA."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def oom_to_limit(fn: Callable[[], T], what: str, fix: str) -> T:
+    """``fn()``; a CUDA out-of-memory error becomes :class:`ResourceLimitError` after freeing memory.
+
+    The error is left (and its frames, with their tensors, released) before the cache is emptied;
+    the message names ``what`` ran out and the limit to lower (``fix``).
+    """
+    try:
+        return fn()
+    except torch.cuda.OutOfMemoryError:
+        pass
+    free_gpu_memory()
+    raise ResourceLimitError(f"the GPU ran out of memory for {what}; the memory was freed. {fix}")
 
 
 def fmt_bytes(n: float) -> str:

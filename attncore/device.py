@@ -78,14 +78,24 @@ def resolve_device(preference: str | torch.device | None = "auto") -> torch.devi
     Args:
         preference: ``"auto"`` / ``None`` (CUDA if present, else CPU) or an explicit
             device such as ``"cpu"``, ``"cuda:1"``. The ``ATTNCORE_DEVICE``
-            environment variable, when set and not ``auto``, wins over it.
+            environment variable, when set and not ``auto``, wins over it, unless the
+            device it names is absent here: then an explicit ``preference`` is used (the
+            app falls back to the CPU and says so) and ``auto`` raises.
 
     Raises:
         DeviceUnavailableError: the chosen device does not exist here.
     """
     env = os.environ.get(ENV_VAR, "").strip()
+    explicit = isinstance(preference, torch.device) or (
+        preference is not None and str(preference).strip().lower() not in {"", "auto"})
     if env and env.lower() != "auto":
-        return _check(_parse(env))
+        try:
+            return _check(_parse(env))
+        except DeviceUnavailableError:
+            if not explicit:
+                raise
+            # the forced device is absent: an explicit device wins (the app's fallback to the CPU)
+            return _check(preference if isinstance(preference, torch.device) else _parse(str(preference)))
     if isinstance(preference, torch.device):
         return _check(preference)
     if preference is None or str(preference).strip().lower() in {"", "auto"}:

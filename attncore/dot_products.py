@@ -21,7 +21,7 @@ from torch import Tensor
 from attncore.budget import check_limit
 from attncore.dtypes import check_sample_dtype
 from attncore.errors import AttnInputError
-from attncore.synthetic import make_generator
+from attncore.synthetic import make_generator, randn
 
 __all__ = [
     "D_GRID",
@@ -79,7 +79,8 @@ def dot_product_samples(
     Returns the raw (unscaled) dot products, shape (M,), on ``device``; divide by
     sqrt(d) for the scaled logits. Vectors are drawn in blocks of at most 4M
     entries, so memory stays bounded; ``generator`` (else one seeded with ``seed``
-    on ``device``) makes the draw reproducible.
+    on the CPU, whose draws are moved to ``device``: the same samples on every device)
+    makes the draw reproducible.
 
     Raises:
         ResourceLimitError: ``n · d`` exceeds :data:`MAX_MC_ELEMENTS`.
@@ -92,14 +93,14 @@ def dot_product_samples(
     check_limit(n * d, MAX_MC_ELEMENTS, "samples × d", "products q_i·k_i per request (about a second)",
                 "Reduce the samples or d.")
     dev = torch.device(device)
-    g = generator if generator is not None else make_generator(seed, dev)
+    g = generator if generator is not None else make_generator(seed)  # CPU: the same on every device
     dt = check_sample_dtype(dtype)
     rows = max(1, _CHUNK // d)
     out = torch.empty(n, device=dev, dtype=dt)
     for start in range(0, n, rows):
         m = min(rows, n - start)
-        q = torch.randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
-        k = torch.randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
+        q = randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
+        k = randn(m, d, generator=g, device=dev, dtype=dt)  # (m, E)
         out[start : start + m] = (q * k).sum(-1) * (sq * sk)
     return out
 
@@ -221,7 +222,7 @@ def dot_std_sweep(
         raise AttnInputError("the sweep needs at least one d.")
     check_limit(int(n) * sum(ds), MAX_MC_ELEMENTS, "samples × (sum of d over the sweep)",
                 "products per request (about a second)", "Reduce the samples per d.")
-    g = make_generator(seed, device)
+    g = make_generator(seed)  # CPU: the same samples on every device
     raw, se_raw = [], []
     for d in ds:
         s, se = std_with_error(dot_product_samples(d, n, var_q=var_q, var_k=var_k, generator=g,

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from attncore.attention import AttentionStages, attention_stages
 from attncore.budget import MAX_ADDITIVE_OPS, MAX_ATTENTION_CELLS, check_bytes, check_limit
+from attncore.dropout import DropoutDraws, dropout_draws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.masks import MASK_KINDS, block_diagonal_mask
@@ -27,9 +28,14 @@ __all__ = [
     "POOL_LEN",
     "RowStats",
     "SyntheticSpec",
+    "check_row_lengths",
     "draw_pool",
+    "dropout_draw_count",
     "float16_overflow",
+    "parse_row_lengths",
     "row_stats",
+    "row_valid_lens",
+    "synthetic_dropout",
     "synthetic_stages",
 ]
 
@@ -51,6 +57,7 @@ class SyntheticSpec:
     temperature: float = 1.0
     mask: str = "none"
     valid_len: int = 12  # padding: keys >= valid_len are hidden
+    valid_lens_rows: tuple[int, ...] = (1, 3, 2, 4)  # padding2d: query i sees keys < entry i % len
     window: int = 4  # sliding window width
     block: int = 8  # packed-documents block size
     normalizer: str = "softmax"
@@ -84,6 +91,8 @@ class SyntheticSpec:
             raise AttnInputError("the temperature must be a positive number.")
         if not (math.isfinite(self.input_std) and self.input_std > 0):
             raise AttnInputError("the input std must be a positive number.")
+        if self.mask == "padding2d":
+            check_row_lengths(self.valid_lens_rows)
         item = 8 if self.dtype == "float64" else 4
         pool = float(POOL_LEN) * ((self.heads + self.kv_heads) * self.d_k + self.kv_heads * VALUE_DIM)
         check_bytes(pool * item * 2,
@@ -116,6 +125,18 @@ def draw_pool(spec: SyntheticSpec, device: str | torch.device = "cpu") -> QKV:
                         device=torch.device(device), dtype=sample)
 
 
+def _inputs(spec: SyntheticSpec, dev: torch.device, pool: QKV | None) -> QKV:
+    """The first L (S) rows of the pool times ``input_std``, in ``spec.dtype``: (1, H or Hkv, L or S, ·)."""
+    if max(spec.L, spec.S) > POOL_LEN:
+        raise AttnInputError(f"L and S are limited to {POOL_LEN} on this view.")
+    dtype = DTYPES[spec.dtype]
+    pool = draw_pool(spec, dev) if pool is None else pool
+    std = spec.input_std
+    return QKV(query=(pool.query[..., : spec.L, :] * std).to(dtype),
+               key=(pool.key[..., : spec.S, :] * std).to(dtype),
+               value=(pool.value[..., : spec.S, :] * std).to(dtype))
+
+
 def synthetic_stages(
     spec: SyntheticSpec, device: str | torch.device = "cpu", pool: QKV | None = None
 ) -> AttentionStages:
@@ -130,16 +151,11 @@ def synthetic_stages(
     if max(spec.L, spec.S) > POOL_LEN:
         raise AttnInputError(f"L and S are limited to {POOL_LEN} on this view.")
     dev = torch.device(device)
-    dtype = DTYPES[spec.dtype]
-    pool = draw_pool(spec, dev) if pool is None else pool
-    std = spec.input_std
-    qkv = QKV(query=(pool.query[..., : spec.L, :] * std).to(dtype),
-              key=(pool.key[..., : spec.S, :] * std).to(dtype),
-              value=(pool.value[..., : spec.S, :] * std).to(dtype))
+    qkv = _inputs(spec, dev, pool)
     scorer = None
     if spec.scoring == "additive":
         scorer = AdditiveScorer.init(spec.d_k, spec.d_k, ADDITIVE_HIDDEN,
-                                     generator=make_generator(spec.seed + 1, dev), device=dev)
+                                     generator=make_generator(spec.seed + 1), device=dev)
     attn_mask: Tensor | None = None
     valid_lens = window = None
     is_causal = False
@@ -151,6 +167,8 @@ def synthetic_stages(
         valid_lens = torch.tensor([max(0, min(int(spec.valid_len), spec.S))], device=dev)
     elif spec.mask == "blocks":
         attn_mask = block_diagonal_mask(spec.L, spec.S, max(1, int(spec.block)), dev)
+    elif spec.mask == "padding2d":
+        valid_lens = row_valid_lens(spec.valid_lens_rows, spec.L, dev)
     norm = get_normalizer(spec.normalizer, s=spec.ssmax_s) if spec.normalizer == "ssmax" \
         else get_normalizer(spec.normalizer)
     st = attention_stages(
@@ -162,6 +180,66 @@ def synthetic_stages(
     return AttentionStages(raw=st.raw[0], scaled=st.scaled[0], masked=st.masked[0],
                            allowed=allowed, weights=st.weights[0], output=st.output[0],
                            scale=st.scale)
+
+
+MAX_ROW_LENGTHS = 64  # entries of the per-query valid-length pattern
+
+
+def check_row_lengths(lengths: tuple[int, ...]) -> None:
+    """Raise :class:`AttnInputError` unless ``lengths`` holds 1 to 64 whole numbers in [0, POOL_LEN]."""
+    if not 1 <= len(lengths) <= MAX_ROW_LENGTHS:
+        raise AttnInputError(f"give 1 to {MAX_ROW_LENGTHS} valid lengths; got {len(lengths)}.")
+    for v in lengths:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= POOL_LEN:
+            raise AttnInputError(f"valid lengths must be whole numbers from 0 to {POOL_LEN}; got {v!r}.")
+
+
+def parse_row_lengths(text: str) -> tuple[int, ...]:
+    """``"1, 3 2,4"`` -> ``(1, 3, 2, 4)``; anything else raises :class:`AttnInputError` in plain words."""
+    items = [t for t in text.replace(",", " ").split() if t]
+    try:
+        lengths = tuple(int(t) for t in items)
+    except ValueError:
+        raise AttnInputError(
+            f"valid lengths must be whole numbers separated by commas (e.g. 1, 3, 2, 4); got {text[:80]!r}."
+        ) from None
+    check_row_lengths(lengths)
+    return lengths
+
+
+def row_valid_lens(lengths: tuple[int, ...], L: int, device: torch.device | str = "cpu") -> Tensor:
+    """d2l's 2-D ``valid_lens`` (1, L): query ``i`` sees keys ``j < lengths[i % len(lengths)]``."""
+    check_row_lengths(lengths)
+    pattern = torch.tensor(lengths, dtype=torch.long, device=device)
+    return pattern[torch.arange(L, device=device) % len(lengths)][None, :]  # (1, L)
+
+
+DROPOUT_DRAW_CELLS = 1 << 25  # draws x L x S of one dropout view (~0.5 s on 2 CPU cores)
+MAX_DROPOUT_DRAWS = 400
+
+
+def dropout_draw_count(L: int, S: int) -> int:
+    """Draws of the dropout view: as many as fit :data:`DROPOUT_DRAW_CELLS`, between 16 and 400."""
+    return int(min(MAX_DROPOUT_DRAWS, max(16, DROPOUT_DRAW_CELLS // max(1, L * S))))
+
+
+def synthetic_dropout(
+    spec: SyntheticSpec, p: float, head: int, device: str | torch.device = "cpu", pool: QKV | None = None
+) -> DropoutDraws:
+    """Dropout (training mode) on head ``head`` of :func:`synthetic_stages`: seeded draws.
+
+    The weights (L, S) before dropout are the stages' weights; each of
+    :func:`dropout_draw_count` draws drops them (seed ``spec.seed + 2``) and mixes the head's
+    values (S, Ev) (its key/value head under GQA). Returns :class:`DropoutDraws` with the
+    no-dropout output, the mean over draws and the closed-form std of one draw, each (L, Ev).
+    """
+    if not 0 <= head < spec.heads:
+        raise AttnInputError(f"head must be between 0 and {spec.heads - 1}; got {head}.")
+    dev = torch.device(device)
+    stages = synthetic_stages(spec, dev, pool)
+    w = stages.weights[head]  # (L, S)
+    value = _inputs(spec, dev, pool).value[0, head // (spec.heads // spec.kv_heads)].to(w.dtype)  # (S, Ev)
+    return dropout_draws(w, value, p, dropout_draw_count(spec.L, spec.S), seed=spec.seed + 2)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from attncore.dtypes import check_sample_dtype, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.normalizers import Softmax
 from attncore.stats import entropy, max_weight
-from attncore.synthetic import make_generator
+from attncore.synthetic import make_generator, randn
 
 __all__ = [
     "MAX_KEYS",
@@ -276,7 +276,7 @@ def jacobian_vs_scale(
                 "softmax entries per request (about a second)", "Reduce the trials or the keys.")
     dev = torch.device(device)
     dt = check_sample_dtype(dtype)
-    z = torch.randn(int(trials), int(n), generator=make_generator(seed, dev), device=dev, dtype=dt)
+    z = randn(int(trials), int(n), generator=make_generator(seed), device=dev, dtype=dt)  # CPU draws, moved
     scales = torch.as_tensor(sig, device=dev, dtype=dt)
     per_block = max(1, _CHUNK // z.numel())  # several sigmas per op: few large ops, bounded memory
     rows = []
@@ -379,13 +379,13 @@ def gradient_sweep(
     check_limit(B * S * sum(ds), MAX_MC_ELEMENTS, "batch × keys × (sum of d over the sweep)",
                 "entries per tensor (about a second with autograd)", "Reduce the batch, keys or largest d.")
     dev = torch.device(device)
-    g = make_generator(seed, dev)
+    g = make_generator(seed)  # CPU: the same inputs on every device
     sample = sampling_dtype(dtype)
     cols: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     worst = 0.0
     for d in ds:
-        q, k, v = (torch.randn(B, S, d, generator=g, device=dev, dtype=sample).to(dtype) for _ in range(3))
-        probe = torch.randn(B, S, d, generator=g, device=dev, dtype=sample) / math.sqrt(d)  # (B, L, E)
+        q, k, v = (randn(B, S, d, generator=g, device=dev, dtype=sample).to(dtype) for _ in range(3))
+        probe = randn(B, S, d, generator=g, device=dev, dtype=sample) / math.sqrt(d)  # (B, L, E)
         q.requires_grad_(True)
         k.requires_grad_(True)
         grad_w = probe @ v.to(sample).transpose(-2, -1)  # (B, L, S): d loss / d weights

@@ -25,7 +25,9 @@ __all__ = [
     "valid_lens_mask",
 ]
 
-MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "window", "blocks")
+# "padding": one valid length per sequence (d2l's 1-D valid_lens); "padding2d": one per query
+# (d2l's 2-D valid_lens, shape (B, L)).
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "window", "blocks", "padding2d")
 
 
 def causal_mask(L: int, S: int, device: torch.device | str | None = None) -> Tensor:

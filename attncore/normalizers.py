@@ -75,7 +75,9 @@ def _masked_softmax(x: Tensor, allowed: Tensor, extra_logit: Tensor | float | No
     if z.dtype == torch.float32 and z.device.type == "cpu":
         # torch's float32 CPU exp is ~100x slower once its result underflows (z < -87.3; -inf
         # included): exp the clamped values, then zero what lay below (as exp would have)
-        e = torch.exp(z.clamp(min=_EXP32_FLOOR)).masked_fill_(z < _EXP32_FLOOR, 0.0)
+        e = torch.exp(z.clamp(min=_EXP32_FLOOR))
+        # in place only outside autograd: exp's backward reads its own output
+        e = (e.masked_fill if e.requires_grad else e.masked_fill_)(z < _EXP32_FLOOR, 0.0)
     else:
         e = torch.exp(z)  # disallowed -> exp(-inf) = 0
     denom = e.sum(dim=-1, keepdim=True)

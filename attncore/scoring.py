@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.synthetic import randn
 
 __all__ = ["SCORING_NAMES", "AdditiveScorer", "default_scale", "dot_scores"]
 
@@ -76,11 +77,16 @@ class AdditiveScorer:
         """
         if min(d_q, d_k, hidden) < 1:
             raise AttnInputError("additive scoring needs d_q, d_k and hidden >= 1.")
-        kw = {"generator": generator, "device": device, "dtype": dtype}
+        g = generator if generator is not None else torch.default_generator
+        dev = torch.device("cpu") if device is None else torch.device(device)
+
+        def draw(*shape: int) -> Tensor:  # a CPU generator's draws are the same on every device
+            return randn(*shape, generator=g, device=dev, dtype=dtype)
+
         return cls(
-            w_q=torch.randn(hidden, d_q, **kw) / math.sqrt(d_q),
-            w_k=torch.randn(hidden, d_k, **kw) / math.sqrt(d_k),
-            w_v=torch.randn(hidden, **kw) / math.sqrt(hidden),
+            w_q=draw(hidden, d_q) / math.sqrt(d_q),
+            w_k=draw(hidden, d_k) / math.sqrt(d_k),
+            w_v=draw(hidden) / math.sqrt(hidden),
         )
 
     @property

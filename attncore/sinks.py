@@ -43,7 +43,7 @@ from attncore.budget import check_bytes, check_limit
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
 from attncore.normalizers import Normalizer, Sigmoid, Softmax, SoftmaxWithSink
-from attncore.synthetic import make_generator
+from attncore.synthetic import make_generator, randn
 
 __all__ = [
     "CONTENT_RANGE",
@@ -166,7 +166,7 @@ def _noise_scale(spread: float, dim: int) -> float:
 def sink_sequence(spec: SinkSpec, device: torch.device | str = "cpu") -> SinkSequence:
     """Queries, keys and values of the synthetic head described by ``spec`` (module docstring).
 
-    The random parts depend only on ``n``, ``seed`` and the device, so moving a
+    The random parts depend only on ``n`` and ``seed`` (CPU draws, on any device), so moving a
     strength, content or spread slider moves the same tokens. Tensors are in
     ``spec.dtype`` on ``device``.
     """
@@ -174,11 +174,11 @@ def sink_sequence(spec: SinkSpec, device: torch.device | str = "cpu") -> SinkSeq
     dev = torch.device(device)
     dtype = DTYPES[spec.dtype]
     n, E = int(spec.n), HEAD_DIM
-    g = make_generator(spec.seed, dev)
+    g = make_generator(spec.seed)  # CPU: the same tokens on every device
     sample = sampling_dtype(dtype)
 
     def draw(*shape: int) -> Tensor:
-        return torch.randn(*shape, generator=g, device=dev, dtype=sample)
+        return randn(*shape, generator=g, device=dev, dtype=sample)
 
     z, keys_noise, values = draw(n, E - 1), draw(n, E - 1), draw(n, E)
     v_sink, x, w_g = draw(1, E), draw(n, E), draw(E, E)

@@ -2,8 +2,11 @@
 
 Shape legend: ``B`` batch, ``Hq`` query heads, ``Hkv`` key/value heads, ``L``
 queries, ``S`` keys, ``E`` query/key dim, ``Ev`` value dim.
-All randomness goes through one ``torch.Generator`` seeded with ``seed``, created
-on the target device, so the same seed on the same device gives the same tensors.
+All randomness goes through one ``torch.Generator`` seeded with ``seed``. Small inputs a
+user looks at cell by cell are drawn on the CPU generator and moved to the target device
+(:func:`randn`), so the same seed gives the same tensors on every device: a URL shows the
+same picture on a laptop and on a GPU server. Monte Carlo draws too large for that use a
+generator on the device (:func:`make_generator` with a device), and the page says so.
 """
 
 from __future__ import annotations
@@ -16,14 +19,31 @@ from torch import Tensor
 
 from attncore.errors import AttnInputError
 
-__all__ = ["QKV", "gaussian_qkv", "make_generator"]
+__all__ = ["CPU_DRAW_LIMIT", "QKV", "gaussian_qkv", "make_generator", "randn"]
+
+# Draws up to this many numbers are made on the CPU generator and moved to the device (about
+# 0.1 s on one core): the same numbers everywhere. Larger Monte Carlo draws use the device's.
+CPU_DRAW_LIMIT = 1 << 24
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``seed``."""
+    """A ``torch.Generator`` on ``device`` (default the CPU) seeded with ``seed``."""
     g = torch.Generator(device=torch.device(device))
     g.manual_seed(int(seed))
     return g
+
+
+def randn(*shape: int, generator: torch.Generator, device: torch.device | str = "cpu",
+          dtype: torch.dtype = torch.float32) -> Tensor:
+    """N(0, 1) samples of ``shape`` from ``generator``, returned on ``device``.
+
+    With a CPU generator the numbers are drawn on the CPU and moved, so they do not depend on
+    ``device``; a generator on the device draws there (large Monte Carlo draws).
+    """
+    dev = torch.device(device)
+    if generator.device.type == "cpu" and dev.type != "cpu":
+        return torch.randn(*shape, generator=generator, dtype=dtype).to(dev)
+    return torch.randn(*shape, generator=generator, device=dev, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ def gaussian_qkv(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> QKV:
-    """Gaussian Q, K, V with entries ~ N(0, std^2).
+    """Gaussian Q, K, V with entries ~ N(0, std^2), the same numbers on every ``device``.
 
     ``kv_heads`` defaults to ``heads`` (plain multi-head); fewer gives grouped-query
     attention. ``d_q`` (default ``d_k``) lets additive scoring use a different
@@ -69,11 +89,11 @@ def gaussian_qkv(
     if not (math.isfinite(std) and std > 0):
         raise AttnInputError(f"the input std must be a positive number; got {std}.")
     dev = torch.device(device)
-    g = make_generator(seed, dev)
+    g = make_generator(seed)  # on the CPU: the draws do not depend on the device
     sample_dtype = torch.float64 if dtype == torch.float64 else torch.float32
 
     def draw(*shape: int) -> Tensor:
-        return (torch.randn(*shape, generator=g, device=dev, dtype=sample_dtype) * std).to(dtype)
+        return (randn(*shape, generator=g, device=dev, dtype=sample_dtype) * std).to(dtype)
 
     return QKV(
         query=draw(batch, heads, L, d_q),

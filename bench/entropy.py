@@ -1,6 +1,7 @@
 """Benchmark: attncore.sweeps.entropy_vs_length against the machine's floor and a naive notebook.
 
-Run ``python -m bench.entropy`` (``--quick`` stops at 2^20, ``--max-exp K`` at 2^K). For each
+Run ``python -m bench.entropy`` (``--quick`` stops at 2^20, ``--max-exp K`` at 2^K;
+``--device cuda``: the GPU bench of :mod:`bench.entropy_cuda` instead). For each
 n = 2^16 .. 2^24 it prints, measured in this one run:
 
 * the time and peak memory (RSS above the process's RSS right after importing torch and
@@ -274,8 +275,17 @@ TARGETS = {"floor": 0.7, "logits_2^24_s": 5.0, "vectors_2^24_s": 11.0, "naive_ra
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="stop at n = 2^20")
-    ap.add_argument("--max-exp", type=int, default=24, help="largest n = 2^K (default 24)")
+    ap.add_argument("--max-exp", type=int, default=None, help="largest n = 2^K (default 24; 30 on cuda)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="cuda: the fused kernels against the torch engine, the materialised reference "
+                         "and the fused floor on the GPU (bench/entropy_cuda.py)")
     args = ap.parse_args(argv)
+    if args.device == "cuda":
+        from bench.entropy_cuda import main as main_cuda
+
+        main_cuda(["--max-exp", str(args.max_exp or 30)])
+        return
+    args.max_exp = 24 if args.max_exp is None else args.max_exp
     top = min(args.max_exp, 20 if args.quick else 24)
     torch.set_flush_denormal(True)
     baseline = _status("VmRSS")

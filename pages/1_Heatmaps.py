@@ -6,13 +6,14 @@ from dataclasses import replace
 
 import streamlit as st
 
-from attncore.explore import RowStats, SyntheticSpec, float16_overflow, row_stats
+from attncore.dropout import DropoutDraws
+from attncore.explore import RowStats, SyntheticSpec, float16_overflow, parse_row_lengths, row_stats
 from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import realtext, widgets
-from ui.cached import heatmap_stages
+from ui import causal, realtext, widgets
+from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import heatmaps as view
@@ -21,7 +22,8 @@ D_K_OPTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
 SCORING_LABELS = {"scaled_dot": "scaled dot  q·k/√d", "dot": "dot  q·k (unscaled)",
                   "additive": "additive (Bahdanau)"}
 MASK_LABELS = {"none": "none", "causal": "causal", "padding": "padding (valid_lens)",
-               "window": "sliding window", "blocks": "packed documents"}
+               "window": "sliding window", "blocks": "packed documents",
+               "padding2d": "padding per query (2-D valid_lens)"}
 NORM_LABELS = {n: get_normalizer(n).label for n in NORMALIZER_NAMES}
 
 P_L = Param("L", 16, lo=1, hi=1024)
@@ -34,6 +36,8 @@ P_SCORING = Param("scoring", "scaled_dot", options=SCORING_NAMES)
 P_TEMP = Param("temp", 1.0, lo=0.05, hi=10.0)
 P_MASK = Param("mask", "none", options=MASK_KINDS)
 P_VLEN = Param("vlen", 12, lo=0, hi=1024)
+P_VLENS = Param("vlens", "1, 3, 2, 4")
+P_DROP = Param("drop", 0.0, lo=0.0, hi=0.9)
 P_WIN = Param("win", 4, lo=1, hi=1024)
 P_BLOCK = Param("block", 8, lo=1, hi=1024)
 P_NORM = Param("norm", "softmax", options=NORMALIZER_NAMES)
@@ -51,8 +55,10 @@ FULLY_MASKED_NOTE = (
     "uniformly (1/S on every key).")
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
-PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_WIN,
-          P_BLOCK, P_NORM, P_SS, P_STD, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM, P_SOURCE, *RT.all())
+RT_NEXT = causal.next_params("rt_")
+PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
+          P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_CMP_SCORING, P_CMP_TEMP, P_CMP_NORM, P_SOURCE,
+          *RT.all(), *RT_NEXT.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -84,15 +90,26 @@ def controls(where) -> SyntheticSpec:
         widgets.slider(P_WIN, "Window w (query i sees keys i−w+1…i)", where=where)
     elif mask == "blocks":
         widgets.slider(P_BLOCK, "Document length", where=where)
+    elif mask == "padding2d":
+        widgets.text_input(P_VLENS, "Valid length per query (repeated down the rows)", where=where,
+                           max_chars=400, help="d2l's 2-D valid_lens: query i sees keys j < the i-th "
+                                               "number (the list repeats); e.g. 1, 3, 2, 4.")
     where.markdown("#### Normaliser")
     norm = widgets.select(P_NORM, "Normaliser", labels=NORM_LABELS, where=where)
     if norm == "ssmax":
         widgets.slider(P_SS, "SSMax s", step=0.01, where=where)
+    where.markdown("#### Dropout")
+    widgets.slider(P_DROP, "Dropout p (training mode)", step=0.05, where=where,
+                   help="Attention dropout as in training: each weight is zeroed with probability p, "
+                        "the rest divided by 1 − p. 0 = inference.")
+    rows = parse_row_lengths(str(st.session_state.get(P_VLENS.key, P_VLENS.default))) \
+        if mask == "padding2d" else SyntheticSpec.valid_lens_rows
     return SyntheticSpec(L=L, S=S, d_k=d_k, heads=heads, kv_heads=int(st.session_state[P_KV.key]),
                          scoring=scoring, temperature=temp, mask=mask,
                          valid_len=int(st.session_state.get(P_VLEN.key, P_VLEN.default)),
                          window=int(st.session_state.get(P_WIN.key, P_WIN.default)),
                          block=int(st.session_state.get(P_BLOCK.key, P_BLOCK.default)),
+                         valid_lens_rows=rows,
                          normalizer=norm, ssmax_s=float(st.session_state.get(P_SS.key, P_SS.default)),
                          input_std=std)
 
@@ -171,6 +188,34 @@ def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
                     f"{float(rs.max_weight.mean()):.3f} · computed in {res.seconds * 1e3:.0f} ms")
 
 
+def dropout_section(stages, spec: SyntheticSpec, ctx: PageContext, head: int, p: float) -> None:
+    """Training-mode dropout on the selected head: the weights before and after, and the mean output."""
+    st.markdown("##### Dropout (training mode)")
+    st.markdown(
+        f"Dropout zeroes each weight with probability p = {p:g} and divides the survivors by 1 − p, so "
+        "every weight keeps its expectation and so does the output. SDPA applies dropout whenever "
+        "`dropout_p > 0`: `F.scaled_dot_product_attention` has no training flag of its own, so pass "
+        "`dropout_p=0` at inference (`nn.MultiheadAttention` does this in eval mode)."
+    )
+    st.latex(r"\tilde w_{ij}=\frac{m_{ij}}{1-p}\,w_{ij},\ m_{ij}\sim\mathrm{Bernoulli}(1-p):\quad "
+             r"\mathbb E[\tilde o_i]=o_i,\quad "
+             r"\operatorname{Var}[\tilde o_{ie}]=\frac{p}{1-p}\sum_j w_{ij}^2 v_{je}^2")
+    res = heatmap_dropout(spec, p, head, ctx.device)
+    d = res.value
+    before = stages.weights[head].cpu().numpy()
+    st.plotly_chart(view.dropout_figure(before, d.first_weights.cpu().numpy(), p), key="chart_dropout")
+    st.plotly_chart(view.dropout_mean_figure(d), key="chart_dropout_mean")
+    st.caption(dropout_sentence(d) + f" Computed in {res.seconds * 1e3:.0f} ms.")
+
+
+def dropout_sentence(d: DropoutDraws) -> str:
+    """What the mean-output chart shows, in numbers (tested against the draws)."""
+    count = d.exact.numel()
+    return (f"Head output without dropout against the mean of {d.n} seeded dropout draws: all {count} "
+            f"entries lie within {d.max_z():.2f} standard errors of it, {d.within(2.0):.0%} within 2 "
+            "(about 95% for a normal mean).")
+
+
 def source(ctx: PageContext) -> str:
     """The source switch: synthetic Q, K, V or real text through a transformer."""
     return widgets.radio(P_SOURCE, "Source", where=ctx.controls,
@@ -195,6 +240,8 @@ def real_text(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
+    if causal.is_causal(lm):
+        causal.explain(lm)
     att = res.value
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)
@@ -215,6 +262,8 @@ def real_text(ctx: PageContext) -> None:
     maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
     st.markdown(f"##### Every head of layer {layer}")
     st.plotly_chart(view.layer_heads_figure(maps), key="chart_rt_heads")
+    if causal.is_causal(lm):
+        causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
 
 
 def body(ctx: PageContext) -> None:
@@ -238,8 +287,11 @@ def body(ctx: PageContext) -> None:
             st.warning(f"{over} raw scores exceed float16's largest value 65504 and would be ±inf if "
                        "stored in float16. attncore scores half inputs in float32 (as fused kernels "
                        "accumulate), so the weights below stay finite.")
-    if spec.mask == "padding" and spec.valid_len == 0:
-        st.info(FULLY_MASKED_NOTE)
+    if (spec.mask == "padding" and spec.valid_len == 0) or (
+            spec.mask == "padding2d" and 0 in spec.valid_lens_rows[: spec.L]):
+        st.info(FULLY_MASKED_NOTE if spec.mask == "padding" else FULLY_MASKED_NOTE.replace(
+            "Valid length 0 hides every key: each row is fully masked",
+            "A valid length of 0 hides every key from its query: that row is fully masked"))
     if spec.mask == "window" and spec.window >= spec.L:
         st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
                 "it equals the causal mask.")
@@ -252,9 +304,13 @@ def body(ctx: PageContext) -> None:
     main_view(stages, spec, head, rs)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"{spec.heads} heads × {spec.L} × {spec.S}, d_k = {spec.d_k}, {spec.dtype}.")
+    p = float(st.session_state.get(P_DROP.key, P_DROP.default))
+    if p > 0:
+        dropout_section(stages, spec, ctx, head, p)
     heads_grid(stages, spec)
     if cmp_on:
         compare(spec, ctx, head, ctx.controls)
 
 
-run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body)
+run_page(title="Heatmaps", icon=":material/grid_on:", params=PARAMS, body=body,
+         oom_hint="Lower the heads, L, S or d_k.")

@@ -1,4 +1,4 @@
-"""Entropy vs length: a softmax row flattens as n grows; measured to 2^24 keys, with theory."""
+"""Entropy vs length: a softmax row flattens as n grows; measured to 2^24 keys (2^30 on CUDA), with theory."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import pandas as pd
 import streamlit as st
 
 from attncore.errors import AttnInputError
-from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
 from ui.text import plain
+from ui.views import training as training_view
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -38,10 +40,10 @@ VARY_LABELS = {"temperature": "temperature τ", "scale_rule": "scale rule", "nor
                "none": "nothing (one curve)"}
 METHOD_LABELS = {"logits": "logits (exact shortcut: n numbers per row)",
                  "vectors": "vectors (real q, k, v: n·(d + 16) numbers)"}
-N_EXPONENTS = tuple(range(4, 25))
+N_EXPONENTS = tuple(range(4, 31))  # 2^30 on CUDA; each device shows up to its max_sweep_n
 
-P_LO = Param("ent_lo", 4, lo=4, hi=24)
-P_HI = Param("ent_hi", 20, lo=4, hi=24)
+P_LO = Param("ent_lo", 4, lo=4, hi=30)
+P_HI = Param("ent_hi", 20, lo=4, hi=30)
 P_PPO = Param("ent_ppo", 1, options=(1, 2, 4))
 P_D = Param("ent_d", 64, options=(8, 16, 32, 64, 128, 256, 512, 1024))
 P_Q = Param("ent_q", 64, options=(1, 4, 16, 32, 64, 128, 256, 512, 1024))
@@ -65,26 +67,35 @@ RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value i
 FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
 
 
-def n_range(where) -> tuple[int, int]:
+def n_range(where, max_exp: int = 24) -> tuple[int, int]:
     """The range slider over powers of two, kept in the URL as ent_lo / ent_hi (exponents).
 
     The slider is a range slider because it gets a pair as ``value`` (its starting point,
-    from the URL); afterwards it keeps its own state and the two exponents follow it.
+    from the URL); afterwards it keeps its own state and the two exponents follow it. It ends
+    at the device's cap ``2^max_exp`` (:func:`attncore.sweeps.max_sweep_n`); a URL asking for
+    more is clamped to it with a note.
     """
     lo, hi = sorted((int(st.session_state[P_LO.key]), int(st.session_state[P_HI.key])))
-    a, b = where.select_slider("Sequence lengths n", options=[2**e for e in N_EXPONENTS],
+    if hi > max_exp:
+        st.info(f"n = {n_label(2**hi)} is above this device's cap of {n_label(2**max_exp)} keys per row; "
+                "showing up to the cap.", icon=":material/link:")
+        lo, hi = min(lo, max_exp), max_exp
+        st.session_state.pop(RANGE_KEY, None)  # the slider starts again from the clamped range
+    exps = [e for e in N_EXPONENTS if e <= max_exp]
+    a, b = where.select_slider("Sequence lengths n", options=[2**e for e in exps],
                                value=(2**lo, 2**hi), key=RANGE_KEY, format_func=n_label,
-                               help="Keys per row, from 2⁴ to 2²⁴ = 16.8M. Each row is streamed: no n × n "
-                                    "matrix is ever formed.")
+                               help=f"Keys per row, from 2⁴ to {n_label(2**max_exp)} on this device (2²⁴ "
+                                    "on a CPU, 2³⁰ on CUDA). Each row is streamed: no n × n matrix is ever "
+                                    "formed.")
     lo, hi = int(math.log2(a)), int(math.log2(b))
     st.session_state[P_LO.key], st.session_state[P_HI.key] = lo, hi
     return lo, hi
 
 
-def controls(where) -> Controls:
-    """Draw the sidebar controls and return what they say."""
+def controls(where, max_exp: int = 24) -> Controls:
+    """Draw the sidebar controls and return what they say (n up to ``2^max_exp``)."""
     where.markdown("#### Sweep")
-    lo, hi = n_range(where)
+    lo, hi = n_range(where, max_exp)
     ppo = widgets.select_slider(P_PPO, "Points per doubling of n", where=where)
     d = widgets.select_slider(P_D, "Head dim d", where=where,
                               help="q and k have d coordinates; with 1/√d scaling the logits' spread does "
@@ -127,13 +138,14 @@ def theory_for(s: Series) -> tuple[pd.DataFrame, float]:
     return res.value, res.seconds
 
 
-def explain() -> None:
+def explain(max_exp: int = 24) -> None:
     st.markdown(
         "A query spreads one unit of attention over the n keys it sees. With logits of a fixed "
         "spread σ, every extra key takes a share: the row flattens, its entropy climbs like log n and "
         "its largest weight falls. To stay sharp, a head must produce ever larger logits as n grows. "
-        "Below, every curve is measured by **attncore** streaming rows of up to 2²⁴ keys (no n × n "
-        "matrix), and the dashed lines are exact expectations computed by quadrature."
+        f"Below, every curve is measured by **attncore** streaming rows of up to {n_label(2**max_exp)} keys "
+        "on this device (no n × n matrix), and the dashed lines are exact expectations computed by "
+        "quadrature."
     )
     st.latex(r"H \approx \log n - \frac{\sigma^2}{2},\qquad "
              r"\max_j p_j \approx \frac{e^{\sigma z_{\max}}}{n\,e^{\sigma^2/2}},\qquad "
@@ -151,9 +163,32 @@ def explain() -> None:
         "training loss of about 1.4 with fully scaled attention against 1.2 with standard attention, so the "
         "shrinking output seems to help training, for reasons the post calls an open question."
     )
+    training_result()
 
 
-def how_it_is_computed() -> None:
+def training_result() -> None:
+    """This app's own measurement of the "fully scaled" result, beside the post's, and a link to it."""
+    try:
+        sentence = training_view.entropy_page_sentence(training_result_file("lr_sweep"))
+    except AttnInputError:
+        sentence = "This app's own run of that comparison is not shipped with this copy of the app."
+    st.markdown(sentence)
+    st.page_link("pages/6_Training_lab.py", label="Training lab: the learning-rate sweep and its curves",
+                 icon=":material/model_training:")
+
+
+def how_it_is_computed(engine: str = "torch") -> None:
+    """The method, as the engine that ran on this device (``torch`` or ``fused``) does it."""
+    if engine == "fused":
+        tail = ("Here the sweeps run as fused Triton kernels: every program draws its random "
+                "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
+                "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
+                "*vectors* draws each tile of keys once and shares it across up to 64 query rows through a "
+                "matrix product. Their Gaussians take 40 random bits for the radius and reach 7.54σ, "
+                "beyond the largest of 2³⁰ keys, so nothing is redrawn.")
+    else:
+        tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
+                "samples above 5σ are redrawn from the exact tail.")
     with st.expander("How attncore computes this", expanded=False):
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
@@ -163,9 +198,7 @@ def how_it_is_computed() -> None:
             "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
             "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
             "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
-            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. torch's float32 Gaussian "
-            "never exceeds 5.77σ, which matters for the largest of 16M keys, so samples above 5σ are redrawn "
-            "from the exact tail.\n\n"
+            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. " + tail + "\n\n"
             "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
             "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
             "weights, so the output std also shows how much mass the row spends.\n\n"
@@ -179,28 +212,33 @@ def how_it_is_computed() -> None:
 
 
 def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame, given: pd.DataFrame) -> None:
-    """The first curve at its longest n: measured, against the exact value and the one given its queries."""
+    """The first curve at its longest n: measured, against the exact value given its queries and overall."""
     last = df.iloc[-1]
     n = int(last["n"])
     t, g = th.set_index("n").loc[n], given.iloc[0]
     cols = st.columns(4)
     quiet = {"delta_color": "off", "delta_arrow": "off"}
     cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
-                   f"exact {t['entropy']:.3f} · given these queries {g['entropy']:.3f} · "
-                   f"log n = {math.log(n):.3f}", **quiet,
-                   help="Nats: measured mean over the query rows ± 2 standard errors. Exact: the expectation "
-                        "by quadrature over random queries and keys. Given these queries: the expectation "
-                        "over the keys only, for the query rows this seed drew (their |q| vary around √d), "
-                        "which is what the measurement estimates. log n is the uniform maximum.")
-    cols[1].metric("Max weight", f"{last['max_weight']:.3g}",
-                   f"± {2 * last['max_weight_sem']:.1g} · exact {t['max_weight']:.3g} · given these queries "
-                   f"{g['max_weight']:.3g} · 1/n = {1 / n:.2g}", **quiet)
+                   f"given these queries {g['entropy']:.3f} · exact {t['entropy']:.3f}", **quiet,
+                   help="Nats: measured mean over the query rows ± 2 standard errors. Given these queries: "
+                        "the exact expectation over the keys for the query rows this seed drew, which is "
+                        "what the measurement estimates. Exact: the expectation over random queries too. "
+                        f"The uniform maximum is log n = {math.log(n):.3f}.")
+    cols[1].metric("Max weight", f"{last['max_weight']:.3g} ± {2 * last['max_weight_sem']:.1g}",
+                   f"given these queries {g['max_weight']:.3g} · exact {t['max_weight']:.3g}", **quiet,
+                   help=f"Uniform: 1/n = {1 / n:.2g}.")
     cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
                    f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)
     full = last["output_std"] * math.sqrt(n / math.e)
     cols[3].metric("Output std", f"{last['output_std']:.3g}",
-                   f"exact {t['output_std']:.3g} · given these queries {g['output_std']:.3g} · fully scaled "
-                   f"{full:.3f}", **quiet)
+                   f"given these queries {g['output_std']:.3g} · exact {t['output_std']:.3g}", **quiet,
+                   help=f"Fully scaled (× √(n/e)): {full:.3f}.")
+    st.caption(
+        f"{s.label} at n = {n_label(n)}. Exact given these {s.spec.queries} queries (the keys averaged over, "
+        f"what the measurement estimates): entropy {g['entropy']:.3f}, max weight {g['max_weight']:.3g}, "
+        f"output std {g['output_std']:.3g}. Exact over random queries as well: {t['entropy']:.3f}, "
+        f"{t['max_weight']:.3g}, {t['output_std']:.3g}. The two can differ by more than the error bar: "
+        "this seed's query norms |q| are one draw, and they set every row's logit spread.")
 
 
 def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
@@ -274,8 +312,9 @@ def figure1_body(ctx: PageContext) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Entropy vs length")
-    explain()
-    c = controls(ctx.controls)
+    max_exp = max_sweep_n(ctx.device).bit_length() - 1
+    explain(max_exp)
+    c = controls(ctx.controls, max_exp)
     if ctx.dtype in ("float16", "bfloat16"):
         st.info("Sweeps draw float32 samples and add them up in float64; half precision applies to the "
                 "Heatmaps page only.", icon=":material/info:")
@@ -308,8 +347,12 @@ def body(ctx: PageContext) -> None:
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
         with st.expander("Where the large-n formulas hold", expanded=False):
             validity_table(series, frames, theories)
-        how_it_is_computed()
+        how_it_is_computed(choose_engine(None, ctx.device, "float32"))
     figure1(ctx)
 
 
-run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body)
+SEED_NOTE = ("This page's sweeps draw their random numbers on the compute device (Philox in Triton kernels "
+             "on CUDA, torch's generator on the CPU): a GPU shows other draws than a CPU, with the same "
+             "statistics within the error bars.")
+run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body,
+         seed_note=SEED_NOTE, oom_hint="Lower the query rows, d or the number of curves.")

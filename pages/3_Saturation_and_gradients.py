@@ -412,4 +412,5 @@ def body(ctx: PageContext) -> None:
                 render(ctx)
 
 
-run_page(title="Saturation & gradients", icon=":material/speed:", params=PARAMS, body=body)
+run_page(title="Saturation & gradients", icon=":material/speed:", params=PARAMS, body=body,
+         oom_hint="Lower the samples, trials, batch or the largest d.")

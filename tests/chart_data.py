@@ -14,6 +14,14 @@ from typing import Any
 import numpy as np
 
 
+def page_device() -> str:
+    """The device a page computes on with the default sidebar ("auto", ATTNCORE_DEVICE wins):
+    tests compare a page with attncore run on this device, so they pass on a GPU as on a laptop."""
+    from attncore.device import resolve_device
+
+    return str(resolve_device("auto"))
+
+
 def decode(value: Any) -> np.ndarray:
     """A Plotly array (plain list or base64 ``bdata`` dict) as a numpy array."""
     if isinstance(value, dict) and "bdata" in value:

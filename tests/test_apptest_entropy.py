@@ -13,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 import ui.sweep
 from attncore.row_theory import sweep_theory, sweep_theory_given_queries
-from attncore.sweeps import SweepSpec, peak_weight_sweep, query_norms, run_sweep
+from attncore.sweeps import SweepSpec, max_sweep_n, peak_weight_sweep, query_norms, run_sweep
 from attncore.theory import fully_scaled_multiplier, peak_weight
-from tests.chart_data import decode, figure, no_errors, run_app, same
+from tests.chart_data import decode, figure, no_errors, page_device, run_app, same
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -82,7 +82,7 @@ def check_charts(at: AppTest) -> None:
     full = bool(at.session_state["ent_full"])
     for label, spec in specs_of(at):
         # the page may sweep a superset of the lengths in one pass and show the requested ones
-        df = run_sweep(spec, device="cpu")
+        df = run_sweep(spec, device=page_device())
         swept = sweep_spec(spec)
         th = theory(replace(swept, seed=0, method="logits", queries=1, dtype="float32"))
         th = th[(th["n"] >= min(spec.lengths)) & (th["n"] <= max(spec.lengths))].reset_index(drop=True)
@@ -201,7 +201,7 @@ def test_figure1_panel_matches_attncore_and_the_closed_forms() -> None:
 
 def test_csv_holds_the_curves_and_their_theory() -> None:
     spec = SweepSpec(lengths=(64, 256, 1024), queries=16)
-    df = run_sweep(spec, device="cpu")
+    df = run_sweep(spec, device=page_device())
     th = sweep_theory(theory_lengths(spec), d=64)
     out = panel_frame([Series("τ = 1", spec, "#000")], [df], [th])
     assert list(out["n"]) == [64, 256, 1024] and set(out["curve"]) == {"τ = 1"}
@@ -224,9 +224,13 @@ def test_url_restores_the_view_and_bad_values_get_notices() -> None:
               ent_method="exact", ent_vary="temperature")
     no_errors(bad)
     notes = " ".join(w.value for w in bad.warning)
-    for needle in ("ent_hi=99 is above its limit 24", "ent_d=0 is not one of", "ent_tau=-1.0 is below its limit",
+    for needle in ("ent_hi=99 is above its limit 30", "ent_d=0 is not one of", "ent_tau=-1.0 is below its limit",
                    "ent_s must be a finite number", "unknown entries in ent_taus", "ent_method='exact'"):
         assert needle in notes, (needle, notes)
+    cap = max_sweep_n(page_device())  # the page's own device: 2^24 on a CPU, 2^30 on CUDA
+    if cap < 2**30:  # 2^30 from the URL's clamp is above a CPU's cap: clamped again, with a note
+        assert any("above this device's cap" in i.value for i in bad.info)
+    assert bad.select_slider(key="ent_n").value[1] == cap
     # the clamped range (2^8 .. 2^24) is far too long to start by itself: it waits for Run
     assert any("Run sweep" in b.label for b in bad.button)
 
@@ -261,9 +265,9 @@ def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s
     no_errors(at)
     # issue 9, correction 4: beside the unconditional expectation, the one given the rows drawn
     label, spec = specs_of(at)[0]
-    df = run_sweep(spec, device="cpu")
+    df = run_sweep(spec, device=page_device())
     n = int(df["n"].iloc[-1])
-    given = sweep_theory_given_queries([n], query_norms(spec, "cpu").numpy(), d=spec.d,
+    given = sweep_theory_given_queries([n], query_norms(spec, page_device()).numpy(), d=spec.d,
                                        scale_rule=spec.scale_rule, temperature=spec.temperature,
                                        normalizer=spec.normalizer, ssmax_s=spec.ssmax_s).iloc[0]
     deltas = {m.label.split(" at ")[0]: m.delta for m in at.metric}
@@ -271,6 +275,9 @@ def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s
     assert f"given these queries {given['max_weight']:.3g}" in deltas["Max weight"]
     assert f"given these queries {given['output_std']:.3g}" in deltas["Output std"]
     assert abs(df["entropy"].iloc[-1] - given["entropy"]) < 4.5 * df["entropy_sem"].iloc[-1]
+    caption = " ".join(c.value for c in at.caption)
+    assert (f"entropy {given['entropy']:.3f}, max weight {given['max_weight']:.3g}, output std "
+            f"{given['output_std']:.3g}") in caption
     # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse
     text = " ".join(m.value for m in at.markdown)
     assert "fully scaled" in text and "trained worse" in text

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
+from attncore.attention import AttentionStages
 from attncore.explore import SyntheticSpec, synthetic_stages
 from attncore.stats import entropy
-from tests.chart_data import decode, figure, no_errors, run_app, set_widget, trace, walk
+from tests.chart_data import decode, figure, no_errors, page_device, run_app, set_widget, trace, walk
 from ui.figures import downsample
 from ui.nav import PAGES
 
@@ -37,11 +41,18 @@ def selected_head(at: AppTest) -> int:
     return int(at.session_state["head"]) if "head" in at.session_state and at.session_state["heads"] > 1 else 0
 
 
+def stages_on_page_device(spec: SyntheticSpec) -> AttentionStages:
+    """attncore's stages computed on the page's own device, brought to the CPU for comparison."""
+    st = synthetic_stages(spec, page_device())
+    return AttentionStages(**{f.name: (v.cpu() if isinstance(v := getattr(st, f.name), torch.Tensor) else v)
+                              for f in dataclasses.fields(st)})
+
+
 def check_charts(at: AppTest) -> None:
     """Every heatmap on the page equals attncore's numbers for the current controls."""
     no_errors(at)
     spec = spec_of(at)
-    st = synthetic_stages(spec, "cpu")
+    st = stages_on_page_device(spec)
     head = selected_head(at)
     w = st.weights[head].numpy()
     main = decode(trace(figure(at, "weights"), 0)["z"])
@@ -80,7 +91,7 @@ def test_heatmaps_defaults_match_attncore() -> None:
     # Default: 4 heads, causal off, scaled dot product -> the std of scaled scores is ~1.
     labels = {m.label: m.value for m in at.metric}
     spec = spec_of(at)
-    st = synthetic_stages(spec, "cpu")
+    st = stages_on_page_device(spec)
     assert labels["Mean entropy (nats)"] == f"{float(entropy(st.weights[0]).mean()):.3f}"
     assert abs(float(labels["std of scaled scores"]) - 1.0) < 0.15
 
@@ -126,7 +137,7 @@ def test_heatmaps_mask_controls(mask: str, extra: tuple[str, int]) -> None:
     _set(at, "slider", key, value)
     check_charts(at)
     spec = spec_of(at)
-    w = synthetic_stages(spec, "cpu").weights[selected_head(at)].numpy()
+    w = stages_on_page_device(spec).weights[selected_head(at)].numpy()
     L, S = w.shape
     i, j = np.meshgrid(np.arange(L), np.arange(S), indexing="ij")
     hidden = {"padding": j >= value, "window": (j > i) | (j <= i - value),
@@ -152,8 +163,8 @@ def test_heatmaps_compare_mode_shows_scaled_vs_unscaled() -> None:
     a = decode(trace(figure(at, "compare-A"))["z"])
     b = decode(trace(figure(at, "compare-B"))["z"])
     spec = spec_of(at)
-    wa = synthetic_stages(spec, "cpu").weights[0].numpy()
-    wb = synthetic_stages(SyntheticSpec(**{**spec.__dict__, "scoring": "dot"}), "cpu").weights[0].numpy()
+    wa = stages_on_page_device(spec).weights[0].numpy()
+    wb = stages_on_page_device(SyntheticSpec(**{**spec.__dict__, "scoring": "dot"})).weights[0].numpy()
     np.testing.assert_allclose(a, wa, atol=1e-6)
     np.testing.assert_allclose(b, wb, atol=1e-6)
     # Unscaled at d_k = 512: rows collapse onto one key (max weight near 1).

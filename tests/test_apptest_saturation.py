@@ -24,7 +24,7 @@ from attncore.gradients import (
     temperature_rows,
 )
 from attncore.overflow import overflow_rows, overflow_sweep
-from tests.chart_data import decode, figure, figures, no_errors, run_app
+from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app
 
 PAGE = "pages/3_Saturation_and_gradients.py"
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")
@@ -85,7 +85,8 @@ def check_why(at: AppTest) -> None:
     """Both histograms, their theory curves and the std sweep equal attncore's numbers."""
     no_errors(at)
     d, n, vq, vk = get(at, "sat_d"), get(at, "sat_n"), get(at, "sat_vq"), get(at, "sat_vk")
-    h = dot_histograms(d, n, get(at, "sat_bins"), var_q=vq, var_k=vk, seed=get(at, "seed"), dtype=mc_dtype(at))
+    h = dot_histograms(d, n, get(at, "sat_bins"), var_q=vq, var_k=vk, seed=get(at, "seed"), dtype=mc_dtype(at),
+                       device=page_device())
     fig = figure(at, "sat-hist")
     close(xy(trace(fig, "measured", "x"))[1], h.density_raw)
     close(xy(trace(fig, "measured", "x2"))[1], h.density_scaled)
@@ -97,7 +98,8 @@ def check_why(at: AppTest) -> None:
     close(y, theory.normal_density(x, vq * vk), rtol=1e-4)
     shared = fig["layout"].get("xaxis2", {}).get("matches") == "x"
     assert shared == bool(get(at, "sat_samex"))
-    sw = dot_std_sweep(D_GRID, get(at, "sat_ns"), var_q=vq, var_k=vk, seed=get(at, "seed"), dtype=mc_dtype(at))
+    sw = dot_std_sweep(D_GRID, get(at, "sat_ns"), var_q=vq, var_k=vk, seed=get(at, "seed"), dtype=mc_dtype(at),
+                       device=page_device())
     std = figure(at, "sat-std")
     raw = trace(std, "measured std(q·k)")
     close(xy(raw)[1], sw.std_raw)
@@ -142,7 +144,8 @@ def check_gradients(at: AppTest) -> None:
     rows = temperature_rows(parse_scores(s["sat_scores"]), s["sat_dex"])
     jac = softmax_jacobian(rows.weights[ROW_KEYS.index(s["sat_jrow"])]).numpy()
     close(decode(figure(at, "sat-jacobian")["data"][0]["z"]), jac, atol=1e-7)
-    sw = ref_scale_sweep(s["sat_smax"], s["sat_keys"], s["sat_trials"], seed=s["seed"], dtype=mc_dtype(at))
+    sw = ref_scale_sweep(s["sat_smax"], s["sat_keys"], s["sat_trials"], seed=s["seed"], dtype=mc_dtype(at),
+                         device=page_device())
     js = figure(at, "sat-jscale")
     close(xy(trace(js, "measured", "x"))[1], sw.jac_mean)
     close(xy(trace(js, "measured", "x2"))[1], sw.max_mean)
@@ -150,7 +153,7 @@ def check_gradients(at: AppTest) -> None:
     close(y, theory.jacobian_norm_large_scale(x, s["sat_keys"]), rtol=1e-5)
     ds = tuple(d for d in D_GRID if d <= s["sat_dmax"])
     gs = ref_gradient_sweep(ds, s["sat_keys"], s["sat_batch"], level=s["sat_level"], seed=s["seed"],
-                            dtype=DTYPES[s["dtype"]])
+                            dtype=DTYPES[s["dtype"]], device=page_device())
     grad = figure(at, "sat-grad")
     for i, q in enumerate(GRAD_PANELS):
         axis = "x" if i == 0 else f"x{i + 1}"
@@ -343,7 +346,7 @@ def test_gradients_reading_states_how_fast_the_unscaled_gradients_fall() -> None
     assert "the **mean** does not fall" not in text
     ds = tuple(d for d in D_GRID if d <= get(at, "sat_dmax"))
     gs = ref_gradient_sweep(ds, get(at, "sat_keys"), get(at, "sat_batch"), level=get(at, "sat_level"),
-                            seed=get(at, "seed"), dtype=DTYPES[get(at, "dtype")])
+                            seed=get(at, "seed"), dtype=DTYPES[get(at, "dtype")], device=page_device())
     ladder = [d for d in (16, 64, 256, 1024, 4096) if d in ds]
     med = {d: gs.stats[("unscaled", "jac")].median[ds.index(d)] for d in ladder}
     neg_log = [-math.log(med[d]) for d in ladder]

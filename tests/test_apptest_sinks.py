@@ -28,6 +28,7 @@ from tests.chart_data import (
     decode,
     figure,
     no_errors,
+    page_device,
     run_app,
     trace,
     traces_named,
@@ -83,13 +84,14 @@ def check_lab(at: AppTest) -> None:
     """Every chart of the synthetic lab equals attncore's numbers for the current controls."""
     no_errors(at)
     spec = lab_spec(at)
-    zoo, th = normaliser_zoo(spec), zoo_theory(spec)
+    dev = page_device()  # attncore on the page's own device
+    zoo, th = normaliser_zoo(spec, dev), zoo_theory(spec)
     rtol = 1e-2 if spec.dtype == "bfloat16" else 1e-5
-    expect, _, _ = downsample(zoo["softmax"].weights.float().numpy(), 256)
+    expect, _, _ = downsample(zoo["softmax"].weights.float().cpu().numpy(), 256)
     np.testing.assert_allclose(decode(trace(figure(at, "snk-map"))["z"]), expect, rtol=rtol, atol=1e-6)
     # Sweeps: measured (trace 0) and theory (trace 1).
     xs = np.linspace(*STRENGTH_RANGE, SWEEP_POINTS)
-    sw = strength_sweep(spec, xs)
+    sw = strength_sweep(spec, xs, dev)
     fig = figure(at, "snk-strength")
     np.testing.assert_allclose(decode(trace(fig, 0)["y"]), sw.mean("sink_weight"), rtol=rtol, atol=1e-6)
     np.testing.assert_allclose(decode(trace(fig, 1)["y"]),
@@ -101,7 +103,7 @@ def check_lab(at: AppTest) -> None:
         T.softmax_output_rms_theory(spec.n, spec.content, spec.spread, strength=xs, sink_value=spec.sink_value),
         rtol=1e-5)
     cs = np.linspace(*CONTENT_RANGE, SWEEP_POINTS)
-    cw = content_sweep(spec, cs)
+    cw = content_sweep(spec, cs, dev)
     mass, rms = figure(at, "snk-nothing-mass"), figure(at, "snk-nothing-rms")
     labels = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
               "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
@@ -118,7 +120,7 @@ def check_lab(at: AppTest) -> None:
     grid = figure(at, "snk-zoo")
     assert len(grid["data"]) == len(ZOO)
     for tr, name in zip(grid["data"], ZOO, strict=True):
-        expect, _, _ = downsample(zoo[name].weights.float().numpy(), 96)
+        expect, _, _ = downsample(zoo[name].weights.float().cpu().numpy(), 96)
         np.testing.assert_allclose(decode(tr["z"]), expect, rtol=rtol, atol=1e-6)
     for field in ("row_sum", "sink_weight", "output_rms"):
         fig = figure(at, f"snk-zoo-{field}")

@@ -7,7 +7,9 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from attncore.sweeps import max_sweep_n
 from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot, wait_idle
+from tests.chart_data import page_device
 
 pytestmark = pytest.mark.browser
 
@@ -67,9 +69,12 @@ def test_entropy_bad_url_values_get_plain_messages(page: Page, app_url: str) -> 
     wait_idle(page)
     assert page.locator("[data-testid=stException]").count() == 0
     text = " ".join(warn.all_inner_texts())
-    for needle in ("ent_hi=99 is above its limit 24", "ent_d=0 is not one of", "ent_tau=-1.0 is below",
+    for needle in ("ent_hi=99 is above its limit 30", "ent_d=0 is not one of", "ent_tau=-1.0 is below",
                    "ent_s must be a finite number"):
         assert needle in text, (needle, text)
+    if max_sweep_n(page_device()) < 2**30:  # and 2^30 is above this device's cap: clamped again, said so
+        info = " ".join(page.locator("[data-testid=stAlertContentInfo]").all_inner_texts())
+        assert "above this device's cap" in info, info
     # 2^6 .. 2^24 at 64 rows is long: it waits for Run instead of failing
     expect(page.get_by_role("button", name=re.compile("Run sweep"))).to_be_visible()
     screenshot(page, "entropy-bad-url", height=1000)

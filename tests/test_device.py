@@ -81,7 +81,13 @@ def test_cuda_requested_without_gpu_raises(no_env, no_cuda, name):
 def test_env_cuda_without_gpu_raises(monkeypatch, no_cuda, name):
     monkeypatch.setenv(ENV_VAR, name)
     with pytest.raises(DeviceUnavailableError, match="no CUDA GPU is available"):
-        resolve_device("cpu")
+        resolve_device()
+    with pytest.raises(DeviceUnavailableError, match="no CUDA GPU is available"):
+        resolve_device("auto")
+    # an explicit device wins when the forced one is absent: the app's fallback to the CPU computes
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceUnavailableError, match="no CUDA GPU is available"):
+        resolve_device("cuda:1")
 
 
 def test_cuda_index_out_of_range_raises(monkeypatch, no_env):

@@ -92,7 +92,7 @@ def test_combine_and_float_to_bool():
     assert torch.equal(combine(a, b), torch.tensor([[True, False], [True, False]]))
     fm = torch.tensor([0.0, float("-inf"), -1e9, 3.0])
     assert torch.equal(float_to_bool(fm), torch.tensor([True, False, True, True]))
-    assert MASK_KINDS == ("none", "causal", "padding", "window", "blocks")
+    assert MASK_KINDS == ("none", "causal", "padding", "window", "blocks", "padding2d")
 
 
 @pytest.mark.parametrize("ndim", [3, 4, 5])
@@ -296,6 +296,9 @@ def _reference_attention(spec: SyntheticSpec):
         kw["valid_lens"] = torch.tensor([spec.valid_len])
     elif spec.mask == "blocks":
         kw["attn_mask"] = block_diagonal_mask(spec.L, spec.S, spec.block)
+    elif spec.mask == "padding2d":  # query i sees keys < pattern[i % len(pattern)]
+        pat = spec.valid_lens_rows
+        kw["valid_lens"] = torch.tensor([[pat[i % len(pat)] for i in range(spec.L)]])
     norm = get_normalizer(spec.normalizer, s=spec.ssmax_s) if spec.normalizer == "ssmax" else spec.normalizer
     out, w = attention(q, k, v, scale=spec.scale(), enable_gqa=spec.kv_heads != spec.heads,
                        normalizer=norm, return_weights=True, **kw)

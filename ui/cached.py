@@ -21,12 +21,15 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 
 from attncore import dot_products as _dot
 from attncore import gradients as _grad
+from attncore import kernels as _kernels
 from attncore import models as _models
 from attncore import overflow as _overflow
 from attncore import sinks as _sinks
+from attncore import training as _training
 from attncore.attention import AttentionStages
+from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
-from attncore.explore import SyntheticSpec, draw_pool, synthetic_stages
+from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms
@@ -35,9 +38,16 @@ from attncore.synthetic import QKV
 __all__ = [
     "SWEEP_POINTS",
     "Timed",
+    "causal_attention",
+    "causal_model",
+    "causal_next_chars",
+    "training_result",
     "entropy_theory",
     "entropy_theory_given_queries",
+    "heatmap_dropout",
     "heatmap_stages",
+    "kernel_memory",
+    "kernel_probe",
     "language_model",
     "peak_weights",
     "sat_dot_histograms",
@@ -94,6 +104,14 @@ def heatmap_stages(spec: SyntheticSpec, device: str) -> Timed[AttentionStages]:
     spec.validate()
     pool = _input_pool(spec.heads, spec.kv_heads, spec.d_k, spec.seed, spec.dtype, device)
     return timed(lambda: synthetic_stages(spec, device, pool))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def heatmap_dropout(spec: SyntheticSpec, p: float, head: int, device: str) -> Timed[DropoutDraws]:
+    """Seeded dropout draws on one head of the synthetic attention (training mode)."""
+    spec.validate()
+    pool = _input_pool(spec.heads, spec.kv_heads, spec.d_k, spec.seed, spec.dtype, device)
+    return timed(lambda: synthetic_dropout(spec, p, head, device, pool))
 
 
 # --------------------------------------------------------------------------- Monte Carlo (Saturation)
@@ -186,6 +204,35 @@ def _text_attention(canonical: str, text: str, device: str) -> Timed[_models.Tex
     return timed(lambda: _models.run_text(lm, text))
 
 
+# --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def causal_model(device: str) -> Timed[_training.CharTransformer]:
+    """The shipped character transformer (a causal decoder), loaded once per process and device."""
+    return timed(lambda: _training.load_shipped_model(device))
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def causal_attention(text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every causal attention map of the shipped model on ``text`` (vocabulary characters only)."""
+    model = causal_model(device).value
+    return timed(lambda: _training.text_attention(model, text))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def causal_next_chars(text: str, temperature: float, device: str) -> Timed[list[tuple[str, float]]]:
+    """Every character with its probability of following ``text`` at ``temperature``, most likely first."""
+    model = causal_model(device).value
+    return timed(lambda: _training.next_char_distribution(model, text, temperature))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def training_result(name: str) -> dict:
+    """A shipped Training lab result (``lr_sweep``, ``scaling``, ``sinks``) as a dict."""
+    return _training.load_result(name)
+
+
 # --------------------------------------------------------------------------- the synthetic sink head (Sinks)
 
 
@@ -272,3 +319,27 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
                                           temperature=spec.temperature, normalizer=spec.normalizer,
                                           ssmax_s=spec.ssmax_s, cancel=rerun_pending)
     return timed(compute)
+
+
+# ---------------------------------------------------------------------------- Kernels page (issue 13)
+KERNEL_REPEATS = 3  # timed calls per backend after a warm-up (fewer once a second is spent)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def kernel_probe(spec: _kernels.KernelSpec, T: int, device: str) -> Timed[_kernels.SizeResult]:
+    """Every SDPA backend, the default dispatch and both baselines at L = S = T (no memory yet)."""
+    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=1.0,
+                                        measure_memory=False))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def kernel_memory(spec: _kernels.KernelSpec, lengths: tuple[int, ...],
+                  device: str) -> Timed[tuple[tuple[_kernels.SizeResult, ...], str]]:
+    """The probes of ``lengths`` with peak memory filled in (CPU: one fresh measuring process)."""
+    sizes = [kernel_probe(spec, T, device).value for T in lengths]
+
+    def run() -> tuple[tuple[_kernels.SizeResult, ...], str]:
+        out, note = _kernels.measure_memory(sizes, spec, device)
+        return tuple(out), note
+
+    return timed(run)

@@ -33,4 +33,13 @@ PAGES: tuple[PageEntry, ...] = (
               "Why a head dumps its weight on a meaningless token: a synthetic sink, softmax against "
               "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, and the "
               "sinks of a real transformer (all-MiniLM-L6-v2, offline) on your own text."),
+    PageEntry("pages/5_Kernels.py", "Kernels", ":material/bolt:",
+              "What F.scaled_dot_product_attention really runs: which backends (flash, memory-efficient, "
+              "cuDNN, math) accept a call and torch's reasons when they refuse, the default choice, time "
+              "and peak memory against T beside the materialised versions, and source 004's claims checked."),
+    PageEntry("pages/6_Training_lab.py", "Training lab", ":material/model_training:",
+              "Does the scaling choice matter once a model learns? A small character transformer trained "
+              "with standard, unscaled, fully scaled, softmax1, sink-logit and gated attention: the shipped "
+              "experiments of sources 003, 001 and 000 with verdicts, then live runs with a queue, "
+              "progress and Stop, and kept runs to compare."),
 )

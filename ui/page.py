@@ -17,6 +17,7 @@ import streamlit as st
 import torch
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
+from attncore.budget import free_gpu_memory
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError, Cancelled
@@ -61,7 +62,7 @@ def _resolve() -> tuple[torch.device, str | None]:
         return torch.device("cpu"), f"{exc} Using the CPU."
 
 
-def _sidebar(has_controls: bool) -> PageContext:
+def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     """The Compute expander (device, seed, precision) under the navigation."""
     side = st.sidebar
     dev, problem = _resolve()
@@ -72,6 +73,8 @@ def _sidebar(has_controls: bool) -> PageContext:
                    help="Where attncore computes. ATTNCORE_DEVICE in the environment overrides it.")
     widgets.number(SEED, "Seed", step=1, where=box,
                    help="Seeds every random draw; the same seed reproduces the same view.")
+    if seed_note:
+        box.caption(seed_note)
     widgets.select(DTYPE, "Precision", where=box,
                    help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
     box.caption(f"torch {torch.__version__}")
@@ -96,14 +99,22 @@ def run_page(
     icon: str,
     params: Sequence[state.Param],
     body: Callable[[PageContext], None],
+    seed_note: str | None = None,
+    oom_hint: str = "Lower the sizes.",
 ) -> None:
-    """Render one page: config, sidebar, URL-restored controls, then ``body`` inside a boundary."""
+    """Render one page: config, sidebar, URL-restored controls, then ``body`` inside a boundary.
+
+    ``seed_note``: a line under the seed (e.g. that this page's Monte Carlo draws happen on the
+    device, so a GPU shows other draws than a CPU). ``oom_hint``: which limit to lower when the
+    GPU runs out of memory (the memory is freed and the page says so, never a traceback).
+    """
     st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide")
     all_params = (*GLOBAL_PARAMS, *params)
     notices = state.init(all_params)
+    gpu_oom = False
     try:
         _nav()
-        ctx = _sidebar(bool(params))
+        ctx = _sidebar(bool(params), seed_note)
         for note in notices:
             st.warning(plain(note), icon=":material/link:")
         body(ctx)
@@ -116,9 +127,15 @@ def run_page(
     except MemoryError:
         st.error("That request needs more memory than this machine has; reduce the sizes.",
                  icon=":material/memory:")
+    except torch.cuda.OutOfMemoryError:
+        gpu_oom = True  # handled below, once this frame has let go of the error and its tensors
     except Exception as exc:  # the page boundary: never show a traceback
         log.exception("page %s failed", title)
         st.error(plain(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
                        "Try other settings; the message has been logged."), icon=":material/error:")
     finally:
         state.sync_url(all_params)
+    if gpu_oom:
+        free_gpu_memory()
+        st.error(f"The GPU ran out of memory for this view; its memory was freed. {oom_hint}",
+                 icon=":material/memory:")

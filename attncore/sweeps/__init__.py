@@ -41,7 +41,9 @@ same draws.
 
 Modules: :mod:`~attncore.sweeps.spec` (what a sweep is, its cost, :func:`plan`),
 :mod:`~attncore.sweeps.rng`, :mod:`~attncore.sweeps.reduce`, :mod:`~attncore.sweeps.engine`,
-:mod:`~attncore.sweeps.reference`.
+:mod:`~attncore.sweeps.reference`, :mod:`~attncore.sweeps.fused` (Triton kernels that draw
+their random numbers in-kernel: the engine on CUDA, n up to 2^30; :func:`max_sweep_n` gives
+a device's cap, :func:`choose_engine` which engine runs where).
 """
 
 from attncore.normalizers import peak_weight_sweep
@@ -53,6 +55,16 @@ from attncore.scale_rules import (
     logit_multiplier,
 )
 from attncore.sweeps.engine import Progress, SweepCancelled, entropy_vs_length, run_sweep
+from attncore.sweeps.fused import (
+    ENGINE_ENV,
+    ENGINES,
+    MAX_FUSED_WORK,
+    MAX_SWEEP_N_CUDA,
+    check_sweep,
+    choose_engine,
+    max_sweep_n,
+    max_sweep_work,
+)
 from attncore.sweeps.reference import reference_sweep
 from attncore.sweeps.rng import query_norms
 from attncore.sweeps.spec import (
@@ -74,6 +86,10 @@ from attncore.sweeps.spec import (
 
 __all__ = [
     "COLUMNS",
+    "ENGINES",
+    "ENGINE_ENV",
+    "MAX_FUSED_WORK",
+    "MAX_SWEEP_N_CUDA",
     "LLAMA4_ATTN_SCALE",
     "LLAMA4_FLOOR_SCALE",
     "MAX_SWEEP_D",
@@ -90,9 +106,13 @@ __all__ = [
     "SweepPlan",
     "SweepSpec",
     "block_keys",
+    "check_sweep",
+    "choose_engine",
     "entropy_vs_length",
     "llama4_multiplier",
     "logit_multiplier",
+    "max_sweep_n",
+    "max_sweep_work",
     "peak_weight_sweep",
     "plan",
     "query_norms",

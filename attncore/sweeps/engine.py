@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from attncore.budget import fmt_count
+from attncore.budget import fmt_count, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import Cancelled
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
@@ -226,11 +226,13 @@ def entropy_vs_length(
     dtype: str = "float32",
     workers: int | None = None,
     cancel: threading.Event | None = None,
+    engine: str | None = None,
 ) -> pd.DataFrame:
     """Row statistics of attention against the number of keys n, streamed (see the module doc).
 
     Args:
-        lengths: the key counts n to report, each in ``[1, 2**24]``.
+        lengths: the key counts n to report, each in ``[1, max_sweep_n(device)]``: ``2**24``
+            with the torch engine, ``2**30`` with the fused kernels on CUDA.
         d: query/key dimension. queries: query rows L (independent queries) averaged per n.
         scale_rule: ``sqrt_d``, ``none``, ``ssmax`` (factor ``s log n`` on top of
             ``1/sqrt d``) or ``llama4``. temperature: divides the logits (> 0).
@@ -245,6 +247,11 @@ def entropy_vs_length(
         progress: ``progress(fraction_done, message)`` called from the calling thread about
             every 0.1 s; returning ``False`` (or raising) stops the sweep between chunks.
         cancel: an optional event; setting it stops the sweep between chunks.
+        engine: ``None``/``"auto"`` (the ``ATTNCORE_SWEEP_ENGINE`` environment variable, else
+            the fused Triton kernels on CUDA for float32 and the torch engine otherwise),
+            ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter, for
+            tests). The fused kernels draw other random numbers (Philox): the same
+            statistics within their standard errors, not to the digit (:mod:`attncore.sweeps.fused`).
 
     Returns:
         A DataFrame, one row per distinct n (ascending), columns :data:`COLUMNS`: means over
@@ -263,16 +270,22 @@ def entropy_vs_length(
                      d=d, queries=queries, scale_rule=scale_rule, temperature=temperature,
                      normalizer=normalizer, method=method, seed=seed, ssmax_s=ssmax_s,
                      value_dim=value_dim, dtype=dtype)
-    return run_sweep(spec, device=device, progress=progress, workers=workers, cancel=cancel)
+    return run_sweep(spec, device=device, progress=progress, workers=workers, cancel=cancel, engine=engine)
 
 
 def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, progress: Progress | None = None,
-              workers: int | None = None, cancel: threading.Event | None = None) -> pd.DataFrame:
-    """:func:`entropy_vs_length` for a ready :class:`SweepSpec`."""
-    spec.validate()
+              workers: int | None = None, cancel: threading.Event | None = None,
+              engine: str | None = None) -> pd.DataFrame:
+    """:func:`entropy_vs_length` for a ready :class:`SweepSpec` (``engine`` as there)."""
+    from attncore.sweeps.fused import choose_engine, run_fused_sweep  # fused imports this module
+
     dev = resolve_device(device)
+    if choose_engine(engine, dev, spec.dtype) == "fused":
+        return run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel)
+    spec.validate()
     if dev.type != "cpu":
-        return _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init)
+        return oom_to_limit(lambda: _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init),
+                            "this sweep", "Lower the query rows or d.")
     with _THREADS_LOCK:
         prev_threads = torch.get_num_threads()  # read under the lock: never another sweep's 1
         try:
@@ -284,7 +297,7 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
 
 def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progress | None,
                cancel: threading.Event | None, init: Callable[[], None]) -> pd.DataFrame:
-    """The sweep itself on ``workers`` threads started with ``init`` (thread settings are the caller's)."""
+    """The torch engine on ``workers`` threads started with ``init`` (thread settings are the caller's)."""
     engine = _Engine(spec, dev, workers)
     shared = _Shared(done=[0] * workers)
     if cancel is not None and cancel.is_set():

@@ -87,8 +87,13 @@ class SweepSpec:
     value_dim: int = 16
     dtype: str = "float32"
 
-    def validate(self) -> None:
-        """Raise :class:`AttnInputError` / ``ResourceLimitError`` with a plain message."""
+    def validate(self, max_n: int = MAX_SWEEP_N, check_work: bool = True) -> None:
+        """Raise :class:`AttnInputError` / ``ResourceLimitError`` with a plain message.
+
+        ``max_n``: the device's cap on n (:func:`attncore.sweeps.max_sweep_n`; the torch
+        engine's 2^24 by default). ``check_work``: check the torch engine's work limit (the
+        fused engine checks its own, :func:`attncore.sweeps.fused.validate_fused`).
+        """
         if not self.lengths:
             raise AttnInputError("give at least one sequence length n.")
         for n in self.lengths:
@@ -97,10 +102,12 @@ class SweepSpec:
         lo, hi = min(self.lengths), max(self.lengths)
         if lo < 1:
             raise AttnInputError(f"a row needs at least one key; got n = {lo}.")
-        if hi > MAX_SWEEP_N:
+        if hi > max_n:
+            why = ("beyond it a sweep takes minutes on a CPU" if max_n <= MAX_SWEEP_N else
+                   "the fused kernels' cap on this GPU")
             raise AttnInputError(
-                f"n = {hi:,} is above the cap of {MAX_SWEEP_N:,} (2^24) keys per row: beyond it a "
-                "sweep takes minutes on a CPU. Lower the largest n."
+                f"n = {hi:,} is above the cap of {max_n:,} (2^{max_n.bit_length() - 1}) keys per row: "
+                f"{why}. Lower the largest n."
             )
         if self.d < 1:
             raise AttnInputError(f"the head dimension d must be at least 1; got d = {self.d}. "
@@ -134,6 +141,8 @@ class SweepSpec:
                                  "The paper's figure uses s = 0.43.")
         if not 0 <= int(self.seed) < 2**63:
             raise AttnInputError(f"the seed must be a non-negative integer; got {self.seed}.")
+        if not check_work:
+            return
         check_limit(sweep_work(self), MAX_SWEEP_WORK, "this sweep's work (random numbers drawn)",
                     "(about a minute on a 2-core CPU)",
                     "Lower the largest n, the query rows or d, or use the logits method.")
@@ -189,12 +198,23 @@ def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
     of :mod:`ui.sweep` multiplies this by a measured seconds-per-unit rate.
     """
     dev = torch.device(device)
+    if _fused_on(dev, spec):
+        from attncore.sweeps.fused import fused_work  # here: fused imports spec
+
+        return fused_work(spec)
     block, _ = plan_blocks(spec, dev)
     total = 0
     for _, lens in spec.passes():
         keys = -(-max(lens) // block) * block
         total += keys * units_per_key(spec)
     return int(total)
+
+
+def _fused_on(device: torch.device, spec: SweepSpec) -> bool:
+    """Whether the fused kernels run ``spec`` on ``device`` (their work unit: random numbers)."""
+    from attncore.sweeps.fused import choose_engine  # here: fused imports spec
+
+    return choose_engine(None, device, spec.dtype) == "fused"
 
 
 def units_per_key(spec: SweepSpec) -> int:
@@ -236,6 +256,11 @@ def plan(specs: Sequence[SweepSpec], device: torch.device | str = "cpu", probe_w
     probes = []
     for spec in specs:
         one = replace(spec, lengths=(1,), scale_rule="sqrt_d", normalizer="softmax")
+        if _fused_on(dev, spec):
+            from attncore.sweeps.fused import probe_length
+
+            probes.append(replace(one, lengths=(probe_length(one, dev),)))
+            continue
         blocks = max(1, probe_work // max(1, sweep_work(one, dev)))
         probes.append(replace(one, lengths=(blocks * block_keys(one, dev),)))
     return SweepPlan(work=tuple(sweep_work(s, dev) for s in specs), probes=tuple(probes),

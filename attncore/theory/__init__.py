@@ -6,6 +6,7 @@ scalar input), so the UI can evaluate a curve on a grid without touching torch:
 * :mod:`~attncore.theory.dot_products`: the variance, law and kurtosis of q·k;
 * :mod:`~attncore.theory.saturation`: softmax saturation, the Jacobian's norm, float overflow;
 * :mod:`~attncore.theory.sinks`: mean-field sinks, softmax1, sigmoid attention and gates;
+* :mod:`~attncore.theory.dropout`: inverted dropout's unbiased mean and the std of one draw;
 * :mod:`~attncore.theory.rows`: large-n forms for a row of n Gaussian logits (the exact
   expectations by quadrature are in :mod:`attncore.row_theory`).
 
@@ -24,6 +25,7 @@ from attncore.theory.dot_products import (
     scaled_logit_std,
     uniform_entropy,
 )
+from attncore.theory.dropout import dropout_keep_scale, dropout_output_std
 from attncore.theory.rows import (
     asymptote_valid_from,
     entropy_asymptote,
@@ -76,6 +78,8 @@ __all__ = [
     "dot_product_kurtosis",
     "dot_product_std",
     "dot_product_variance",
+    "dropout_keep_scale",
+    "dropout_output_std",
     "entropy_asymptote",
     "entropy_corrected",
     "exp_overflow_logit",

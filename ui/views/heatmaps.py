@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 
 from attncore.attention import AttentionStages
+from attncore.dropout import DropoutDraws
 from attncore.explore import RowStats, SyntheticSpec
 from ui import figures
 from ui.figures import PALETTE, as_f32, axis_name, heatmap_trace, style, title_annotation
@@ -180,6 +181,32 @@ def compare_figure(weights: np.ndarray, name: str, title: str) -> go.Figure:
     """One side of the A/B comparison (``compare-A`` / ``compare-B``)."""
     fig = figures.heatmap(weights, title=title, max_side=256, zmin=0.0, height=380)
     return fig.update_layout(meta={"view": f"compare-{name}"})
+
+
+def dropout_figure(before: np.ndarray, after: np.ndarray, p: float) -> go.Figure:
+    """One head's weights (L, S) before and after one dropout draw, one colour scale (``dropout_weights``)."""
+    top = float(max(np.nanmax(before, initial=0.0), np.nanmax(after, initial=0.0))) or 1.0
+    fig = heatmap_row([before, after],
+                      ["weights before dropout", f"after dropout p = {p:g} (survivors × 1/(1−p))"],
+                      diverging=[False, False], limits=[top, top], value_names=["weight", "weight"],
+                      max_side=MAIN_SIDE, height=380, colorbars=[False, True])
+    return fig.update_layout(meta={"view": "dropout_weights"})
+
+
+def dropout_mean_figure(draws: DropoutDraws) -> go.Figure:
+    """Mean output over the draws against the no-dropout output, ±2 standard errors (``dropout_mean``)."""
+    x = draws.exact.detach().cpu().double().numpy().ravel()
+    y = draws.mean.detach().cpu().double().numpy().ravel()
+    se = draws.std_error.detach().cpu().double().numpy().ravel()
+    lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
+    fig = figures.line_chart([
+        figures.Curve(f"mean of {draws.n} dropout draws (±2 standard errors)", x, y, err=2 * se,
+                      hover="no dropout %{x:.4g}<br>mean of draws %{y:.4g}",
+                      extra={"mode": "markers", "marker": {"size": 5}}),
+        figures.Curve("expectation = output without dropout", [lo, hi], [lo, hi], theory=True,
+                      color=PALETTE[7]),
+    ], x_title="output entry without dropout", y_title="mean over draws", height=380)
+    return fig.update_layout(meta={"view": "dropout_mean"})
 
 
 # ---------------------------------------------------------------------------- real text

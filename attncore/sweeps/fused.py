@@ -1,0 +1,622 @@
+"""The entropy sweep fused into Triton kernels: random numbers drawn in-kernel, nothing of size n in memory.
+
+Shape legend: ``R`` query rows, ``n`` keys a row sees, ``d`` query/key dim, ``Dv`` value dim,
+``P`` programs (key chunks) of one launch. The largest tensors are the partial sums of one
+launch ``(P, R, 4 + Dv)`` and the queries ``(R, d)``: memory stays flat in n, to ``n = 2**30``.
+
+Same statistics as :mod:`attncore.sweeps` (same spec, scale rules, temperatures,
+normalisers, queries and reductions; see its module doc): each program of a kernel keeps,
+per query row, the running max ``m``, ``s0 = sum e^{x-m}``, ``s1 = sum (x-m) e^{x-m}``,
+``s2 = sum e^{2(x-m)}`` and ``o = sum e^{x-m} v`` (sigmoid: max weight, ``sum w``,
+``sum w log w``, ``sum w^2``, ``sum w v``) over its chunk of keys in float32, with the
+online max rescaling; the host merges the chunks' partials in float64 with torch ops on the
+device (the same merge as the engine) and :func:`attncore.sweeps.reduce.row_stats` /
+``summarise`` turn the sums into the table. Only the random numbers differ: the kernels
+draw from Philox (counter-based, seeded from ``(seed, stream)``) instead of the engine's
+``torch.Generator`` lanes, so fused and torch results agree within their standard errors,
+not to the digit. The queries are the engine's (drawn with ``torch.Generator`` on the
+device), so ``logit_std`` and ``logit_factor`` agree exactly.
+
+* ``logits``: one program reduces ``RB`` rows over a chunk of keys, drawing ``z`` in
+  groups of ``GROUP`` keys (four Gaussians per Philox call) and one ``exp`` per sample.
+* ``vectors``: one program owns ``BR`` query rows (up to 64) and a chunk of keys; each
+  tile of ``BN`` keys and their values is drawn once and shared by the rows through
+  ``tl.dot`` (TF32x3 on CUDA: float32 accuracy on tensor cores). More than 64 rows are
+  split into row tiles that draw the same keys again (each from the same counters).
+
+The tail: the Gaussian's radius uniform has 40 bits (not 32), so samples reach 7.54
+standard deviations and are correct in the tail to well beyond the largest of ``2^36``
+draws (see :mod:`attncore.sweeps.fused_kernels`); no redraws are needed. The CUDA tests check the
+max weight against the exact quadrature of :mod:`attncore.row_theory` at 2^20..2^30.
+
+Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (25-90 ms
+on one H100 by the rates the issue measured; not yet measured with these kernels); the
+partial merge of each launch is queued right behind it. The host never reads a value back
+inside a sweep: on CUDA it waits on the event of the launch *before* the one just queued (the
+GPU always has the next launch queued), then reports progress and checks cancellation. On the CPU the kernels
+run in Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported): slow,
+for tests at small n.
+
+Which engine runs a sweep: :func:`choose_engine` (``run_sweep(..., engine=)``, else the
+``ATTNCORE_SWEEP_ENGINE`` environment variable, else these kernels on CUDA for float32 and the
+torch engine elsewhere). :func:`max_sweep_n` is a device's cap on n (2^30 here, 2^24 for the
+torch engine), :func:`check_sweep` validates a spec for the engine that will run it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attncore.attention import attention_stages
+from attncore.budget import check_limit, fmt_count, oom_to_limit
+from attncore.device import resolve_device
+from attncore.errors import AttnInputError
+from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
+from attncore.scale_rules import logit_multiplier
+from attncore.stats import entropy, max_weight, row_sum, sum_squares
+from attncore.sweeps.engine import SweepCancelled
+from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
+from attncore.sweeps.rng import draw_queries
+from attncore.sweeps.spec import MAX_SWEEP_N, MAX_SWEEP_WORK, SweepSpec
+
+__all__ = [
+    "ENGINES",
+    "ENGINE_ENV",
+    "MAX_FUSED_WORK",
+    "MAX_SWEEP_N_CUDA",
+    "FixedInputs",
+    "check_sweep",
+    "choose_engine",
+    "fused_available",
+    "fused_draws",
+    "fused_floor",
+    "fused_normals",
+    "fused_reference_sweep",
+    "fused_unavailable_reason",
+    "fused_work",
+    "max_sweep_n",
+    "max_sweep_work",
+    "probe_length",
+    "run_fused_sweep",
+]
+
+MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
+# Random numbers one fused sweep may draw: ~10-20 s on one H100 at the 100-180 G samples/s the
+# issue measured for a naive fused kernel (an estimate until measured on a GPU).
+MAX_FUSED_WORK = 1 << 40
+FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
+MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
+LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-90 ms on an H100 (estimate, to be measured)
+TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
+GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
+RB = 4  # logits: rows per program
+BN = 32  # vectors: keys per tile (64 spilled registers in the sm_90 build; see VECTOR_WARPS)
+VECTOR_WARPS = 8  # vectors kernel: 212 registers, a 32-byte stack on sm_90 (4 warps: a 96-byte spill)
+MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
+STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
+# compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
+_OPTS: dict = {"enable_fp_fusion": True}
+INTERPRET_ENV = "TRITON_INTERPRET"
+ENGINE_ENV = "ATTNCORE_SWEEP_ENGINE"  # auto | torch | fused: which engine entropy_vs_length uses
+ENGINES: tuple[str, ...] = ("auto", "torch", "fused")
+
+Progress = Callable[[float, str], "bool | None"]
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def _triton_interpreting() -> bool:
+    """True when triton is (or, once imported, will be) in interpreter mode."""
+    import sys
+
+    mod = sys.modules.get("triton")
+    if mod is not None:
+        return bool(mod.knobs.runtime.interpret)
+    return os.environ.get(INTERPRET_ENV, "0").strip().lower() in {"1", "true", "on", "yes"}
+
+
+def fused_unavailable_reason(device: torch.device | str) -> str | None:
+    """None when the fused kernels can run on ``device``; else a plain sentence why not."""
+    dev = torch.device(device)
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return ("the fused kernels need triton (it ships with CUDA builds of torch; on a CPU machine "
+                "install requirements-dev.txt).")
+    interp = _triton_interpreting()
+    if dev.type == "cuda":
+        if interp:
+            return f"{INTERPRET_ENV}=1 is set: triton runs its interpreter, not the GPU."
+        return None
+    if dev.type == "cpu":
+        if interp:
+            return None
+        return (f"on the CPU the fused kernels run only in Triton's interpreter ({INTERPRET_ENV}=1 set "
+                "before triton is imported); the torch engine is the CPU path.")
+    return f"the fused kernels run on CUDA (or interpreted on the CPU), not on {dev.type}."
+
+
+def fused_available(device: torch.device | str) -> bool:
+    """Whether :func:`run_fused_sweep` can run on ``device`` in this process."""
+    return fused_unavailable_reason(device) is None
+
+
+def max_sweep_n(device: torch.device | str | None = None) -> int:
+    """The largest n (keys per row) a sweep may ask for on ``device``.
+
+    ``2**30`` on CUDA with the fused kernels (memory stays flat in n), ``2**24`` elsewhere
+    (the torch engine: beyond it a sweep takes minutes on a CPU).
+    """
+    dev = resolve_device(device) if device is None else torch.device(device)
+    if dev.type == "cuda" and fused_available(dev):
+        return MAX_SWEEP_N_CUDA
+    return MAX_SWEEP_N
+
+
+def choose_engine(engine: str | None, device: torch.device | str, dtype: str = "float32") -> str:
+    """``"fused"`` or ``"torch"``: which engine runs a sweep on ``device``.
+
+    ``engine``: ``"auto"``/None (then the :data:`ENGINE_ENV` environment variable, then auto:
+    the fused kernels on CUDA for float32 when triton is at hand, the torch engine otherwise),
+    ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter: for tests).
+    """
+    name = str(engine or "auto").strip().lower()
+    if name == "auto":
+        name = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
+    if name not in ENGINES:
+        raise AttnInputError(f"unknown sweep engine {name!r}; choose one of {', '.join(ENGINES)}.")
+    dev = torch.device(device)
+    if name == "auto":
+        return "fused" if dev.type == "cuda" and dtype == "float32" and fused_available(dev) else "torch"
+    if name == "fused":
+        why = fused_unavailable_reason(dev)
+        if why is not None:
+            raise AttnInputError(f"the fused sweep engine cannot run here: {why}")
+    return name
+
+
+def check_sweep(spec: SweepSpec, device: torch.device | str, engine: str | None = None) -> str:
+    """Validate ``spec`` for the engine that runs it on ``device`` (plain errors); return that engine."""
+    dev = torch.device(device)
+    name = choose_engine(engine, dev, spec.dtype)
+    if name == "fused":
+        validate_fused(spec, dev)
+    else:
+        spec.validate()
+    return name
+
+
+def max_sweep_work(device: torch.device | str, dtype: str = "float32") -> int:
+    """The work limit of the engine that runs float32 sweeps on ``device`` (units of :func:`sweep_work`)."""
+    dev = torch.device(device)
+    if choose_engine(None, dev, dtype) != "fused":
+        return MAX_SWEEP_WORK
+    return MAX_FUSED_WORK if dev.type == "cuda" else MAX_INTERPRETED_WORK
+
+
+def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
+    """n of a calibration probe for the fused engine: about FUSED_PROBE_WORK random numbers."""
+    dev = torch.device(device)
+    work = FUSED_PROBE_WORK if dev.type == "cuda" else 1 << 14
+    keys = work // max(1, _plan(spec).samples_per_key)
+    return int(max(GROUP, min(max_sweep_n(dev), keys) // GROUP * GROUP))
+
+
+def _kernels() -> ModuleType:
+    from attncore.sweeps import fused_kernels
+
+    return fused_kernels
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def _mix64(*parts: int) -> int:
+    """splitmix64 over the parts, kept to 63 bits (a non-negative int64 kernel argument)."""
+    x = 0x9E3779B97F4A7C15
+    mask = (1 << 64) - 1
+    for p in parts:
+        x = (x ^ (int(p) & mask)) & mask
+        x = (x + 0x9E3779B97F4A7C15) & mask
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        x = z ^ (z >> 31)
+    return x & ((1 << 63) - 1)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Launch geometry of one spec (tile sizes, chunk of keys per program, keys per launch)."""
+
+    row_block: int  # RB (logits) or BR (vectors)
+    row_programs: int
+    n_dch: int  # vectors: 64-wide chunks of the padded head dim (0 for logits)
+    dvp: int  # vectors: padded value dim (0 for logits)
+    key_align: int  # chunk sizes are multiples of this
+    samples_per_key: int  # random numbers drawn per key (all row programs together)
+
+    def chunk(self, keys: int, override: int | None = None) -> int:
+        """Keys per program for a segment of ``keys`` keys."""
+        if override is not None:
+            return max(self.key_align, -(-override // self.key_align) * self.key_align)
+        want = -(-keys * self.row_programs // TARGET_PROGRAMS)
+        c = _pow2_at_least(want)
+        return int(min(MAX_CHUNK, max(self.key_align, c)))
+
+    def launch_keys(self, chunk: int, override: int | None = None) -> int:
+        """Keys per launch: a multiple of ``chunk`` drawing about LAUNCH_SAMPLES numbers."""
+        want = override if override is not None else LAUNCH_SAMPLES // max(1, self.samples_per_key)
+        return max(chunk, (want // chunk) * chunk)
+
+
+def _plan(spec: SweepSpec) -> _Plan:
+    R = spec.queries
+    if spec.method == "logits":
+        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dvp=0, key_align=GROUP,
+                     samples_per_key=-(-R // RB) * RB)
+    br = min(64, max(16, _pow2_at_least(R)))
+    tiles = -(-R // br)
+    n_dch = -(-spec.d // 64)
+    dvp = max(16, _pow2_at_least(spec.value_dim))
+    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dvp=dvp, key_align=BN,
+                 samples_per_key=tiles * (64 * n_dch + dvp))
+
+
+def fused_work(spec: SweepSpec) -> int:
+    """Random numbers a fused sweep draws (all passes, all row programs)."""
+    p = _plan(spec)
+    return sum(max(lens) * p.samples_per_key for _, lens in spec.passes())
+
+
+def validate_fused(spec: SweepSpec, device: torch.device) -> None:
+    """The spec's checks with the device's n cap and the fused work limit (plain messages)."""
+    cap = max_sweep_n(device) if device.type == "cuda" else MAX_SWEEP_N
+    # the spec's checks with this cap (the torch engine's work limit is the CPU's: not here)
+    spec.validate(max_n=cap, check_work=False)
+    if spec.dtype != "float32":
+        raise AttnInputError("the fused kernels sample in float32; use the torch engine for float64.")
+    if device.type == "cuda":
+        check_limit(fused_work(spec), MAX_FUSED_WORK, "this sweep's random numbers",
+                    "(about 10-20 s on one H100)", "Lower the largest n, the query rows or d.")
+    else:
+        check_limit(fused_work(spec), MAX_INTERPRETED_WORK, "this interpreted sweep's random numbers",
+                    "(Triton's interpreter draws about 0.1 M per second)", "Lower the largest n or the rows.")
+
+
+# --------------------------------------------------------------------------- fixed inputs (test hook)
+
+
+@dataclass(frozen=True)
+class FixedInputs:
+    """Given inputs instead of Philox draws: the kernels' reduction on known numbers (tests).
+
+    logits: ``z`` (R, n) unit-std logits (the kernel multiplies row r by ``|q_r| * factor``).
+    vectors: ``keys`` (n, d) and ``values`` (n, Dv). ``n`` must cover the spec's largest length.
+    """
+
+    z: Tensor | None = None
+    keys: Tensor | None = None
+    values: Tensor | None = None
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class _Fused:
+    """Runs the passes of one spec on one device with the fused kernels."""
+
+    def __init__(self, spec: SweepSpec, device: torch.device, fixed: FixedInputs | None = None,
+                 chunk: int | None = None, launch_keys: int | None = None):
+        self.spec, self.device, self.fixed = spec, device, fixed
+        self.k = _kernels()
+        self.plan = _plan(spec)
+        self.chunk_override, self.launch_override = chunk, launch_keys
+        self.sigmoid = spec.normalizer == "sigmoid"
+        self.vectors = spec.method == "vectors"
+        self.dv = spec.value_dim if self.vectors else 0
+        self.q = draw_queries(spec, device, torch.float32)  # (R, d), the engine's queries
+        self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (R,)
+        self.seed_logits = _mix64(spec.seed, STREAM_LOGITS)
+        self.seed_keys = _mix64(spec.seed, STREAM_KEYS)
+        self.seed_values = _mix64(spec.seed, STREAM_VALUES)
+        self.interpret = device.type != "cuda"
+        self.fixed_args = self._fixed_args(fixed)
+
+    def _fixed_args(self, fixed: FixedInputs | None) -> tuple[Tensor, Tensor, Tensor, int]:
+        dev, f32 = self.device, torch.float32
+        dummy = torch.zeros(1, device=dev, dtype=f32)
+        if fixed is None:
+            return dummy, dummy, dummy, 1
+        n_max = max(self.spec.lengths)
+        R = self.spec.queries
+        if not self.vectors:
+            if fixed.z is None or fixed.z.shape[0] != R or fixed.z.shape[1] < n_max:
+                raise AttnInputError(f"fixed logits must be (R={R}, n>={n_max}).")
+            z = fixed.z.to(device=dev, dtype=f32).contiguous()
+            return z, dummy, dummy, int(z.shape[1])
+        if fixed.keys is None or fixed.values is None:
+            raise AttnInputError("the vectors method needs fixed keys and values.")
+        keys, vals = fixed.keys, fixed.values
+        if keys.shape[0] < n_max or keys.shape[1] != self.spec.d or vals.shape != (keys.shape[0], self.dv):
+            raise AttnInputError(f"fixed keys must be (n>={n_max}, d={self.spec.d}) and values "
+                                 f"(n, {self.dv}).")
+        n = int(keys.shape[0])
+        kp = torch.zeros(n, 64 * self.plan.n_dch, device=dev, dtype=f32)
+        kp[:, : self.spec.d] = keys.to(device=dev, dtype=f32)
+        vp = torch.zeros(n, self.plan.dvp, device=dev, dtype=f32)
+        vp[:, : self.dv] = vals.to(device=dev, dtype=f32)
+        return dummy, kp, vp, n
+
+    def _launch(self, buf: Tensor, factor_arg: Tensor, lo: int, hi: int, chunk: int, bias: float) -> Tensor:
+        """Queue one launch over keys [lo, hi); returns its partials (P, R, W) (a view of buf)."""
+        spec, plan, k = self.spec, self.plan, self.k
+        R = spec.queries
+        programs = -(-(hi - lo) // chunk)
+        W = 4 + self.dv
+        part = buf[: programs * R * W].view(programs, R, W)
+        grid = (plan.row_programs, programs)
+        z, kp, vp, n_fixed = self.fixed_args
+        fixed = self.fixed is not None
+        if self.vectors:
+            k._vectors_kernel[grid](
+                part, factor_arg, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
+                self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block, BN=BN,
+                DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3", num_warps=VECTOR_WARPS,
+                **_OPTS)
+        else:
+            k._logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
+                                  SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
+        return part
+
+    def _fold(self, part: Tensor) -> Acc:
+        """Merge the partials of one launch (P, R, W) over P, in float64 on the device."""
+        p = part.to(torch.float64)
+        m_p = p[..., 0]
+        o_p = p[..., 4:] if self.vectors else None
+        if self.sigmoid:
+            return Acc(m=m_p.amax(0), a=p[..., 1].sum(0), b=p[..., 2].sum(0), c=p[..., 3].sum(0),
+                        o=None if o_p is None else o_p.sum(0), empty=False)
+        m = m_p.amax(0)  # (R,)
+        al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
+        a = (al * p[..., 1]).sum(0)
+        b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
+        c = (al * al * p[..., 3]).sum(0)
+        o = None if o_p is None else (al[..., None] * o_p).sum(0)
+        return Acc(m=m, a=a, b=b, c=c, o=o, empty=False)
+
+    def launches(self, checkpoints: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+        """[(segment, lo, hi, chunk)] covering keys [0, n_max), cut at the checkpoints."""
+        out = []
+        prev = 0
+        for s, c in enumerate(checkpoints):
+            if c <= prev:
+                continue
+            chunk = self.plan.chunk(c - prev, self.chunk_override)
+            step = self.plan.launch_keys(chunk, self.launch_override)
+            for lo in range(prev, c, step):
+                out.append((s, lo, min(c, lo + step), chunk))
+            prev = c
+        return out
+
+    def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float,
+                 tick: Callable[[int], None]) -> list[dict[str, Tensor]]:
+        """Stream one pass; per-row stats at each checkpoint. ``tick(samples)`` after each launch."""
+        spec, dev = self.spec, self.device
+        R = spec.queries
+        if self.vectors:
+            qf = torch.zeros(R, 64 * self.plan.n_dch, device=dev, dtype=torch.float32)
+            qf[:, : spec.d] = (self.q.to(torch.float64) * factor).to(torch.float32)  # (R, 64 n_dch)
+            arg = qf
+        else:
+            arg = (self.q_norm * factor).to(torch.float32)  # (R,) row std of the logits
+        plan = self.launches(checkpoints)
+        biggest = max(-(-(hi - lo) // chunk) for _, lo, hi, chunk in plan)
+        buf = torch.empty(biggest * R * (4 + self.dv), device=dev, dtype=torch.float32)
+        accs = [new_acc(R, self.dv or None, dev, self.sigmoid) for _ in checkpoints]
+        in_flight: deque = deque()
+        for s, lo, hi, chunk in plan:
+            part = self._launch(buf, arg, lo, hi, chunk, bias)
+            merge_into(accs[s], self._fold(part), self.sigmoid)
+            if dev.type == "cuda":
+                ev = torch.cuda.Event()
+                ev.record()
+                in_flight.append(ev)
+                while len(in_flight) > 1:  # keep one launch queued behind the one running
+                    in_flight.popleft().synchronize()
+            tick((hi - lo) * self.plan.samples_per_key)
+        total = new_acc(R, self.dv or None, dev, self.sigmoid)
+        stats = []
+        for s, n in enumerate(checkpoints):
+            merge_into(total, accs[s], self.sigmoid)
+            stats.append(row_stats(total, n, spec))
+        names = list(stats[0])
+        # one copy to the host for the whole pass (each copy is a synchronisation)
+        host = torch.stack([torch.stack([st[k] for k in names]) for st in stats]).to("cpu")  # (C, K, R)
+        return [dict(zip(names, host[i], strict=True)) for i in range(len(stats))]
+
+
+def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None,
+                    progress: Progress | None = None, cancel: threading.Event | None = None,
+                    fixed: FixedInputs | None = None, chunk: int | None = None,
+                    launch_keys: int | None = None) -> pd.DataFrame:
+    """:func:`attncore.sweeps.entropy_vs_length` through the fused kernels (same columns).
+
+    Args:
+        spec: the sweep; ``n`` up to :func:`max_sweep_n` of the device, float32 only.
+        device: CUDA, or the CPU when triton runs its interpreter (tests).
+        progress: ``progress(fraction_done, message)`` between launches (about every 0.1 s);
+            returning ``False`` stops the sweep. cancel: an event; setting it stops the sweep.
+        fixed: test hook, :class:`FixedInputs` instead of random draws.
+        chunk, launch_keys: override keys per program / per launch (tests: results must not
+            depend on them beyond float32 rounding).
+
+    Raises:
+        AttnInputError / ResourceLimitError: bad or too large arguments, or the fused kernels
+            cannot run on this device (the message says why).
+        SweepCancelled: stopped by ``progress`` or ``cancel``.
+    """
+    dev = resolve_device(device)
+    why = fused_unavailable_reason(dev)
+    if why is not None:
+        raise AttnInputError(f"the fused sweep cannot run here: {why}")
+    validate_fused(spec, dev)
+    if cancel is not None and cancel.is_set():
+        raise SweepCancelled("the sweep was stopped before it started.")
+    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, fixed, chunk, launch_keys),
+                        "this sweep", "Lower the query rows (or d and the value dim for the vectors method).")
+
+
+def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
+         fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None) -> pd.DataFrame:
+    eng = _Fused(spec, dev, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
+    total = max(1, fused_work(spec))
+    done = [0]
+    t0 = time.perf_counter()
+    last = [0.0]
+
+    def tick(samples: int) -> None:
+        done[0] += samples
+        if cancel is not None and cancel.is_set():
+            raise SweepCancelled("the sweep was stopped.")
+        if progress is None:
+            return
+        now = time.perf_counter()
+        if now - last[0] < 0.1:
+            return
+        last[0] = now
+        frac = min(1.0, done[0] / total)
+        eta = (now - t0) * (1 - frac) / frac if frac > 0.02 else float("nan")
+        msg = f"{frac:.0%} of {fmt_count(total)} random numbers" + \
+            (f", about {eta:.0f} s left" if math.isfinite(eta) else "")
+        if progress(frac, msg) is False:
+            raise SweepCancelled("the sweep was stopped.")
+
+    records = []
+    q_norm = eng.q_norm.cpu()
+    for factor, lens in spec.passes():
+        bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
+        stats = eng.run_pass(factor, lens, bias, tick)
+        for n, rows in zip(lens, stats, strict=True):
+            records.append(summarise(n, rows, spec, factor, q_norm))
+    if progress is not None:
+        progress(1.0, "done")
+    return frame(records)
+
+
+# --------------------------------------------------------------------------- replay, reference, floor
+
+
+def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = None) -> dict[str, Tensor]:
+    """The random numbers the fused kernels use for keys [0, n), materialised (tests, reference).
+
+    logits: ``{"z": (R, n)}`` unit-std logits (row r's logits are ``z[r] * |q_r| * factor``);
+    vectors: ``{"keys": (n, d), "values": (n, Dv)}``. Limited to 16M numbers.
+    """
+    dev = resolve_device(device)
+    why = fused_unavailable_reason(dev)
+    if why is not None:
+        raise AttnInputError(f"the fused kernels cannot run here: {why}")
+    k = _kernels()
+    plan = _plan(spec)
+    R = spec.queries
+    if spec.method == "logits":
+        check_limit(R * n, 1 << 24, "the replayed logits", "numbers", "Lower n or the rows.")
+        z = torch.empty(R, n, device=dev, dtype=torch.float32)
+        k._draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
+                                                                  RB=RB, GROUP=GROUP, **_OPTS)
+        return {"z": z}
+    check_limit(n * (64 * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
+                "Lower n or d.")
+    kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
+    vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
+    seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
+    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
+    return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
+
+
+def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = None,
+                          draws: dict[str, Tensor] | None = None) -> pd.DataFrame:
+    """The materialised reference on the fused kernels' own draws (same columns as the sweep).
+
+    Materialises the logits ``(R, n)`` (or keys/values and :func:`attncore.attention.attention_stages`),
+    normalises whole rows with attncore's normalisers and reduces them with :mod:`attncore.stats`,
+    as :func:`attncore.sweeps.reference_sweep` does with the torch engine's draws.
+    """
+    dev = resolve_device(device)
+    n_max = max(spec.lengths)
+    if draws is None:
+        draws = fused_draws(spec, n_max, dev)
+    q = draw_queries(spec, dev, torch.float32)
+    q_norm = torch.linalg.vector_norm(q.to(torch.float64), dim=1)
+    plain = {"softmax": Softmax(), "softmax1": SoftmaxWithSink(0.0), "sigmoid": Sigmoid()}
+    records = []
+    for n in sorted(set(spec.lengths)):
+        factor = spec.logit_factor(n)
+        out_ms = None
+        if spec.method == "logits":
+            x = draws["z"][:, :n] * (q_norm * factor).to(torch.float32)[:, None]  # (R, n), as the kernel
+            w = plain[spec.normalizer](x)
+        else:
+            keys, vals = draws["keys"][:n], draws["values"][:n]
+            if spec.scale_rule == "ssmax" and spec.normalizer == "softmax":
+                norm, scale = SSMax(spec.ssmax_s), spec.base_scale
+            else:
+                norm = plain[spec.normalizer]
+                scale = spec.base_scale * float(logit_multiplier(spec.scale_rule, n, spec.ssmax_s))
+            st = attention_stages(q[None], keys[None], vals[None], scale=scale, normalizer=norm,
+                                  temperature=spec.temperature)
+            w = st.weights[0]  # (R, n)
+            out_ms = (st.output[0].to(torch.float64) ** 2).mean(dim=1)
+        w64 = w.to(torch.float64)
+        rows = {"entropy": entropy(w64), "max_weight": max_weight(w64), "sum_sq": sum_squares(w64),
+                "row_sum": row_sum(w64)}
+        if out_ms is not None:
+            rows["out_ms"] = out_ms
+        records.append(summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
+    return frame(records)
+
+
+def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None) -> Tensor:
+    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32."""
+    dev = resolve_device(device)
+    k = _kernels()
+    out = torch.empty(4 * n, device=dev, dtype=torch.float32)
+    block = 1024
+    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
+    return out
+
+
+def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> Tensor:
+    """The floor kernel: ``rows x n`` Philox Gaussians and one exp each, summed per row chunk.
+
+    What no fused sweep can skip (bench); returns the per-chunk sums (P, rows) so nothing is
+    optimised away. Queued, not synchronised.
+    """
+    dev = resolve_device(device)
+    k = _kernels()
+    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dvp=0, key_align=GROUP,
+                 samples_per_key=rows)
+    chunk = plan.chunk(n)
+    programs = -(-n // chunk)
+    out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
+    std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
+    k._logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
+                                                         **_OPTS)
+    return out

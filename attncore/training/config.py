@@ -1,0 +1,208 @@
+"""Training configuration: the variants, the validated :class:`TrainConfig`, the memory estimate.
+
+Shape legend: ``B`` batch, ``H`` heads, ``T`` training sequence length (the context),
+``D`` model width (``d_model``), ``E`` head dim (``D / H``), ``V`` vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from attncore.budget import check_limit
+from attncore.errors import AttnInputError
+
+__all__ = [
+    "MAX_TRAIN_BYTES",
+    "MAX_VOCAB",
+    "VARIANTS",
+    "VARIANT_INFO",
+    "TrainConfig",
+    "estimate_train_bytes",
+]
+
+VARIANT_INFO: dict[str, dict[str, str]] = {
+    "standard": {
+        "label": "standard (1/√E)",
+        "formula": r"o = \mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v",
+        "source": "Vaswani et al. 2017",
+    },
+    "unscaled": {
+        "label": "unscaled",
+        "formula": r"o = \mathrm{softmax}(q k^\top)\, v",
+        "source": "source text 001, exercise 3",
+    },
+    "fully_scaled": {
+        "label": "fully scaled (√(T/e))",
+        "formula": r"o = \sqrt{T/e}\;\mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v,"
+        r"\quad T = \text{key length}",
+        "source": "source text 003; the unit-scaling library (key length even under a causal mask)",
+    },
+    "fully_scaled_rows": {
+        "label": "fully scaled per row (√(nᵢ/e))",
+        "formula": r"o_i = \sqrt{n_i/e}\;\mathrm{softmax}\!\left(\frac{q_i k^\top}{\sqrt{E}}\right) v,"
+        r"\quad n_i = \text{keys row } i \text{ sees}",
+        "source": "the causal-aware form of source text 003's fix",
+    },
+    "ssmax": {
+        "label": "SSMax (learned s per head)",
+        "formula": r"o_i = \mathrm{softmax}\!\left(s_h \log(n_i)\,\frac{q_i k^\top}{\sqrt{E}}\right) v",
+        "source": "Nakanishi 2025, 'Scalable-Softmax Is Superior for Attention'",
+    },
+    "softmax1": {
+        "label": "softmax1 (off-by-one)",
+        "formula": r"p_j = \frac{e^{x_j}}{1 + \sum_k e^{x_k}}",
+        "source": "Evan Miller 2023, 'Attention Is Off By One'",
+    },
+    "sink_logit": {
+        "label": "learned sink logit per head",
+        "formula": r"p_j = \frac{e^{x_j}}{e^{b_h} + \sum_k e^{x_k}}",
+        "source": "gpt-oss (OpenAI 2025): one learned logit per head, appended then dropped",
+    },
+    "gated": {
+        "label": "gated output (σ(x W_g))",
+        "formula": r"o = \mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v \odot \sigma(x W_g)",
+        "source": "Qiu et al. 2025, 'Gated Attention for Large Language Models'",
+    },
+}
+VARIANTS: tuple[str, ...] = tuple(VARIANT_INFO)
+
+MAX_VOCAB = 1000  # distinct characters; the embedding is V x D
+# Parameters, gradients, AdamW moments and the activations kept for backward.
+MAX_TRAIN_BYTES = 6 * 1024**3
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "n_layer": (1, 12),
+    "n_head": (1, 16),
+    "d_model": (8, 1024),
+    "context": (2, 1024),
+    "batch": (1, 512),
+    "steps": (1, 100_000),
+    "warmup": (0, 100_000),
+    "seed": (0, 2**31 - 1),
+    "eval_every": (1, 100_000),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run of the character transformer (validated on construction).
+
+    Attributes:
+        variant: the attention variant, one of :data:`VARIANTS`.
+        n_layer, n_head, d_model: depth, heads per layer, width D (``D % H == 0``;
+            the head dim ``E = D / H`` must be even for rotary embeddings).
+        context: training sequence length T (the model may run past it: rotary positions).
+        batch: sequences per step.
+        steps: optimiser steps.
+        lr: peak AdamW learning rate (linear warm-up over ``warmup`` steps, then cosine
+            decay to ``lr / 10``).
+        weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars).
+        seed: seeds every random draw (initialisation, batches, evaluation windows).
+        eval_every: steps between evaluation points (one is also made at the last step).
+    """
+
+    variant: str = "standard"
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    context: int = 128
+    batch: int = 32
+    steps: int = 1500
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.1
+    seed: int = 0
+    eval_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise AttnInputError(
+                f"unknown attention variant {self.variant!r}; choose one of {', '.join(VARIANTS)}."
+            )
+        for name, (lo, hi) in _BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise AttnInputError(f"{name} must be a whole number; got {value!r}.")
+            if not lo <= value <= hi:
+                raise AttnInputError(f"{name} must lie in {lo}..{hi}; got {value}.")
+        if self.d_model % self.n_head:
+            raise AttnInputError(
+                f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})."
+            )
+        if self.d_head % 2:
+            raise AttnInputError(
+                f"the head dim d_model / n_head = {self.d_head} must be even (rotary embeddings "
+                "rotate pairs of coordinates)."
+            )
+        if self.warmup > self.steps:
+            raise AttnInputError(f"warmup ({self.warmup}) cannot exceed steps ({self.steps}).")
+        for name in ("lr", "weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise AttnInputError(f"{name} must be a finite number; got {value!r}.")
+        if not 0.0 < self.lr <= 100.0:
+            raise AttnInputError(f"the learning rate must lie in (0, 100]; got {self.lr}.")
+        if not 0.0 <= self.weight_decay <= 1.0:
+            raise AttnInputError(f"weight_decay must lie in [0, 1]; got {self.weight_decay}.")
+
+    @property
+    def d_head(self) -> int:
+        """Head dim E = d_model / n_head."""
+        return self.d_model // self.n_head
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of the fields."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Rebuild (and re-validate) a config from :meth:`to_dict`'s output; unknown keys -> error."""
+        names = {f.name for f in fields(cls)}
+        extra = set(data) - names
+        if extra:
+            raise AttnInputError(f"unknown training settings: {', '.join(sorted(extra))}.")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields changed (validated)."""
+        return TrainConfig(**{**self.to_dict(), **changes})
+
+
+def n_params(config: TrainConfig, vocab: int) -> int:
+    """Trainable parameters of the model for ``config`` and a vocabulary of ``vocab`` characters."""
+    D, H, N = config.d_model, config.n_head, config.n_layer
+    per_layer = 4 * D * D + 8 * D * D + 5 * D + 4 * D  # qkv+out, MLP (4x), MLP biases, two LayerNorms
+    if config.variant == "gated":
+        per_layer += D * D
+    if config.variant in ("ssmax", "sink_logit"):
+        per_layer += H
+    return vocab * D + N * per_layer + 2 * D
+
+
+def estimate_train_bytes(config: TrainConfig, vocab: int) -> int:
+    """Bytes a training run needs: parameters x 4 (weights, gradients, two AdamW moments)
+    plus the float32 activations kept for backward (B x T x D per sublayer output, the
+    (B, H, T, T) attention maps the materialised variants keep, and the B x T x V logits), or
+    the maps of one window that each evaluation inspects, if that is more.
+    """
+    B, T, D, H, N = config.batch, config.context, config.d_model, config.n_head, config.n_layer
+    params = n_params(config, vocab)
+    maps = 6 if config.variant not in ("standard", "unscaled", "fully_scaled", "fully_scaled_rows",
+                                       "gated") else 0
+    act = N * (B * T * D * 20 + B * H * T * T * maps) + B * T * vocab * 3
+    inspect = (N + 6) * H * T * T  # evaluation: every layer's map of one window, one layer's stages
+    act = max(act, inspect)
+    return 4 * (4 * params + act)
+
+
+def check_train_budget(config: TrainConfig, vocab: int) -> None:
+    """:class:`ResourceLimitError` when :func:`estimate_train_bytes` exceeds :data:`MAX_TRAIN_BYTES`."""
+    check_limit(
+        estimate_train_bytes(config, vocab),
+        MAX_TRAIN_BYTES,
+        "the memory this training run needs (bytes)",
+        "(weights, gradients, optimiser state and activations must fit beside the app)",
+        "Use a smaller batch, context, width or fewer layers.",
+    )

@@ -1,0 +1,382 @@
+"""Training lab: does the scaling choice matter once a model learns? Shipped experiments, then live runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+import attncore.training.io as training_io
+from attncore.errors import AttnInputError
+from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
+from attncore.training.train import split_text
+from ui import corpus as corpora
+from ui import widgets
+from ui.jobs import (
+    MAX_JOB_TOKENS,
+    QUEUE,
+    SIZES,
+    cache_dir,
+    estimate_seconds,
+    job_tokens,
+    list_runs,
+    make_configs,
+)
+from ui.page import PageContext, run_page
+from ui.state import Param
+from ui.views import training as view
+
+LR_OPTIONS = ("0.0001", "0.0003", "0.001", "0.003", "0.01", "0.03", "0.1", "0.3", "1", "3", "10")
+P_VARS = Param("tr_var", ("standard", "fully_scaled"), options=VARIANTS, multi=True)
+P_LRS = Param("tr_lr", ("0.003",), options=LR_OPTIONS, multi=True)
+P_SIZE = Param("tr_size", "tiny", options=tuple(SIZES))
+P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
+P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
+P_FILE = Param("tr_file", "")
+P_CMP = Param("tr_cmp", (), multi=True)
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
+
+JOB_KEY = "_tr_job"  # this session's job id
+POLL_S = 1.0
+TITLES = {"lr_sweep": "1 · Fully scaled attention (source 003)",
+          "scaling": "2 · Without 1/√d (source 001)",
+          "sinks": "3 · Sinks and their fixes (source 000)"}
+SOURCES = {"lr_sweep": "Source text 003", "scaling": "Source text 001, exercise 3",
+           "sinks": "Source text 000 and StreamingLLM"}
+
+
+# ---------------------------------------------------------------------------- cached reads
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _result(name: str, path: str, mtime: float) -> dict[str, Any]:
+    return training_io.load_result(name, Path(path).parent)
+
+
+def shipped_result(name: str) -> dict[str, Any]:
+    """A shipped result file (re-read when the file changes)."""
+    path = Path(training_io.RESULTS_DIR) / f"{name}.json"
+    mtime = path.stat().st_mtime if path.is_file() else 0.0
+    return _result(name, str(path), mtime)
+
+
+@st.cache_resource(show_spinner=False)
+def _stdlib() -> corpora.Corpus:
+    return corpora.stdlib_corpus()
+
+
+@st.cache_data(max_entries=2, show_spinner=False)
+def _folder(key: str, mtime: float) -> corpora.Corpus:
+    return corpora.read_folder_file(key)
+
+
+# ---------------------------------------------------------------------------- shipped experiments
+
+
+def claim_and_measure(name: str, d: dict[str, Any], measured: str, verdict: list[str]) -> None:
+    st.caption(view.provenance(d))
+    left, right = st.columns(2)
+    with left.container(border=True):
+        st.markdown(f"**{SOURCES[name]} says**")
+        st.markdown(d.get("claim", ""))
+    with right.container(border=True):
+        st.markdown("**This run measured**")
+        st.markdown(measured)
+    st.markdown("**Verdict.**\n" + "\n".join(f"- {sentence}" for sentence in verdict))
+
+
+def lr_sweep_section(d: dict[str, Any]) -> None:
+    claim_and_measure("lr_sweep", d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
+    st.latex(r"\text{fully scaled: } o=\sqrt{T/e}\;"
+             r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{e}}+M\right)V\qquad"
+             r"\text{per row: } o_i=\sqrt{n_i/e}\;\cdots")
+    left, right = st.columns(2)
+    left.plotly_chart(view.lr_sweep_figure(d), key="chart_tr_lr")
+    right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
+    if d.get("summary"):
+        st.dataframe(view.table_frame(d["summary"]), hide_index=True)
+    st.dataframe(view.table_frame(d["table"]), hide_index=True)
+    widgets.csv_download(view.table_frame(d["table"]), "lr_sweep.csv", label="Download the sweep (CSV)",
+                         key="dl_tr_lr")
+
+
+def scaling_section(d: dict[str, Any]) -> None:
+    claim_and_measure("scaling", d, view.scaling_measured(d), view.scaling_verdict(d))
+    st.plotly_chart(view.scaling_figure(d), key="chart_tr_scaling")
+    st.caption("Same total width at every head dim (fewer, wider heads as d_head grows). A row counts as "
+               "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch.")
+    st.dataframe(view.table_frame(d["table"]), hide_index=True)
+    widgets.csv_download(view.table_frame(d["table"]), "scaling.csv", label="Download the table (CSV)",
+                         key="dl_tr_scaling")
+
+
+def sinks_section(d: dict[str, Any]) -> None:
+    claim_and_measure("sinks", d, view.sinks_measured(d), view.sinks_verdict(d))
+    st.latex(r"\alpha_0^{(\ell,h)}=\frac{1}{L}\sum_{i}A^{(\ell,h)}_{i0}\quad"
+             r"\text{(mean weight on the first token; a sink head has }\alpha_0>\varepsilon)")
+    cols = st.columns(len(d["runs"]))
+    for col, run in zip(cols, d["runs"], strict=True):
+        col.plotly_chart(view.sinks_alpha_figure(run), key=f"chart_tr_sinks_{run['label']}")
+    st.plotly_chart(view.streaming_figure(d), key="chart_tr_streaming")
+    st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
+               "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; "
+               "losses are over the tokens beyond the training context.")
+    st.dataframe(view.table_frame(d["table"]), hide_index=True)
+    widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
+                         key="dl_tr_sinks")
+
+
+SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
+
+
+def shipped() -> None:
+    st.header("Shipped experiments")
+    st.markdown("Three experiments on tiny Shakespeare ran ahead of time and ship with the app as small "
+                "result files; the sizes, machine and command of each are under its tab.")
+    tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
+    for tab, name in zip(tabs, RESULT_NAMES, strict=True):
+        with tab:
+            try:
+                d = shipped_result(name)
+            except AttnInputError as exc:
+                st.warning(str(exc), icon=":material/draft:")
+                continue
+            if not d.get("complete"):
+                st.caption(view.provenance(d))
+                st.info(f"This result file was written while the experiment was still running "
+                        f"({len(d.get('runs') or [])} runs so far); its curves, tables and verdict appear "
+                        "once it is complete.", icon=":material/hourglass_top:")
+                continue
+            try:
+                SECTIONS[name](d)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                st.warning(f"The result file {name}.json is not in the form this page reads "
+                           f"({type(exc).__name__}: {exc}); remake it with python -m "
+                           f"attncore.training.experiments {name}.", icon=":material/draft:")
+
+
+# ---------------------------------------------------------------------------- live runs
+
+
+def corpus_choice(where: Any) -> corpora.Corpus | None:
+    """The chosen corpus, or None after a plain message (nothing uploaded yet, a bad file)."""
+    kind = widgets.radio(P_CORPUS, "Corpus", where=where, horizontal=False,
+                         labels={"stdlib": "Python standard library source (built in)",
+                                 "upload": "upload a .txt", "folder": "a .txt from ATTNLAB_CORPUS_DIRS"})
+    if kind == "stdlib":
+        return _stdlib()
+    if kind == "upload":
+        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=["txt"], key="tr_upload",
+                                 max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
+        if up is None:
+            st.info("Upload a .txt file in the sidebar to train on it.", icon=":material/upload_file:")
+            return None
+        try:
+            return corpora.decode_text(up.name, up.getvalue())
+        except AttnInputError as exc:
+            st.warning(str(exc), icon=":material/block:")
+            return None
+    files = corpora.folder_files()
+    if not files:
+        st.info(f"No .txt files found: set {corpora.CORPUS_DIRS_ENV} to folders (separated by "
+                f"'{os.pathsep}') that hold .txt files.",
+                icon=":material/folder_off:")
+        return None
+    if st.session_state.get(P_FILE.key) not in files:
+        st.session_state[P_FILE.key] = files[0]
+    key = where.selectbox("File", files, key=P_FILE.key,
+                          help=f"The .txt files directly inside the folders of {corpora.CORPUS_DIRS_ENV}.")
+    dirs = corpora.corpus_dirs()
+    try:
+        path = dirs[int(key.partition("/")[0])] / key.partition("/")[2]
+        return _folder(key, path.stat().st_mtime)
+    except (AttnInputError, OSError) as exc:
+        st.warning(str(exc) if isinstance(exc, AttnInputError) else f"{key} cannot be read ({exc.strerror}).",
+                   icon=":material/block:")
+        return None
+
+
+def references(device: str) -> list[dict[str, Any]]:
+    """Measured runs to scale a time estimate from: kept runs on this device, then the shipped sweep."""
+    refs = [{**r, "label": f"your kept run {view.record_name(r)}"} for r in list_runs()
+            if r.get("device") == device and not r.get("diverged_at")]
+    try:
+        d = shipped_result("lr_sweep")
+        cpu = (d.get("machine") or {}).get("cpu", "?")
+        refs += [{**r, "label": f"the shipped run '{r['name']}' on {cpu}"} for r in d["runs"]
+                 if r.get("diverged_at") is None and (d.get("machine") or {}).get("device", "cpu") == device]
+    except AttnInputError:
+        pass
+    return refs
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under 1 s"
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+
+
+def live(ctx: PageContext) -> None:
+    st.header("Live runs")
+    where = ctx.controls
+    where.markdown("#### Live run")
+    variants = widgets.multiselect(P_VARS, "Variants", where=where,
+                                   labels={v: VARIANT_INFO[v]["label"] for v in VARIANTS},
+                                   help="Each variant trains once per learning rate.")
+    lrs = widgets.multiselect(P_LRS, "Peak learning rates", where=where,
+                              help="AdamW; linear warm-up over the first 10% of steps, then cosine decay.")
+    size = widgets.select(P_SIZE, "Model size", where=where,
+                          labels={k: f"{k}: {s['n_layer']} layer{'s' if s['n_layer'] > 1 else ''}, "
+                                     f"{s['n_head']} heads, d_model {s['d_model']}, context {s['context']}, "
+                                     f"batch {s['batch']}" for k, s in SIZES.items()})
+    steps = widgets.slider(P_STEPS, "Steps per run", step=10, where=where)
+    corpus = corpus_choice(where)
+    st.markdown("Train the same small character transformer with the variants and rates chosen in the "
+                "sidebar. One training job runs at a time on this server; a second one waits in a queue. "
+                "Finished runs are kept in the cache folder and can be compared below.")
+    problem = None
+    configs = []
+    if not variants or not lrs:
+        problem = "Pick at least one variant and one learning rate in the sidebar."
+    else:
+        configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
+        tokens = job_tokens(configs)
+        if tokens > MAX_JOB_TOKENS:
+            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train "
+                       f"at most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
+    if corpus is not None and problem is None:
+        try:
+            vocab = build_vocab(corpus.text)
+            split_text(len(corpus.text), configs[0].context)
+        except AttnInputError as exc:
+            problem = str(exc)
+        else:
+            est = estimate_seconds(configs, references(ctx.device), len(vocab))
+            n = len(configs)
+            line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
+                    f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
+                    f"distinct) on {ctx.device_label}"
+                    + (", with one CPU thread so that the rest of the app keeps the other cores." if
+                       ctx.device.startswith("cpu") else "."))
+            if est is not None:
+                line += (f" Estimated time: {duration(est.seconds)}, scaled by model FLOPs from "
+                         f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")
+            st.caption(line)
+    if problem:
+        st.warning(problem, icon=":material/block:")
+    job = QUEUE.get(st.session_state.get(JOB_KEY))
+    busy = job is not None and job.active
+    other = QUEUE.running()
+    if other is not None and other is not job:
+        snap = other.snapshot()
+        st.caption(f"Another session's job is training on this server ({snap['label']}, step {snap['step']} "
+                   f"of {snap['total']}); a Run now waits for it.")
+    if st.button("Run", key="tr_run", type="primary", icon=":material/play_arrow:",
+                 disabled=bool(problem) or corpus is None or busy):
+        try:
+            job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device)
+        except AttnInputError as exc:  # the queue is full
+            st.warning(str(exc), icon=":material/hourglass_disabled:")
+        else:
+            st.session_state[JOB_KEY] = job.id
+            busy = True
+    if job is not None:
+        st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+
+
+def job_status(job_id: str, polling: bool) -> None:
+    """The current job: queue position or progress, live curves, Stop; then what it produced."""
+    job = QUEUE.get(job_id)
+    if job is None:
+        return
+    snap = job.snapshot()
+    if polling and not job.active:
+        st.rerun()  # finished since the page ran: redraw the page once (stops polling, lists the runs)
+    if snap["state"] == "queued":
+        ahead = QUEUE.position(job)
+        if ahead is not None:
+            st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
+                    "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    elif snap["state"] == "running":
+        i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
+        frac = (i + (step / total if total else 0.0)) / n
+        st.progress(min(1.0, frac), text=f"run {i + 1} of {n} ({snap['label']}): step {step} of {total} · "
+                                         f"{snap['tokens_per_s']:,.0f} tokens/s")
+        st.plotly_chart(view.live_figure(snap["batch_loss"], snap["eval_steps"], snap["eval_loss"],
+                                         title=f"now training: {snap['label']}", total=total),
+                        key="chart_tr_live")
+    if job.active and st.button("Stop", key="tr_stop", icon=":material/stop:",
+                                help="Stops before the next step; what was trained is kept."):
+        QUEUE.cancel(job)
+        st.caption("Stopping…")
+    records = snap["records"]
+    if records:
+        st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
+                        key="chart_tr_job")
+        for rec in records:
+            st.markdown(outcome(rec))
+    for note in snap["notes"]:
+        st.warning(note, icon=":material/folder_off:")
+    if snap["state"] == "failed":
+        st.error(snap["error"] or "The run failed.", icon=":material/error:")
+    elif snap["state"] == "cancelled":
+        st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its steps).")
+
+
+def outcome(rec: dict[str, Any]) -> str:
+    """One line per finished run; never a NaN."""
+    steps = len(rec["batch_loss"])
+    head = f"**{rec['label']}**: "
+    if rec.get("diverged_at") is not None:
+        tail = f"diverged at step {rec['diverged_at']}"
+        if rec.get("final_val_loss") is not None:
+            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
+        return head + tail + "."
+    parts = []
+    if rec.get("final_train_loss") is not None:
+        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
+    if rec.get("final_val_loss") is not None:
+        parts.append(f"validation {rec['final_val_loss']:.3f}")
+    stopped = " (stopped)" if rec.get("cancelled") else ""
+    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
+            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
+
+
+def compare(ctx: PageContext) -> None:
+    st.header("Compare kept runs")
+    runs = list_runs()
+    by_id = {r["id"]: r for r in runs}
+    chosen = [i for i in st.session_state.get(P_CMP.key, []) if i in by_id]
+    st.session_state[P_CMP.key] = chosen
+    ctx.controls.markdown("#### Compare")
+    ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key,
+                             format_func=lambda i: view.record_name(by_id[i]),
+                             help="Finished runs from the cache folder, newest first.")
+    if not runs:
+        st.caption(f"No kept runs yet. Finished runs are kept in {cache_dir()}.")
+        return
+    if not chosen:
+        st.caption(f"{len(runs)} kept run{'s' if len(runs) != 1 else ''} in {cache_dir()}: choose some under "
+                   "Compare in the sidebar to overlay their curves.")
+        return
+    recs = [by_id[i] for i in chosen]
+    st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
+    table = view.runs_table(recs)
+    st.dataframe(table, hide_index=True)
+    widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
+
+
+def body(ctx: PageContext) -> None:
+    st.title("Training lab")
+    st.markdown("Every other page shows attention at initialisation. Here a small character transformer "
+                "(pre-LayerNorm, rotary positions, tied embeddings) *learns*, with its attention computed by "
+                "attncore in one of several variants, so the source texts' claims about training can be "
+                "checked: the shipped experiments first, then your own runs.")
+    shipped()
+    live(ctx)
+    compare(ctx)
+
+
+run_page(title="Training lab", icon=":material/model_training:", params=PARAMS, body=body)

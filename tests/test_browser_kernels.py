@@ -1,0 +1,34 @@
+"""Real-browser test of the Kernels page: opens from its own URL, redraws, no error box."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_url: str) -> None:
+    open_page(page, f"{app_url}/Kernels?k_tmin=64&k_tmax=512&k_mask=boolean", timeout_s=180)
+    expect(page.get_by_role("heading", name="Kernels").first).to_be_visible()
+    assert_clean(page)
+    expect(page.get_by_role("combobox", name="Mask")).to_have_value("boolean attn_mask")
+    expect(page.get_by_text("Which backend accepts this call")).to_be_visible()
+    # Both log-log charts and the two tables are drawn.
+    assert page.locator(".js-plotly-plot").count() == 2
+    assert page.locator("[data-testid=stDataFrame]").count() == 1
+    assert page.locator("[data-testid=stTable]").count() == 1
+    seconds = nudge_and_time(page, "Head dim E", timeout_s=120)
+    assert_clean(page)
+    report(f"redraw Kernels (T 64..512, boolean mask), slider 'Head dim E': {seconds:.3f} s")
+    page.wait_for_url("**k_dim=128**", timeout=15_000)
+    assert "k_mask=boolean" in page.url and "k_tmax=512" in page.url, page.url
+    screenshot(page, "page-kernels-boolean-mask", height=2600)
+
+
+def test_kernels_over_limit_request_is_a_plain_message(page: Page, app_url: str) -> None:
+    open_page(page, f"{app_url}/Kernels?k_tmin=16384&k_tmax=16384&k_heads=32&k_dim=256", charts=False)
+    assert page.locator("[data-testid=stException]").count() == 0
+    expect(page.locator("[data-testid=stAlertContentError]").first).to_contain_text("Lower the largest T")

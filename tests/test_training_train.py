@@ -1,0 +1,207 @@
+"""attncore.training.train: configuration checks, determinism, divergence, cancel, bad corpora."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attncore.errors import AttnInputError, ResourceLimitError
+from attncore.training import (
+    MAX_TRAIN_BYTES,
+    TrainConfig,
+    build_vocab,
+    divergence_threshold,
+    estimate_train_bytes,
+    train,
+)
+from attncore.training.train import _lr_at, saturated_share, split_text
+
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+        "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 12
+TINY = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=4, steps=8, warmup=2, eval_every=4)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_defaults_are_the_issues() -> None:
+    c = TrainConfig()
+    assert (c.variant, c.n_layer, c.n_head, c.d_model, c.context, c.batch, c.steps, c.lr, c.warmup,
+            c.weight_decay, c.seed, c.eval_every) == ("standard", 4, 4, 128, 128, 32, 1500, 1e-3, 100,
+                                                      0.1, 0, 100)
+    assert c.d_head == 32
+    assert TrainConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(AttributeError):
+        c.lr = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(variant="softmax"), dict(n_layer=0), dict(n_head=17), dict(d_model=100, n_head=3),
+        dict(d_model=12, n_head=4),  # head dim 3 is odd: rotary needs pairs
+        dict(context=1), dict(batch=0), dict(steps=0), dict(lr=0.0), dict(lr=-1e-3), dict(lr=float("nan")),
+        dict(lr=1e3), dict(warmup=2000), dict(weight_decay=-0.1), dict(seed=-1), dict(eval_every=0),
+        dict(n_layer=2.5), dict(batch=True), dict(lr="0.1"),
+    ],
+)
+def test_bad_settings_are_refused_in_plain_words(bad: dict) -> None:
+    with pytest.raises(AttnInputError) as err:
+        TrainConfig(**bad)
+    assert "Traceback" not in str(err.value) and len(str(err.value)) > 10
+
+
+def test_from_dict_rejects_unknown_keys() -> None:
+    with pytest.raises(AttnInputError, match="unknown"):
+        TrainConfig.from_dict({"variant": "standard", "dropout": 0.1})
+
+
+def test_memory_estimate_is_checked_before_allocating() -> None:
+    huge = TrainConfig(n_layer=12, n_head=16, d_model=1024, context=1024, batch=512, steps=10, warmup=0)
+    assert estimate_train_bytes(huge, 65) > MAX_TRAIN_BYTES
+    with pytest.raises(ResourceLimitError, match="limit"):
+        train(huge, TEXT * 10, device="cpu")
+    small = TrainConfig(**TINY)
+    assert estimate_train_bytes(small, 65) < 50e6
+    # the estimate grows with every size knob
+    for k, v in dict(batch=8, context=32, d_model=32, n_layer=2).items():
+        assert estimate_train_bytes(small.replace(**k if isinstance(k, dict) else {k: v}), 65) > \
+            estimate_train_bytes(small, 65)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "empty"),
+        ("abc\x00def" * 200, "binary"),
+        ("".join(chr(i % 20) for i in range(5000)), "binary"),
+        ("short text", "too short"),
+        ("".join(chr(0x4E00 + i) for i in range(1200)) * 2, "distinct characters"),
+        (b"bytes are not text", "str"),
+    ],
+)
+def test_bad_corpora_are_refused(text: str, match: str) -> None:
+    with pytest.raises(AttnInputError, match=match):
+        train(TrainConfig(**TINY), text, device="cpu")
+
+
+def test_too_short_message_gives_the_minimum_and_the_minimum_works() -> None:
+    with pytest.raises(AttnInputError, match=r"at least 170 characters"):
+        split_text(100, 16)
+    split_text(170, 16)  # 153 / 17 characters: both parts fit
+
+
+def test_vocab_is_sorted_distinct_characters() -> None:
+    assert build_vocab("hello, world") == " ,dehlorw"
+
+
+def test_same_seed_same_curves_other_seed_other_curves() -> None:
+    cfg = TrainConfig(**TINY)
+    a, b = train(cfg, TEXT, device="cpu"), train(cfg, TEXT, device="cpu")
+    assert a.batch_loss == b.batch_loss and a.val_loss == b.val_loss and a.train_loss == b.train_loss
+    for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(va, vb), k
+    c = train(cfg.replace(seed=1), TEXT, device="cpu")
+    assert c.batch_loss != a.batch_loss
+
+
+def test_result_lists_are_aligned_and_in_nats_per_char() -> None:
+    r = train(TrainConfig(**{**TINY, "steps": 10}), TEXT, device="cpu")
+    assert r.steps == [4, 8, 10]  # every eval_every steps and the last step
+    n = len(r.steps)
+    assert len(r.train_loss) == len(r.val_loss) == len(r.saturated_share) == len(r.qk_grad_norm) == n
+    assert len(r.batch_loss) == 10 and r.diverged_at is None and not r.cancelled
+    # training loss at a point = mean of the batch losses since the previous point
+    assert r.train_loss[0] == pytest.approx(sum(r.batch_loss[:4]) / 4)
+    assert r.train_loss[2] == pytest.approx(sum(r.batch_loss[8:10]) / 2)
+    # the untrained model guesses about uniformly: ln(V) nats per character
+    assert r.batch_loss[0] == pytest.approx(math.log(len(r.vocab)), abs=0.1)
+    assert r.batch_loss[-1] < r.batch_loss[0]
+    assert all(0.0 <= s <= 1.0 for s in r.saturated_share)
+    assert all(g > 0 for g in r.qk_grad_norm)
+    assert r.tokens_per_s > 0 and r.wall_s > 0 and r.device == "cpu"
+    assert r.final_train_loss == r.train_loss[-1] and r.final_val_loss == r.val_loss[-1]
+    assert not r.model.training
+
+
+def test_val_loss_is_measured_on_the_last_tenth() -> None:
+    """Training only on text A, validating on the last 10%: a held-out tail of a different
+    character mix gives a higher held-out loss than training loss."""
+    head = "abab abab abab " * 100
+    tail = "zyx zyx zyx " * 17
+    r = train(TrainConfig(**{**TINY, "steps": 30, "lr": 1e-2}), head + tail, device="cpu")
+    assert r.val_loss[-1] > r.train_loss[-1] + 0.5
+
+
+def test_progress_is_called_every_step_with_val_at_eval_points() -> None:
+    calls = []
+    train(TrainConfig(**TINY), TEXT, device="cpu", progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == list(range(1, 9)) and all(c[1] == 8 for c in calls)
+    assert [c[3] is not None for c in calls] == [False, False, False, True, False, False, False, True]
+
+
+def test_cancel_stops_and_returns_what_it_has() -> None:
+    asked = []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) > 5
+
+    r = train(TrainConfig(**{**TINY, "steps": 50}), TEXT, device="cpu", cancel=cancel)
+    assert r.cancelled and len(r.batch_loss) == 5
+    assert r.steps == [4, 5]  # the regular point, then one at the step reached
+    assert all(math.isfinite(v) for v in r.val_loss + r.train_loss)
+
+
+def test_cancel_before_the_first_step_gives_empty_curves() -> None:
+    r = train(TrainConfig(**TINY), TEXT, device="cpu", cancel=lambda: True)
+    assert r.cancelled and r.steps == [] and r.batch_loss == [] and r.final_train_loss is None
+
+
+def test_a_huge_learning_rate_diverges_and_the_curves_stop_finite() -> None:
+    cfg = TrainConfig(**{**TINY, "steps": 40, "lr": 100.0, "warmup": 0, "eval_every": 2})
+    r = train(cfg, TEXT, device="cpu")
+    assert r.diverged_at is not None and 1 <= r.diverged_at <= 40
+    assert len(r.batch_loss) == r.diverged_at - 1
+    limit = divergence_threshold(len(r.vocab))
+    for seq in (r.batch_loss, r.train_loss, r.val_loss, r.saturated_share, r.qk_grad_norm):
+        assert all(math.isfinite(v) for v in seq)
+    assert all(v <= limit for v in r.batch_loss)
+    assert all(s < r.diverged_at for s in r.steps)
+
+
+def test_divergence_threshold() -> None:
+    assert divergence_threshold(65) == pytest.approx(3 * math.log(65))
+    assert divergence_threshold(2) == pytest.approx(math.log(2) + 5)
+
+
+def test_learning_rate_schedule() -> None:
+    cfg = TrainConfig(lr=1e-2, warmup=10, steps=110)
+    assert _lr_at(5, cfg) == pytest.approx(5e-3)
+    assert _lr_at(10, cfg) == pytest.approx(1e-2)
+    assert _lr_at(60, cfg) == pytest.approx(1e-2 * (0.1 + 0.45))
+    assert _lr_at(110, cfg) == pytest.approx(1e-3)
+
+
+def test_saturated_share_counts_rows_above_0_99_and_skips_row_0() -> None:
+    w = torch.zeros(1, 1, 4, 4)
+    w[0, 0, 0, 0] = 1.0  # row 0: one key, always 1 - not counted
+    w[0, 0, 1, :2] = torch.tensor([0.995, 0.005])
+    w[0, 0, 2, :3] = torch.tensor([0.5, 0.25, 0.25])
+    w[0, 0, 3, :4] = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    share, per_layer = saturated_share([w, torch.zeros(1, 1, 4, 4)])
+    assert per_layer == [pytest.approx(2 / 3), 0.0] and share == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("variant", ["unscaled", "fully_scaled_rows", "sink_logit", "gated"])
+def test_every_variant_trains(variant: str) -> None:
+    r = train(TrainConfig(**{**TINY, "variant": variant, "steps": 12, "lr": 1e-2}), TEXT, device="cpu")
+    assert r.diverged_at is None and r.batch_loss[-1] < r.batch_loss[0]

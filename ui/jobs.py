@@ -1,0 +1,425 @@
+"""Background training jobs for the Training lab: one at a time per server, the rest queued.
+
+A :class:`Job` is a list of :class:`~attncore.training.TrainConfig` (variants x learning
+rates) on one corpus. :data:`QUEUE` (process-wide) runs one job at a time in a daemon thread
+that calls :func:`attncore.training.train` with progress and cancel callbacks; every session
+sees the same queue, so a second user's job waits and can show its position. Pages only read
+snapshots (:meth:`Job.snapshot`), never the live lists.
+
+Finished runs are kept as small JSON files (config + curves, no weights) in the cache folder
+(:func:`cache_dir`: ``ATTNLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attention-lab/runs``, else
+``~/.cache/attention-lab/runs``). A folder that cannot be written (read-only, full) costs
+nothing but the listing: the run stays in memory for this server's lifetime and the job
+carries a plain note.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attncore.errors import AttnInputError
+from attncore.training import TrainConfig, TrainResult, train
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "MAX_JOB_TOKENS",
+    "MAX_QUEUE",
+    "MAX_RUNS_LISTED",
+    "QUEUE",
+    "Job",
+    "JobQueue",
+    "StoreError",
+    "SIZES",
+    "Estimate",
+    "cache_dir",
+    "estimate_seconds",
+    "flops_per_token",
+    "job_tokens",
+    "make_configs",
+    "list_runs",
+    "load_run",
+    "run_label",
+    "save_run",
+]
+
+log = logging.getLogger("attnlab")
+
+CACHE_DIR_ENV = "ATTNLAB_CACHE_DIR"
+MAX_QUEUE = 8  # jobs waiting or running, all sessions together
+MAX_RUNS_LISTED = 200
+MAX_RUN_FILE_BYTES = 2 * 1024**2
+_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+# ---------------------------------------------------------------------------- sizes and time
+
+# Model sizes a live run may use: bounded so that a CPU run takes seconds to a few minutes.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 1, "n_head": 2, "d_model": 32, "context": 32, "batch": 8},
+    "small": {"n_layer": 2, "n_head": 4, "d_model": 64, "context": 64, "batch": 16},
+    "medium": {"n_layer": 3, "n_head": 4, "d_model": 128, "context": 64, "batch": 32},
+}
+MAX_JOB_TOKENS = 1_000_000  # training tokens per Run press, all runs together
+
+
+def make_configs(variants: Sequence[str], lrs: Sequence[float], size: str, steps: int,
+                 seed: int) -> list[TrainConfig]:
+    """One TrainConfig per (variant, learning rate), in that order; evaluation 20 times per run."""
+    shape = SIZES[size]
+    return [TrainConfig(variant=v, lr=float(lr), steps=steps, warmup=min(100, steps // 10),
+                        eval_every=max(1, steps // 20), seed=seed, **shape)
+            for v in variants for lr in lrs]
+
+
+def job_tokens(configs: Sequence[TrainConfig]) -> int:
+    """Training tokens of a job: steps x batch x context, summed over its runs."""
+    return sum(c.steps * c.batch * c.context for c in configs)
+
+
+def flops_per_token(config: TrainConfig | dict[str, Any], vocab: int = 100) -> float:
+    """Rough forward + backward FLOPs per training token (3 x forward: matmuls and attention)."""
+    c = config.to_dict() if isinstance(config, TrainConfig) else config
+    D, N, T = c["d_model"], c["n_layer"], c["context"]
+    per_layer = 12 * D * D + (D * D if c["variant"] == "gated" else 0)
+    forward = 2 * (N * per_layer + D * vocab) + 4 * N * T * D
+    return 3.0 * forward
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds a job should take, scaled from a measured run's speed (``reference`` says which)."""
+
+    seconds: float
+    tokens: int
+    reference: str
+    reference_tokens_per_s: float
+
+
+def estimate_seconds(configs: Sequence[TrainConfig], references: Sequence[dict[str, Any]],
+                     vocab: int = 100) -> Estimate | None:
+    """Time for ``configs`` at the FLOP rate of a measured run (None without one).
+
+    ``references`` are run records (newest first, same device); one with the same model
+    shape is preferred, else the first. Seconds = sum over runs of tokens x FLOPs/token,
+    divided by that run's tokens/s x its FLOPs/token.
+    """
+    refs = [r for r in references if float(r.get("tokens_per_s") or 0) > 0 and r.get("config")]
+    if not configs or not refs:
+        return None
+    keys = ("n_layer", "n_head", "d_model", "context", "batch")
+    want = {k: configs[0].to_dict()[k] for k in keys}
+    ref = next((r for r in refs if all(r["config"].get(k) == v for k, v in want.items())), refs[0])
+    rate = float(ref["tokens_per_s"]) * flops_per_token(ref["config"], int(ref.get("vocab_size") or vocab))
+    work = sum(c.steps * c.batch * c.context * flops_per_token(c, vocab) for c in configs)
+    name = ref.get("label") or ref.get("name") or ref["config"]["variant"]
+    return Estimate(work / rate, job_tokens(configs), str(name), float(ref["tokens_per_s"]))
+
+
+# ---------------------------------------------------------------------------- the cache folder
+
+
+class StoreError(Exception):
+    """The cache folder could not be written; the message is plain words for the page."""
+
+
+def cache_dir() -> Path:
+    """Where finished runs are kept (see the module docstring)."""
+    env = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "attention-lab" / "runs"
+
+
+def save_run(record: dict[str, Any], directory: Path | None = None) -> Path:
+    """Write one run record as ``<id>.json`` (atomically); StoreError when the folder refuses it."""
+    d = directory or cache_dir()
+    path = d / f"{record['id']}.json"
+    tmp = d / f".{record['id']}.tmp"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        why = exc.strerror or type(exc).__name__
+        raise StoreError(f"This run could not be kept in the cache folder {d} ({why}); it is shown here "
+                         f"and listed until the server restarts. Set {CACHE_DIR_ENV} to a writable "
+                         "folder to keep runs.") from exc
+    return path
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        if path.stat().st_size > MAX_RUN_FILE_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not _ID.match(str(data.get("id", ""))) or "config" not in data:
+        return None
+    return data
+
+
+def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
+    """Kept runs, newest first (at most :data:`MAX_RUNS_LISTED`), plus this server's unsaved ones."""
+    d = directory or cache_dir()
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        paths = sorted(d.glob("*.json"), key=lambda p: p.name, reverse=True)[: 4 * MAX_RUNS_LISTED]
+    except OSError:
+        paths = []
+    for p in paths:
+        rec = _read(p)
+        if rec is not None:
+            found[rec["id"]] = rec
+    for rec in QUEUE.unsaved():
+        found.setdefault(rec["id"], rec)
+    runs = sorted(found.values(), key=lambda r: str(r.get("created_utc", "")), reverse=True)
+    return runs[:MAX_RUNS_LISTED]
+
+
+def load_run(run_id: str, directory: Path | None = None) -> dict[str, Any] | None:
+    """One kept run by id (None when it is not there)."""
+    if not _ID.match(run_id):
+        return None
+    for rec in QUEUE.unsaved():
+        if rec["id"] == run_id:
+            return rec
+    return _read((directory or cache_dir()) / f"{run_id}.json")
+
+
+def run_label(config: TrainConfig | dict[str, Any]) -> str:
+    """'standard · lr 0.003' for a config."""
+    c = config.to_dict() if isinstance(config, TrainConfig) else config
+    return f"{c['variant']} · lr {c['lr']:g}"
+
+
+# ---------------------------------------------------------------------------- jobs
+
+
+@dataclass
+class Job:
+    """One Run press: its configs run one after the other on ``text``.
+
+    ``state``: ``queued``, ``running``, ``done``, ``cancelled`` (Stop pressed: what was trained
+    is kept) or ``failed`` (``error`` says why, in plain words).
+    """
+
+    id: str
+    configs: list[TrainConfig]
+    text: str
+    corpus: str
+    device: str
+    state: str = "queued"
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    current: int = 0
+    step: int = 0
+    total: int = 0
+    batch_loss: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    run_started: float = 0.0
+    cancel_requested: bool = False
+    submitted: float = field(default_factory=time.time)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("queued", "running")
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy of the state for drawing (the worker keeps writing the job)."""
+        with self._lock:
+            elapsed = time.perf_counter() - self.run_started if self.state == "running" else 0.0
+            cfg = self.configs[min(self.current, len(self.configs) - 1)]
+            return {
+                "id": self.id, "state": self.state, "error": self.error, "notes": list(self.notes),
+                "records": list(self.records), "current": self.current, "n_runs": len(self.configs),
+                "label": run_label(cfg), "step": self.step, "total": self.total,
+                "batch_loss": list(self.batch_loss), "eval_steps": list(self.eval_steps),
+                "eval_loss": list(self.eval_loss), "corpus": self.corpus,
+                "tokens_per_s": self.step * cfg.batch * cfg.context / elapsed if elapsed > 0 else 0.0,
+                "configs": [c.to_dict() for c in self.configs],
+            }
+
+
+def _record(job: Job, result: TrainResult, index: int) -> dict[str, Any]:
+    curves = result.curves()
+    now = datetime.now(UTC)
+    return {
+        "id": f"{now:%Y%m%d-%H%M%S}-{job.id[:6]}-{index}",
+        "created_utc": now.isoformat(timespec="seconds"),
+        "job": job.id,
+        "label": run_label(result.config),
+        "corpus": job.corpus,
+        "corpus_chars": len(job.text),
+        **curves,
+    }
+
+
+class JobQueue:
+    """One worker thread, first come first served; ``train_fn`` is attncore's ``train``."""
+
+    def __init__(self, train_fn: Callable[..., TrainResult] = train, store: Path | None = None) -> None:
+        self._train = train_fn
+        self._store = store
+        self._cond = threading.Condition()
+        self._waiting: list[Job] = []
+        self._running: Job | None = None
+        self._jobs: dict[str, Job] = {}
+        self._unsaved: list[dict[str, Any]] = []
+        self._thread: threading.Thread | None = None
+
+    # -- asking
+    def submit(self, configs: list[TrainConfig], text: str, *, corpus: str, device: str) -> Job:
+        """Queue a job; AttnInputError when nothing is asked or the queue is full."""
+        if not configs:
+            raise AttnInputError("pick at least one variant and one learning rate.")
+        with self._cond:
+            if len(self._waiting) + (self._running is not None) >= MAX_QUEUE:
+                raise AttnInputError(f"{MAX_QUEUE} training jobs are already queued on this server; "
+                                     "try again when one has finished.")
+            job = Job(uuid.uuid4().hex, list(configs), text, corpus, device)
+            self._jobs[job.id] = job
+            self._waiting.append(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="attnlab-training", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return job
+
+    def get(self, job_id: str | None) -> Job | None:
+        with self._cond:
+            return self._jobs.get(job_id or "")
+
+    def position(self, job: Job) -> int | None:
+        """How many jobs are ahead of ``job`` (the running one included); 0 = running; None = finished."""
+        with self._cond:
+            if job is self._running:
+                return 0
+            if job in self._waiting:
+                return self._waiting.index(job) + (self._running is not None)
+            return None
+
+    def running(self) -> Job | None:
+        with self._cond:
+            return self._running
+
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._waiting)
+
+    def cancel(self, job: Job) -> None:
+        """Stop a job: a queued one never starts; a running one stops before its next step."""
+        with self._cond:
+            if job in self._waiting:
+                self._waiting.remove(job)
+                job.state = "cancelled"
+            job.cancel_requested = True
+
+    def unsaved(self) -> list[dict[str, Any]]:
+        """Runs the cache folder refused (kept in memory for this server's lifetime)."""
+        with self._cond:
+            return list(self._unsaved)
+
+    def wait(self, job: Job, timeout: float = 60.0) -> bool:
+        """Block until ``job`` has finished (tests and scripts); True if it did."""
+        deadline = time.monotonic() + timeout
+        while job.active and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not job.active
+
+    # -- the worker
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting:
+                    self._cond.wait()
+                job = self._waiting.pop(0)
+                self._running = job
+                job.state = "running"
+            try:
+                self._run(job)
+            except AttnInputError as exc:
+                job.error = str(exc)
+                job.state = "failed"
+            except MemoryError:
+                job.error = "That run needs more memory than this machine has; pick a smaller size."
+                job.state = "failed"
+            except Exception as exc:  # the worker must survive anything
+                log.exception("training job %s failed", job.id)
+                job.error = f"The run stopped with an unexpected error ({type(exc).__name__}: {exc})."
+                job.state = "failed"
+            finally:
+                with self._cond:
+                    self._running = None
+                    # Finished jobs stay readable by id; keep the newest 64.
+                    done = [j for j in self._jobs.values() if not j.active and j is not job]
+                    for old in done[: max(0, len(self._jobs) - 64)]:
+                        self._jobs.pop(old.id, None)
+
+    def _run(self, job: Job) -> None:
+        # One CPU thread for training: on a small machine torch's spinning worker threads would
+        # otherwise fight the page threads (and each other) for the cores; restored afterwards.
+        threads = torch.get_num_threads()
+        if job.device.startswith("cpu") and threads > 1:
+            torch.set_num_threads(1)
+        try:
+            self._run_configs(job)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run_configs(self, job: Job) -> None:
+        for i, cfg in enumerate(job.configs):
+            if job.cancel_requested:
+                break
+            with job._lock:
+                job.current, job.step, job.total = i, 0, cfg.steps
+                job.batch_loss, job.eval_steps, job.eval_loss = [], [], []
+                job.run_started = time.perf_counter()
+
+            def progress(step: int, total: int, loss: float, val: float | None) -> None:
+                with job._lock:
+                    job.step, job.total = step, total
+                    job.batch_loss.append(loss)
+                    if val is not None:
+                        job.eval_steps.append(step)
+                        job.eval_loss.append(val)
+
+            result = self._train(cfg, job.text, device=job.device, progress=progress,
+                                 cancel=lambda: job.cancel_requested)
+            rec = _record(job, result, i)
+            del result  # the model: only curves are kept
+            try:
+                save_run(rec, self._store)
+            except StoreError as exc:
+                with self._cond:
+                    self._unsaved.append(rec)
+                    del self._unsaved[:-50]
+                with job._lock:
+                    if str(exc) not in job.notes:
+                        job.notes.append(str(exc))
+            with job._lock:
+                job.records.append(rec)
+        job.state = "cancelled" if job.cancel_requested else "done"
+
+
+QUEUE = JobQueue()
