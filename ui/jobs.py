@@ -29,9 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attncore.errors import AttnInputError
+from attncore.threads import single_threaded
 from attncore.training import TrainConfig, TrainResult, train
 
 __all__ = [
@@ -379,13 +378,12 @@ class JobQueue:
     def _run(self, job: Job) -> None:
         # One CPU thread for training: on a small machine torch's spinning worker threads would
         # otherwise fight the page threads (and each other) for the cores; restored afterwards.
-        threads = torch.get_num_threads()
-        if job.device.startswith("cpu") and threads > 1:
-            torch.set_num_threads(1)
-        try:
+        # attncore.threads counts its users, so a sweep overlapping this run cannot leak a 1.
+        if not job.device.startswith("cpu"):
             self._run_configs(job)
-        finally:
-            torch.set_num_threads(threads)
+            return
+        with single_threaded():
+            self._run_configs(job)
 
     def _run_configs(self, job: Job) -> None:
         for i, cfg in enumerate(job.configs):
