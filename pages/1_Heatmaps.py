@@ -6,13 +6,16 @@ from dataclasses import replace
 
 import streamlit as st
 
+from attncore.attention import estimate_attention_bytes
 from attncore.dropout import DropoutDraws
+from attncore.dtypes import DTYPES
 from attncore.explore import RowStats, SyntheticSpec, float16_overflow, parse_row_lengths, row_stats
 from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, realtext, widgets
+from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -275,7 +278,9 @@ def body(ctx: PageContext) -> None:
     spec = replace(controls(ctx.controls), seed=ctx.seed, dtype=ctx.dtype)
     cmp_on = widgets.toggle(P_CMP, "Compare two settings", where=ctx.controls)
     spec.validate()
-    res = heatmap_stages(spec, ctx.device)
+    est = estimate_attention_bytes(spec.heads, spec.L, spec.S, spec.d_k, 16, DTYPES[spec.dtype])
+    with heavy(est, seconds=est / 1e9, label="this heatmap"):  # the largest views queue (ui.admission)
+        res = heatmap_stages(spec, ctx.device)
     stages = res.value
     head = 0
     if spec.heads > 1:

@@ -102,3 +102,12 @@ def test_a_job_bigger_than_capacity_runs_alone() -> None:
     lim = Limiter(capacity_bytes=GB, slots=2)
     with lim.admit(5 * GB, 5, "huge"):
         assert lim.snapshot().running == 1
+
+
+def test_pages_show_the_server_load_in_the_sidebar() -> None:
+    from tests.chart_data import run_app
+
+    at = run_app("pages/1_Heatmaps.py")
+    assert not at.exception
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("Server: idle") for c in captions), captions

@@ -289,10 +289,10 @@ def rerun_pending() -> bool:
 
 
 def check_entropy_theory(lengths: tuple[int, ...], d: int, scale_rule: str, temperature: float,
-                         normalizer: str, ssmax_s: float) -> None:
-    """Refuse (ResourceLimitError) a theory curve that is too big, before its sweep starts."""
-    check_sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature, normalizer=normalizer,
-                       ssmax_s=ssmax_s)
+                         normalizer: str, ssmax_s: float) -> float:
+    """Refuse (ResourceLimitError) a theory curve that is too big, before its sweep starts; its cells."""
+    return check_sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature,
+                              normalizer=normalizer, ssmax_s=ssmax_s)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

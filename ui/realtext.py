@@ -24,6 +24,7 @@ from attncore.models import (
     discover_models,
 )
 from ui import cached, causal, widgets
+from ui.admission import heavy
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
@@ -44,6 +45,7 @@ __all__ = [
 
 DEFAULT_TEXT = ("When a head has nothing useful to read, softmax still makes it spend all of its "
                 "attention somewhere.")
+MODEL_LOAD_BYTES = 600 * 1024**2  # a small encoder and one pass of attentions (~500 MB measured)
 MAX_LAYER_INDEX = 127  # URL bound for layer / head indices; each model clamps further
 
 
@@ -119,8 +121,9 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
     """The cached model and its attentions on ``text``, with a note when the text was truncated."""
     if source == causal.CAUSAL:
         return causal.load(text, ctx)
-    lm = cached.language_model(source, ctx.device)
-    res = cached.text_attention(source, text, ctx.device)
+    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="loading the model"):  # queue (ui.admission)
+        lm = cached.language_model(source, ctx.device)
+        res = cached.text_attention(source, text, ctx.device)
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
