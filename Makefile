@@ -5,12 +5,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8501
+# Interface `make run` listens on. 127.0.0.1: this computer only (the default). For a
+# classroom LAN say so explicitly: `make run ADDRESS=0.0.0.0` (every interface; see docs/deploy.md).
+ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint bench image-check screenshot clean help
 
 help:
-	@echo "make run          serve the app on http://localhost:$(PORT)"
+	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
 	@echo "make test         unit + AppTest + browser + Dockerfile lint (sets up .venv, checks Chromium)"
 	@echo "make test-fast    everything except the real-browser tests"
 	@echo "make lint         ruff"
@@ -27,7 +30,7 @@ $(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok
 	@touch $@
 
 run: $(VENV)/.app-ok
-	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.headless true
+	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
 
 test: $(VENV)/.dev-ok
 	@bash scripts/ensure-chromium

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Real
 
 import torch
 from torch import Tensor
@@ -175,15 +176,15 @@ def attention_stages(
     if enable_gqa and (query.dim() < 3 or key.dim() < 3):
         raise AttnInputError("enable_gqa needs a heads dimension: tensors (..., H, L, E).")
     batch_shape = _batch_shape(query, key, value, enable_gqa)
-    if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
+    if not (isinstance(dropout_p, Real) and 0.0 <= dropout_p < 1.0):
         raise AttnInputError(f"dropout_p must be in [0, 1); got {dropout_p}.")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+    if not (isinstance(temperature, Real) and math.isfinite(temperature) and temperature > 0):
         raise AttnInputError(f"the temperature must be a positive number; got {temperature}.")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
+    if window is not None and (isinstance(window, bool) or not isinstance(window, Real)
                                or not math.isfinite(window) or window < 1 or window != int(window)):
         raise AttnInputError(f"the sliding window must be a whole number, at least 1 key; got {window}.")
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
             raise AttnInputError(f"scale must be finite; got {scale}.")
         if abs(scale / temperature) > MAX_LOGIT_FACTOR:
             raise AttnInputError(f"scale / temperature = {scale / temperature:.3g} would turn every score "

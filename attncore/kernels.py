@@ -33,6 +33,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +54,7 @@ from attncore.synthetic import make_generator
 
 __all__ = [
     "BACKENDS",
+    "SDPA_LOCK",
     "BASELINES",
     "DEFAULT_BUDGET_BYTES",
     "FULLY_MASKED_EVERY",
@@ -284,6 +286,13 @@ def notebook_attention(
     return torch.matmul(weights, value)  # (B, H, L, E)
 
 
+# torch's SDPA backend switches (``sdpa_kernel``) are process-wide flags, not per thread: while
+# one request runs the "efficient" backend alone, another thread's plain SDPA call on the CPU
+# finds no backend enabled ("No viable backend for scaled_dot_product_attention"). Every SDPA
+# call in attncore holds this lock, so a backend choice never leaks into another thread's call.
+SDPA_LOCK = threading.RLock()
+
+
 def _call(name: str, x: KernelInputs, dropout: float, generator: torch.Generator | None) -> Tensor:
     """One forward pass of backend / baseline ``name`` (``"default"`` = torch's own dispatch)."""
     if name == "attncore":
@@ -298,10 +307,11 @@ def _call(name: str, x: KernelInputs, dropout: float, generator: torch.Generator
                                               dropout_p=dropout, is_causal=x.is_causal,
                                               enable_gqa=x.enable_gqa)
 
-    if name == "default":
-        return sdpa()
-    with sdpa_kernel(SDPA_BACKENDS[name]):
-        return sdpa()
+    with SDPA_LOCK:
+        if name == "default":
+            return sdpa()
+        with sdpa_kernel(SDPA_BACKENDS[name]):
+            return sdpa()
 
 
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*")

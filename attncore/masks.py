@@ -6,6 +6,9 @@ tensor on the ``device`` it is given; combine masks with :func:`combine`.
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+
 import torch
 from torch import Tensor
 
@@ -47,11 +50,13 @@ def sliding_window_mask(
     still hides the early keys from queries ``i >= S``.
     """
     _check_sizes(L, S, 5)
-    if isinstance(window, bool) or not isinstance(window, (int, float)) or window != window or window < 1:
+    if isinstance(window, bool) or not isinstance(window, Real) or not math.isfinite(window) \
+            or window < 1:
         raise AttnInputError(f"the sliding window must be at least 1 key; got {window}.")
+    w = min(int(window), int(L) + int(S))  # any wider window is the causal mask
     return causal_mask(L, S, device) & ~torch.ones(
         L, S, dtype=torch.bool, device=device
-    ).tril(diagonal=-int(window))
+    ).tril(diagonal=-w)
 
 
 def block_diagonal_mask(
@@ -62,10 +67,12 @@ def block_diagonal_mask(
     Models the "document packing" mask used when several sequences share one row.
     """
     _check_sizes(L, S, 1)
-    if isinstance(block, bool) or not isinstance(block, (int, float)) or block != block or block < 1:
+    if isinstance(block, bool) or not isinstance(block, Real) or not math.isfinite(block) \
+            or block < 1:
         raise AttnInputError(f"the block size must be at least 1; got {block}.")
-    qi = torch.arange(L, device=device) // int(block)
-    kj = torch.arange(S, device=device) // int(block)
+    size = min(int(block), max(int(L), int(S)))  # any larger block holds every position
+    qi = torch.arange(L, device=device) // size
+    kj = torch.arange(S, device=device) // size
     return qi[:, None] == kj[None, :]
 
 

@@ -11,8 +11,9 @@ imported). Attention weights come from transformers' eager attention with
 Other models: any local Hugging Face model folder (a ``config.json`` plus
 weights) that returns attentions, inside one of the directories listed in the
 ``ATTNLAB_MODEL_DIRS`` environment variable (separated by ``os.pathsep``).
-Paths are resolved (symlinks and ``..`` included) before the check, so nothing
-outside those directories is ever opened. Model code from the folder is never
+Paths are resolved (symlinks and ``..`` included) before the check, and so is every
+file inside the folder (a file that links outside is refused), so nothing outside
+those directories is ever opened. Model code from the folder is never
 executed (``trust_remote_code=False``).
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "LoadedModel",
     "TextAttention",
     "allowed_model_dirs",
+    "canonical_source",
     "discover_models",
     "load_model",
     "resolve_model_folder",
@@ -111,11 +113,42 @@ def resolve_model_folder(path: str) -> Path:
         raise AttnInputError(
             f"{folder} has no config.json, so it is not a Hugging Face model folder."
         )
-    size = sum(f.stat().st_size for f in folder.rglob("*")
-               if f.is_file() and f.suffix in _WEIGHT_SUFFIXES)
+    size = 0
+    for f in _folder_files(folder):
+        # every file the loader may read is resolved too: a file (or sub-folder) that is a symlink
+        # to somewhere outside the allowed directories is refused, not followed
+        real = f.resolve()
+        if not any(real == r or real.is_relative_to(r) for r in roots):
+            raise AttnInputError(
+                f"{f.relative_to(folder)} in {folder.name} links to a place outside the allowed model "
+                f"directories; only files inside {MODEL_DIRS_ENV} may be loaded."
+            )
+        if real.is_file() and f.suffix in _WEIGHT_SUFFIXES:
+            size += real.stat().st_size
     check_limit(size, MAX_MODEL_BYTES, f"the weights in {folder.name}", "bytes, to stay inside memory",
                 "Pick a smaller model.")
     return folder
+
+
+def _folder_files(folder: Path, limit: int = 10_000) -> list[Path]:
+    """Every entry under ``folder`` (without following symlinked sub-folders), at most ``limit``."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        base = Path(dirpath)
+        # a symlinked sub-folder is listed (and checked) as an entry but not walked into
+        out += [base / n for n in filenames] + [base / d for d in dirnames if (base / d).is_symlink()]
+        if len(out) > limit:
+            raise AttnInputError(f"{folder.name} holds more than {limit:,} files: not a model folder.")
+    return out
+
+
+def canonical_source(source: str) -> str:
+    """The cache key of a model source: ``"minilm"``, or the resolved folder after every safety check.
+
+    Ten spellings of one folder (``a/b``, ``a/./b``, ``a/../a/b``, a symlink to it, ...) give one key,
+    so a cache keyed on this loads the model once.
+    """
+    return BUNDLED if source == BUNDLED else str(resolve_model_folder(source))
 
 
 def discover_models(limit: int = 50) -> list[Path]:

@@ -376,15 +376,19 @@ def check_sweep_theory(
     ssmax_s: float = 0.43,
     nodes: int | None = None,
     want_max: bool = True,
-) -> None:
+) -> float:
     """Raise what :func:`sweep_theory` would raise for its size, without computing anything.
+
+    Returns the (u, z) cells it would evaluate (an upper bound; ~2.4e7 cells/s on one core).
 
     Raises:
         AttnInputError: bad arguments. ResourceLimitError: the quadratures together exceed
             :data:`MAX_THEORY_CELLS` (so a page can refuse before it starts a sweep).
     """
     ns, _, xs, _, groups = _theory_plan(lengths, d, scale_rule, temperature, ssmax_s, nodes)
-    _check_cells(_plan_cells(ns, xs, groups, normalizer, want_max))
+    cells = _plan_cells(ns, xs, groups, normalizer, want_max)
+    _check_cells(cells)
+    return cells
 
 
 def sweep_theory(

@@ -6,13 +6,16 @@ from dataclasses import replace
 
 import streamlit as st
 
+from attncore.attention import estimate_attention_bytes
 from attncore.dropout import DropoutDraws
+from attncore.dtypes import DTYPES
 from attncore.explore import RowStats, SyntheticSpec, float16_overflow, parse_row_lengths, row_stats
 from attncore.masks import MASK_KINDS
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import realtext, widgets
+from ui import causal, realtext, widgets
+from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -57,9 +60,10 @@ FULLY_MASKED_NOTE = (
     "uniformly (1/S on every key).")
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
+RT_NEXT = causal.next_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
           P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_OWN, P_LOG, P_CMP_SCORING, P_CMP_TEMP,
-          P_CMP_NORM, P_SOURCE, *RT.all())
+          P_CMP_NORM, P_SOURCE, *RT.all(), *RT_NEXT.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -267,6 +271,8 @@ def real_text(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
+    if causal.is_causal(lm):
+        causal.explain(lm)
     att = res.value
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)
@@ -287,6 +293,8 @@ def real_text(ctx: PageContext) -> None:
     maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
     st.markdown(f"##### Every head of layer {layer}")
     st.plotly_chart(view.layer_heads_figure(maps), key="chart_rt_heads")
+    if causal.is_causal(lm):
+        causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
 
 
 def body(ctx: PageContext) -> None:
@@ -309,7 +317,9 @@ def body(ctx: PageContext) -> None:
                                     "differ in colour too.")
     cmp_on = widgets.toggle(P_CMP, "Compare two settings", where=ctx.controls)
     spec.validate()
-    res = heatmap_stages(spec, ctx.device)
+    est = estimate_attention_bytes(spec.heads, spec.L, spec.S, spec.d_k, 16, DTYPES[spec.dtype])
+    with heavy(est, seconds=est / 1e9, label="this heatmap"):  # the largest views queue (ui.admission)
+        res = heatmap_stages(spec, ctx.device)
     stages = res.value
     if spec.dtype == "float16":
         over = float16_overflow(stages.raw)

@@ -11,11 +11,14 @@ import streamlit as st
 from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
+from ui.admission import heavy
 from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
 from ui.text import plain
+from ui.views import training as training_view
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -62,6 +65,7 @@ P_REST = Param("ent_rest", -2.0, lo=-10.0, hi=10.0)
 PARAMS = (P_LO, P_HI, P_PPO, P_D, P_Q, P_METHOD, P_VARY, P_TAUS, P_RULES, P_NORMS, P_TAU, P_RULE, P_NORM,
           P_S, P_FULL, P_AXIS, P_PEAK, P_REST)
 log = logging.getLogger("attnlab")
+QUADRATURE_BYTES = 32 * 1024**2  # chunked quadrature (attncore.row_theory.CHUNK_CELLS); it queues by time
 RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value in the URL
 FIG1_MAX_EXP = 20  # figure-1 rows are materialised: n <= 2^20
 
@@ -171,6 +175,18 @@ def explain_text() -> None:
         "training loss of about 1.4 with fully scaled attention against 1.2 with standard attention, so the "
         "shrinking output seems to help training, for reasons the post calls an open question."
     )
+    training_result()
+
+
+def training_result() -> None:
+    """This app's own measurement of the "fully scaled" result, beside the post's, and a link to it."""
+    try:
+        sentence = training_view.entropy_page_sentence(training_result_file("lr_sweep"))
+    except AttnInputError:
+        sentence = "This app's own run of that comparison is not shipped with this copy of the app."
+    st.markdown(sentence)
+    st.page_link("pages/6_Training_lab.py", label="Training lab: the learning-rate sweep and its curves",
+                 icon=":material/model_training:")
 
 
 def how_it_is_computed(engine: str = "torch") -> None:
@@ -333,16 +349,18 @@ def body(ctx: PageContext) -> None:
     if c.vary != "none" and not {"temperature": c.taus, "scale_rule": c.rules, "normalizer": c.norms}[c.vary]:
         st.warning("Nothing is selected to compare; showing one curve with the settings below it.")
     series = build_series(c, ctx.seed, ctx.sample_dtype)
+    cells = 0.0
     for s in series:  # the theory's quadrature budget is checked before any sweep starts
         sp = s.spec
-        check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature, sp.normalizer,
-                             sp.ssmax_s)
+        cells += check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature,
+                                      sp.normalizer, sp.ssmax_s)
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series])
     if result is None:
         stale_charts()
     else:
-        with st.spinner("Computing the exact expectations (quadrature)…"):
+        with st.spinner("Computing the exact expectations (quadrature)…"), \
+                heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step"):  # ui.admission
             th = [theory_for(s) for s in series]
         theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]

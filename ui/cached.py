@@ -25,6 +25,7 @@ from attncore import kernels as _kernels
 from attncore import models as _models
 from attncore import overflow as _overflow
 from attncore import sinks as _sinks
+from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
@@ -37,6 +38,10 @@ from attncore.synthetic import QKV
 __all__ = [
     "SWEEP_POINTS",
     "Timed",
+    "causal_attention",
+    "causal_model",
+    "causal_next_chars",
+    "training_result",
     "entropy_theory",
     "entropy_theory_given_queries",
     "heatmap_dropout",
@@ -174,17 +179,58 @@ def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
 # --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
 def language_model(source: str, device: str) -> _models.LoadedModel:
-    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process."""
-    return _models.load_model(source, device)
+    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process.
+
+    The cache key is the resolved folder (:func:`attncore.models.canonical_source`), so every
+    spelling of one folder shares one load.
+    """
+    return _language_model(_models.canonical_source(source), device)
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
+def _language_model(canonical: str, device: str) -> _models.LoadedModel:
+    return _models.load_model(canonical, device)
+
+
+def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
+    return _text_attention(_models.canonical_source(source), text, device)
 
 
 @st.cache_resource(max_entries=6, show_spinner="Running the model…")
-def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
-    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
-    lm = language_model(source, device)
+def _text_attention(canonical: str, text: str, device: str) -> Timed[_models.TextAttention]:
+    lm = _language_model(canonical, device)
     return timed(lambda: _models.run_text(lm, text))
+
+
+# --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def causal_model(device: str) -> Timed[_training.CharTransformer]:
+    """The shipped character transformer (a causal decoder), loaded once per process and device."""
+    return timed(lambda: _training.load_shipped_model(device))
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def causal_attention(text: str, device: str) -> Timed[_models.TextAttention]:
+    """Every causal attention map of the shipped model on ``text`` (vocabulary characters only)."""
+    model = causal_model(device).value
+    return timed(lambda: _training.text_attention(model, text))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def causal_next_chars(text: str, temperature: float, device: str) -> Timed[list[tuple[str, float]]]:
+    """Every character with its probability of following ``text`` at ``temperature``, most likely first."""
+    model = causal_model(device).value
+    return timed(lambda: _training.next_char_distribution(model, text, temperature))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def training_result(name: str) -> dict:
+    """A shipped Training lab result (``lr_sweep``, ``scaling``, ``sinks``) as a dict."""
+    return _training.load_result(name)
 
 
 # --------------------------------------------------------------------------- the synthetic sink head (Sinks)
@@ -243,10 +289,10 @@ def rerun_pending() -> bool:
 
 
 def check_entropy_theory(lengths: tuple[int, ...], d: int, scale_rule: str, temperature: float,
-                         normalizer: str, ssmax_s: float) -> None:
-    """Refuse (ResourceLimitError) a theory curve that is too big, before its sweep starts."""
-    check_sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature, normalizer=normalizer,
-                       ssmax_s=ssmax_s)
+                         normalizer: str, ssmax_s: float) -> float:
+    """Refuse (ResourceLimitError) a theory curve that is too big, before its sweep starts; its cells."""
+    return check_sweep_theory(lengths, d=d, scale_rule=scale_rule, temperature=temperature,
+                              normalizer=normalizer, ssmax_s=ssmax_s)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -29,10 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attncore.errors import AttnInputError
+from attncore.threads import single_threaded
 from attncore.training import TrainConfig, TrainResult, train
+from ui.admission import admit
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -62,6 +62,7 @@ CACHE_DIR_ENV = "ATTNLAB_CACHE_DIR"
 MAX_QUEUE = 8  # jobs waiting or running, all sessions together
 MAX_RUNS_LISTED = 200
 MAX_RUN_FILE_BYTES = 2 * 1024**2
+TRAINING_BYTES = 512 * 1024**2  # a small model, its optimiser state and a batch: its admission estimate
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
@@ -379,13 +380,14 @@ class JobQueue:
     def _run(self, job: Job) -> None:
         # One CPU thread for training: on a small machine torch's spinning worker threads would
         # otherwise fight the page threads (and each other) for the cores; restored afterwards.
-        threads = torch.get_num_threads()
-        if job.device.startswith("cpu") and threads > 1:
-            torch.set_num_threads(1)
-        try:
-            self._run_configs(job)
-        finally:
-            torch.set_num_threads(threads)
+        # attncore.threads counts its users, so a sweep overlapping this run cannot leak a 1.
+        # Training takes a place in the server's admission queue (ui.admission) like sweeps do.
+        with admit(TRAINING_BYTES, seconds=60.0, label="a training run"):
+            if not job.device.startswith("cpu"):
+                self._run_configs(job)
+                return
+            with single_threaded():
+                self._run_configs(job)
 
     def _run_configs(self, job: Job) -> None:
         for i, cfg in enumerate(job.configs):

@@ -24,7 +24,7 @@ from attncore.budget import free_gpu_memory
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError, Cancelled
-from ui import figures, state, widgets
+from ui import admission, figures, state, widgets
 from ui.nav import PAGES
 from ui.text import plain
 
@@ -99,6 +99,7 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     widgets.select(DTYPE, "Precision", where=box,
                    help="dtype of the inputs. Half types are scored in float32, as fused kernels do.")
     box.caption(f"torch {torch.__version__}")
+    admission.sidebar_status(box)  # heavy jobs running / waiting on this server (ui.admission)
     if problem:
         side.warning(plain(problem))
     present = widgets.toggle(PRESENT, "Presenter mode", where=side,

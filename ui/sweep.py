@@ -29,12 +29,14 @@ import streamlit as st
 
 from attncore.budget import check_limit
 from attncore.sweeps import SweepPlan, SweepSpec, check_sweep, max_sweep_work, plan, run_sweep
+from ui.admission import heavy
 
 __all__ = ["AUTO_RUN_S", "SweepResult", "estimate_seconds", "run_sweeps"]
 
 AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
 AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
+SWEEP_BYTES = 256 * 1024**2  # scratch of one running sweep (per-worker blocks), for admission
 _LEARN_WORK = 1 << 26  # sweeps smaller than this say little about the rate
 
 
@@ -180,9 +182,10 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int]
                 bar.progress(min(1.0, overall), text=f"Curve {j + 1} of {len(missing)} ({name}): {msg}")
                 return True
 
-            t0 = time.perf_counter()
-            df = run_sweep(specs[i], device=device, progress=progress)
-            sec = time.perf_counter() - t0
+            with heavy(SWEEP_BYTES, seconds=est, label="this sweep", where=box):  # queue (ui.admission)
+                t0 = time.perf_counter()
+                df = run_sweep(specs[i], device=device, progress=progress)
+                sec = time.perf_counter() - t0
             store.put((specs[i], device), (df, sec))
             _learn(specs[i], device, work[j], sec)
             done += work[j]

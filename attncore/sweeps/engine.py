@@ -31,6 +31,7 @@ from attncore.errors import Cancelled
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
+from attncore.threads import single_threaded
 
 __all__ = ["Progress", "SweepCancelled", "entropy_vs_length", "run_sweep"]
 
@@ -191,10 +192,9 @@ class _Engine:
 
 
 
-# torch's intra-op thread count is process-wide: a CPU sweep's workers set it to 1 while they
-# run and the sweep restores the previous count when it ends. Both the read of that count and
-# its restoration happen under this lock, so overlapping sweeps (several sessions) cannot
-# read another sweep's temporary 1 and "restore" it for good.
+# One CPU sweep at a time (they use every core). torch's thread count is process-wide: the
+# workers set it to 1 inside attncore.threads.single_threaded, which restores the count the
+# process had when its last user leaves (sweeps, training runs), so overlaps cannot leak a 1.
 _THREADS_LOCK = threading.Lock()
 
 
@@ -286,13 +286,9 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
     if dev.type != "cpu":
         return oom_to_limit(lambda: _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init),
                             "this sweep", "Lower the query rows or d.")
-    with _THREADS_LOCK:
-        prev_threads = torch.get_num_threads()  # read under the lock: never another sweep's 1
-        try:
-            n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
-            return _run_sweep(spec, dev, n_workers, progress, cancel, _worker_init)
-        finally:
-            torch.set_num_threads(prev_threads)
+    with _THREADS_LOCK, single_threaded() as prev_threads:  # one CPU sweep at a time; count restored
+        n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
+        return _run_sweep(spec, dev, n_workers, progress, cancel, _worker_init)
 
 
 def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progress | None,

@@ -18,11 +18,16 @@ from attncore.training.config import (
 )
 from attncore.training.inspect import (
     MAX_INSPECT_CHARS,
+    MAX_VIEW_CHARS,
+    KnownText,
     attention_maps,
+    char_label,
     encode,
     generate,
+    known_text,
     next_char_distribution,
     next_char_probs,
+    text_attention,
 )
 from attncore.training.io import (
     RESULT_NAMES,
@@ -52,6 +57,7 @@ from attncore.training.train import (
 __all__ = [
     "MAX_INSPECT_CHARS",
     "MAX_TRAIN_BYTES",
+    "MAX_VIEW_CHARS",
     "MAX_VOCAB",
     "RESULTS_DIR",
     "RESULT_NAMES",
@@ -59,17 +65,20 @@ __all__ = [
     "VARIANTS",
     "VARIANT_INFO",
     "CharTransformer",
+    "KnownText",
     "SinkMeasure",
     "StreamingResult",
     "TrainConfig",
     "TrainResult",
     "attention_maps",
     "build_vocab",
+    "char_label",
     "divergence_threshold",
     "encode",
     "estimate_train_bytes",
     "first_token_sinks",
     "generate",
+    "known_text",
     "load_model",
     "load_result",
     "load_shipped_model",
@@ -79,5 +88,6 @@ __all__ = [
     "shipped_model_path",
     "stream_nll",
     "streaming_test",
+    "text_attention",
     "train",
 ]

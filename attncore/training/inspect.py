@@ -6,17 +6,32 @@ Shape legend: ``N`` layers, ``H`` heads, ``L`` characters of the text, ``V`` voc
 from __future__ import annotations
 
 import math
+import unicodedata
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.models import TextAttention
 from attncore.training.model import CharTransformer
 from attncore.training.train import encode_text
 
-__all__ = ["MAX_INSPECT_CHARS", "attention_maps", "encode", "generate", "next_char_distribution"]
+__all__ = [
+    "MAX_INSPECT_CHARS",
+    "MAX_VIEW_CHARS",
+    "KnownText",
+    "attention_maps",
+    "char_label",
+    "encode",
+    "generate",
+    "known_text",
+    "next_char_distribution",
+    "text_attention",
+]
 
 MAX_INSPECT_CHARS = 1024  # attention maps: N x H x L x L weights are kept
+MAX_VIEW_CHARS = 256  # characters the app's views read (4x the shipped model's training context)
 
 
 def encode(model: CharTransformer, text: str) -> Tensor:
@@ -91,3 +106,74 @@ def attention_maps(model: CharTransformer, text: str) -> Tensor:
     ids = encode(model, text).to(model.device)
     _, maps = model(ids[None], return_attn=True)
     return torch.stack([w[0] for w in maps]).float().cpu()  # (N, H, L, L)
+
+
+# ---------------------------------------------------------------------------- text for the views
+
+
+@dataclass(frozen=True)
+class KnownText:
+    """A user's text prepared for a character model.
+
+    Attributes:
+        text: the characters the model reads: those of its vocabulary, in order, at most
+            ``limit`` of them (the first ones).
+        unknown: the distinct characters outside the vocabulary that were dropped, in order
+            of first appearance.
+        n_unknown: how many characters were dropped for that reason (with repeats).
+        cut: known characters past ``limit`` that were cut off the end.
+        limit: the most characters kept.
+    """
+
+    text: str
+    unknown: tuple[str, ...]
+    n_unknown: int
+    cut: int
+    limit: int
+
+
+def known_text(model: CharTransformer, text: str, limit: int = MAX_VIEW_CHARS) -> KnownText:
+    """Drop the characters of ``text`` that are not in the model's vocabulary, keep the first ``limit``.
+
+    Raises AttnInputError when the text is empty or has no character the model knows.
+    """
+    if not isinstance(text, str) or not text:
+        raise AttnInputError("type at least one character.")
+    if not 1 <= int(limit) <= MAX_INSPECT_CHARS:
+        raise AttnInputError(f"the character limit must lie in 1..{MAX_INSPECT_CHARS}; got {limit}.")
+    vocab = set(model.vocab)
+    kept = "".join(c for c in text if c in vocab)
+    unknown = tuple(dict.fromkeys(c for c in text if c not in vocab))
+    if not kept:
+        raise AttnInputError(
+            f"none of the {len(text)} characters is in the model's vocabulary (the {len(model.vocab)} "
+            "characters of the text it was trained on); type some plain English letters."
+        )
+    return KnownText(text=kept[: int(limit)], unknown=unknown, n_unknown=len(text) - len(kept),
+                     cut=max(0, len(kept) - int(limit)), limit=int(limit))
+
+
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def char_label(c: str) -> str:
+    """A character as an axis label: space, newline and other invisible characters made visible."""
+    if c in _VISIBLE:
+        return _VISIBLE[c]
+    if not c.isprintable():
+        return f"U+{ord(c):04X}"
+    return c
+
+
+def text_attention(model: CharTransformer, text: str) -> TextAttention:
+    """Every causal attention map of ``model`` on ``text`` as a :class:`attncore.models.TextAttention`.
+
+    ``text`` must hold only vocabulary characters (see :func:`known_text`), at most
+    :data:`MAX_INSPECT_CHARS`. Tokens are the characters (:func:`char_label`); none is a
+    special token; punctuation is Unicode category P*. ``attentions``: (N, H, L, L).
+    """
+    attn = attention_maps(model, text)  # (N, H, L, L)
+    punct = torch.tensor([unicodedata.category(c).startswith("P") for c in text], dtype=torch.bool)
+    return TextAttention(tokens=tuple(char_label(c) for c in text), attentions=attn, causal=True,
+                         special=torch.zeros(len(text), dtype=torch.bool), punctuation=punct,
+                         dropped=0, chars_cut=0, token_limit=MAX_INSPECT_CHARS)

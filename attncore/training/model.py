@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attncore.attention import attention_stages
 from attncore.errors import AttnInputError
+from attncore.kernels import SDPA_LOCK
 from attncore.normalizers import Normalizer, Softmax, SoftmaxWithSink
 from attncore.training.config import TrainConfig
 
@@ -95,9 +96,10 @@ class CausalSelfAttention(nn.Module):
         scale = 1.0 if variant == "unscaled" else 1.0 / math.sqrt(E)
         weights: Tensor | None = None
         if variant in FUSED_VARIANTS and self.fused and not want_weights:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, is_causal=allowed is None, scale=scale
-            )  # (B, H, L, E)
+            with SDPA_LOCK:  # another thread's sdpa_kernel choice must not apply here
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=allowed, is_causal=allowed is None, scale=scale
+                )  # (B, H, L, E)
         else:
             normalizer: Normalizer = Softmax()
             scorer = None

@@ -21,6 +21,7 @@ from ui.views.sinks import labelled_heatmap
 
 __all__ = [
     "best_runs",
+    "entropy_page_sentence",
     "compare_figure",
     "live_figure",
     "lr_sweep_curves",
@@ -134,6 +135,8 @@ def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
     fig = figures.line_chart(curves, title="final training loss vs learning rate",
                              x_title="peak learning rate", y_title="final training loss (nats/char)",
                              log_x=True, height=380)
+    lrs = sorted({r["lr"] for r in d.get("runs", [])})
+    fig.update_xaxes(tickvals=lrs, ticktext=[f"{x:.2g}" for x in lrs])  # exactly the rates swept
     figures.legend_below(fig)
     return _view(fig, "tr-lr")
 
@@ -201,6 +204,27 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
         out.append(f"{len(div)} of {len(d['runs'])} runs diverged ({names}); their curves stop there and "
                    "the sweep plot leaves them out.")
     return out
+
+
+def entropy_page_sentence(d: dict[str, Any]) -> str:
+    """The Entropy page's counterpart of source 003's result: this app's own measurement, in one
+    sentence whose every number is read from the learning-rate sweep ``d``."""
+    best = d["best"]
+    s, f = best["standard"]["final_train_loss"], best["fully_scaled"]["final_train_loss"]
+    cfg = (d.get("sizes") or {}).get("config") or {}
+    lrs = sorted({r["lr"] for r in d["runs"]})
+    corpus = (d.get("corpus") or {}).get("name", "the corpus")
+    setup = (f"a character model of {cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} "
+             f"steps on {corpus}, {len(lrs)} learning rates from {lrs[0]:g} to {lrs[-1]:g}"
+             if cfg and lrs else "a small character model")
+    c = _cmp(f, s)
+    verdict = {1: f"worse by {_diff(f, s)}, the ordering the post reports, at a smaller scale",
+               -1: f"better by {_diff(f, s)}, so the post's ordering did not reproduce at this scale",
+               0: "the same to three decimals, so neither ordering shows at this scale"}[c]
+    return (f"This app ran the comparison itself ({setup}). At each variant's best learning rate, fully "
+            f"scaled attention (rate {best['fully_scaled']['lr']:g}) ended at a final training loss of "
+            f"{f:.3f} nats per character against {s:.3f} for standard attention "
+            f"(rate {best['standard']['lr']:g}): {verdict}.")
 
 
 # ---------------------------------------------------------------------------- experiment 2: scaling
@@ -319,6 +343,7 @@ def streaming_figure(d: dict[str, Any]) -> go.Figure:
     lo = min(min(v) for _, v in series)
     hi = max(max(v) for _, v in series)
     fig.update_yaxes(range=[lo - 0.1 * (hi - lo + 1e-3), hi + 0.1 * (hi - lo + 1e-3)])
+    figures.legend_below(fig)
     return _view(fig, "tr-streaming")
 
 
