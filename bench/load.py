@@ -380,7 +380,10 @@ def _browsers(port: int, k: int, out: list[str]) -> None:
         return
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(args=["--disable-dev-shm-usage"])
+            # the Chromium the browser tests use (tests/conftest.py), else Playwright's own
+            exe = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
+            browser = pw.chromium.launch(executable_path=exe if Path(exe).exists() else None,
+                                         args=["--no-sandbox", "--disable-dev-shm-usage"])
             pages = [browser.new_page() for _ in range(k)]
             t0 = time.perf_counter()
             for p in pages:
@@ -433,7 +436,8 @@ def main() -> None:
                 th.join(args.phase_timeout)
             for line in notes:
                 print(f"    {line}")
-            print(f"    p95 redraw / idle p50: {s['p95'] / idle['p50']:.1f}x", flush=True)
+            p50x, p95x = s["p50"] / idle["p50"], s["p95"] / idle["p95"]
+            print(f"    redraw against idle: p50 {p50x:.1f}x, p95 {p95x:.1f}x", flush=True)
         server.reset_peak()
         alone, busy, sweep_s = asyncio.run(_interference(server.port, 6, args.sweep))
         a = statistics.median([r.redraw_s for r in alone if r.redraw_s]) if alone else float("nan")
