@@ -11,7 +11,9 @@ the ``ForwardMsg`` stream (``delta`` elements, ``script_finished``). For every r
   finish in time, a dropped connection.
 
 A session visits every page and on each page moves ``--moves`` of its sliders / number inputs /
-checkboxes by a step or two (as a student nudges a control). Phases:
+checkboxes by a step or two (as a student nudges a control), back to back by default (a stress
+test: every session always waits for the server) or after ``--think`` seconds of reading.
+Phases:
 
 1. idle: one session alone (the baseline redraw times);
 2. N concurrent sessions for each N in ``--sessions`` (default 10, 20, 40);
@@ -278,16 +280,23 @@ class Session:
         self.widgets = {}
         return await self.rerun(name, "open")
 
-    async def tour(self, moves: int, deadline: float, pages: list[str] | None = None) -> None:
+    async def pause(self, think: float) -> None:
+        """A student reading the page: ``think`` seconds on average (0.5x to 1.5x), none when 0."""
+        if think > 0:
+            await asyncio.sleep(think * self.rng.uniform(0.5, 1.5))
+
+    async def tour(self, moves: int, deadline: float, think: float = 0.0) -> None:
         """Open every page and nudge ``moves`` controls on each (until ``deadline``)."""
         await self.rerun("Home", "open")
-        for name in pages or [p for p in self.pages if p != "Home"] or ["Home"]:
+        for name in [p for p in self.pages if p != "Home"] or ["Home"]:
             if time.monotonic() > deadline:
                 return
+            await self.pause(think)
             await self.goto(name)
             for _ in range(moves):
                 if not self.widgets or time.monotonic() > deadline:
                     break
+                await self.pause(think)
                 w = self.rng.choice(sorted(self.widgets.values(), key=lambda x: x.id))
                 await self.rerun(name, f"move {w.label[:30]}", _nudged(w, self.rng))
 
@@ -307,7 +316,7 @@ def _summary(label: str, runs: list[Run], failures: list[str], server: Server) -
     print(f"{label:<28} reruns {len(runs):4d}  errors {len(errors):3d}  "
           f"time to chart p50 {_pct(chart, .5):6.2f} s p95 {_pct(chart, .95):6.2f} s   "
           f"redraw p50 {_pct(redraw, .5):6.2f} s p95 {_pct(redraw, .95):6.2f} s   "
-          f"server peak RSS {server.peak / 2**30:5.2f} GiB", flush=True)
+          f"server peak RSS {server.peak / 2**30:5.2f} GiB   load avg {os.getloadavg()[0]:.1f}", flush=True)
     for e in errors[:8]:
         print(f"    ! {e}")
     if len(errors) > 8:
@@ -315,7 +324,8 @@ def _summary(label: str, runs: list[Run], failures: list[str], server: Server) -
     return {"p50": _pct(redraw, .5), "p95": _pct(redraw, .95), "errors": len(errors)}
 
 
-async def _many(port: int, n: int, moves: int, timeout: float, seed: int) -> tuple[list[Run], list[str]]:
+async def _many(port: int, n: int, moves: int, timeout: float, seed: int,
+                think: float) -> tuple[list[Run], list[str]]:
     deadline = time.monotonic() + timeout
     failures: list[str] = []
 
@@ -323,7 +333,7 @@ async def _many(port: int, n: int, moves: int, timeout: float, seed: int) -> tup
         await asyncio.sleep(i * 0.25)  # students arrive over a few seconds, not in one instant
         try:
             async with Session(port, seed + i) as s:
-                await s.tour(moves, deadline)
+                await s.tour(moves, deadline, think)
                 return s.runs
         except Exception as exc:  # a dropped or refused connection is an error of the server
             failures.append(f"session {i}: {type(exc).__name__}: {exc}")
@@ -402,6 +412,9 @@ def main() -> None:
     ap.add_argument("--moves", type=int, default=2, help="controls moved per page per session")
     ap.add_argument("--browsers", type=int, default=2, help="real Chromium pages during the N=10 phase")
     ap.add_argument("--phase-timeout", type=float, default=300.0, help="seconds per phase, at most")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds a session pauses before each action, on average (0: back to back, "
+                         "a stress test; 3: closer to students reading the page)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sweep", default="ent_hi=24&ent_q=256",
                     help="Entropy page URL state of the long sweep (one that waits for its Run button)")
@@ -409,7 +422,8 @@ def main() -> None:
     counts = [min(MAX_SESSIONS, int(x)) for x in args.sessions.split(",") if x.strip()]
 
     server = Server()
-    print(f"bench.load: streamlit on {HOST}:{server.port}, {os.cpu_count()} CPUs; "
+    print(f"bench.load: streamlit on {HOST}:{server.port}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} before start; think time {args.think:g} s; "
           f"ATTNCORE_MAX_BYTES={os.environ.get('ATTNCORE_MAX_BYTES', '(default)')}", flush=True)
     try:
         server.start()
@@ -430,7 +444,8 @@ def main() -> None:
             if n == counts[0] and args.browsers > 0:
                 th = threading.Thread(target=_browsers, args=(server.port, args.browsers, notes), daemon=True)
                 th.start()
-            runs, failures = asyncio.run(_many(server.port, n, args.moves, args.phase_timeout, args.seed + n))
+            runs, failures = asyncio.run(_many(server.port, n, args.moves, args.phase_timeout, args.seed + n,
+                                                  args.think))
             s = _summary(f"{n} concurrent sessions", runs, failures, server)
             if th is not None:
                 th.join(args.phase_timeout)
