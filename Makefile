@@ -10,7 +10,7 @@ PORT   ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint bench image-check screenshot clean help
+.PHONY: run test test-fast lint bench bench-load image-check screenshot clean help
 
 help:
 	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-fast    everything except the real-browser tests"
 	@echo "make lint         ruff"
 	@echo "make bench        print the benchmarks (ratios against baselines)"
+	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 
 $(VENV)/.app-ok: requirements.txt
@@ -43,7 +44,11 @@ lint: $(VENV)/.dev-ok
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.dev-ok
-	@for m in bench/*.py; do case $$m in */__init__.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+	@for m in bench/*.py; do case $$m in */__init__.py|*/load.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+
+# The load test starts its own server and 10-40 sessions (15-30 minutes on 2 cores): on its own.
+bench-load: $(VENV)/.dev-ok
+	HF_HUB_OFFLINE=1 $(PY) -m bench.load
 
 image-check:
 	bash scripts/image-check

@@ -170,6 +170,11 @@ def test_probes_resources_and_the_memory_budget(cpu: dict[str, Any], gpu: dict[s
         # the request holds one computation plus the server
         assert budget >= 1.7e9  # the largest Heatmaps request (~1.65 GB) is allowed
         assert lim >= 2 * budget + 0.7 * GIB and req >= budget + 0.7 * GIB and req <= lim
+        # admission control (ui.admission) keeps the sum of running estimates under ADMIT_BYTES,
+        # which must leave the server's own ~1 GiB (idle + sessions) under the limit
+        admit = _quantity(_env(c)["ATTNLAB_ADMIT_BYTES"])
+        assert budget <= admit <= lim - 1 * GIB
+        assert _env(c)["ATTNLAB_ADMIT_SLOTS"] == str(int(_quantity(res["limits"]["cpu"])))
         assert _quantity(res["requests"]["cpu"]) <= _quantity(res["limits"]["cpu"])
         assert _env(c)["OMP_NUM_THREADS"] == str(int(_quantity(res["limits"]["cpu"])))
 
