@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -49,6 +50,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and the browser tests cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _free_port() -> int:

@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from attncore.errors import AttnInputError
 from attncore.training import (
@@ -19,19 +18,12 @@ from attncore.training import (
     next_char_distribution,
 )
 from attncore.training.experiments import SIZES, first_token_sinks_baseline, format_table, main
+from tests.training_utils import SNIPPET
 
 CORPUS = Path("/work/shared/data/tinyshakespeare.txt")
-FALLBACK = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
-            "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
+FALLBACK = SNIPPET * 40
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,9 @@ from attncore.training import (
     streaming_test,
 )
 from attncore.training.measure import kept_keys
+from tests.training_utils import VOCAB
 
-VOCAB = "abcdefghij .,\n"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def model(variant: str = "standard", n_layer: int = 2, context: int = 12, seed: int = 0) -> CharTransformer:

@@ -20,17 +20,9 @@ from attncore.training import (
     next_char_distribution,
     save_model,
 )
+from tests.training_utils import VOCAB
 
-VOCAB = "abcdefghij .,\n"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_model(variant: str, *, n_layer: int = 2, n_head: int = 2, d_model: int = 16, context: int = 12,

@@ -17,19 +17,13 @@ from attncore.training import (
     train,
 )
 from attncore.training.train import _lr_at, saturated_share, split_text
+from tests.training_utils import SNIPPET
 
-TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
-        "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 12
+TEXT = SNIPPET * 12
 TINY = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=4, steps=8, warmup=2, eval_every=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread (two OpenMP threads on a busy 2-core machine spin for 100x longer)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_defaults_are_the_issues() -> None:
