@@ -67,7 +67,7 @@ from attncore.scale_rules import logit_multiplier
 from attncore.stats import entropy, max_weight, row_sum, sum_squares
 from attncore.sweeps.engine import SweepCancelled
 from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
-from attncore.sweeps.rng import draw_queries
+from attncore.sweeps.rng import draw_queries, splitmix64
 from attncore.sweeps.spec import MAX_SWEEP_N, MAX_SWEEP_WORK, SweepSpec
 
 __all__ = [
@@ -225,16 +225,7 @@ def _kernels() -> ModuleType:
 
 def _mix64(*parts: int) -> int:
     """splitmix64 over the parts, kept to 63 bits (a non-negative int64 kernel argument)."""
-    x = 0x9E3779B97F4A7C15
-    mask = (1 << 64) - 1
-    for p in parts:
-        x = (x ^ (int(p) & mask)) & mask
-        x = (x + 0x9E3779B97F4A7C15) & mask
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        x = z ^ (z >> 31)
-    return x & ((1 << 63) - 1)
+    return splitmix64(*parts) & ((1 << 63) - 1)
 
 
 def _pow2_at_least(x: int) -> int:

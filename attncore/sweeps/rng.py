@@ -21,7 +21,7 @@ from torch import Tensor
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec
 
 __all__ = ["LANES", "ROW_GROUPS", "TAIL_Z", "draw_queries", "fill_logit_tile", "gauss_tail", "query_norms",
-           "row_groups", "unit_generator"]
+           "row_groups", "splitmix64", "unit_generator"]
 
 LANES = 16  # fixed random-stream lanes: block b belongs to lane b % LANES
 ROW_GROUPS = 2  # logits: the rows split into this many groups, each with its own streams
@@ -29,8 +29,9 @@ TAIL_Z = 5.0  # float32 samples above this many std are redrawn from the exact t
 
 _STREAM_QUERIES, _STREAM_LOGITS, _STREAM_KEYS = 1, 2, 3
 
-def _mix(*parts: int) -> int:
-    """splitmix64 over the parts: a well-spread 32-bit seed (mt19937 keeps 32 bits)."""
+
+def splitmix64(*parts: int) -> int:
+    """splitmix64 over the parts: a well-spread unsigned 64-bit seed (callers keep the bits they need)."""
     x = 0x9E3779B97F4A7C15
     mask = (1 << 64) - 1
     for p in parts:
@@ -40,7 +41,12 @@ def _mix(*parts: int) -> int:
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
         x = z ^ (z >> 31)
-    return x & 0xFFFFFFFF
+    return x
+
+
+def _mix(*parts: int) -> int:
+    """A well-spread 32-bit seed from the parts (mt19937 keeps 32 bits)."""
+    return splitmix64(*parts) & 0xFFFFFFFF
 
 
 def _generator(seed: int, stream: int, lane: int, device: torch.device, group: int | None = None
