@@ -271,8 +271,6 @@ def real_text(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
-    if causal.is_causal(lm):
-        causal.explain(lm)
     att = res.value
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)

@@ -232,8 +232,6 @@ def model_view(ctx: PageContext) -> None:
     if chosen is None:
         return
     lm, res, layer, head = chosen
-    if causal.is_causal(lm):
-        causal.explain(lm)
     att = res.value
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,

@@ -136,7 +136,8 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
 
 
 def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention], int, int] | None:
-    """Model picker, text box, the cached forward pass and the head sliders, in that order.
+    """Model picker, text box, the cached forward pass, the head sliders and (for the causal
+    character model) its explanation, in that order.
 
     Returns the model, its timed attentions and the chosen (layer, head), or None while the
     local-folder box is empty.
@@ -147,6 +148,8 @@ def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAt
         return None
     lm, res = load(source, text, ctx)
     layer, head = pick_head(mp, lm, ctx.controls)
+    if causal.is_causal(lm):
+        causal.explain(lm)
     return lm, res, layer, head
 
 
