@@ -416,7 +416,7 @@ def main() -> None:
                     help="seconds a session pauses before each action, on average (0: back to back, "
                          "a stress test; 3: closer to students reading the page)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sweep", default="ent_hi=24&ent_q=256",
+    ap.add_argument("--sweep", default="ent_hi=23&ent_q=256",
                     help="Entropy page URL state of the long sweep (one that waits for its Run button)")
     args = ap.parse_args()
     counts = [min(MAX_SESSIONS, int(x)) for x in args.sessions.split(",") if x.strip()]
