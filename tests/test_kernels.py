@@ -258,6 +258,7 @@ def test_cuda_flash_refuses_float32() -> None:
 def test_cpu_memory_measurement_is_bounded_in_time_and_says_what_it_missed() -> None:
     from attncore.kernels import _cpu_memory
 
-    found, note = _cpu_memory(SMALL, [(64, 64, "math"), (64, 64, "flash")], timeout=1.5)
-    assert found == {} or set(found) <= {(64, 64, "math")}
-    assert "not measured" in note and ("time limit" in note)
+    # a limit no fresh Python process can meet, so the result does not depend on the machine's speed
+    found, note = _cpu_memory(SMALL, [(64, 64, "math"), (64, 64, "flash")], timeout=0.001)
+    assert found == {}
+    assert "not measured" in note and "time limit" in note and "2 measurement" in note
