@@ -53,7 +53,9 @@ __all__ = [
     "load_model",
     "resolve_model_folder",
     "run_text",
+    "Tokenized",
     "token_kinds",
+    "tokenize",
 ]
 
 BUNDLED = "minilm"  # the source name of the bundled all-MiniLM-L6-v2
@@ -335,13 +337,35 @@ def token_kinds(tokens: Sequence[str], special_ids: Sequence[int],
     return special, punct
 
 
-def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextAttention:
-    """Tokenise ``text``, run the model once and return every attention map.
+@dataclass(frozen=True)
+class Tokenized:
+    """One text as a model reads it (the input of :func:`run_text` and :func:`attncore.qkv.capture`).
 
-    Text longer than :data:`MAX_TEXT_CHARS` characters is cut first; token sequences
-    longer than ``max_tokens`` (default and cap: ``lm.token_limit``) are truncated
-    (special tokens kept) and :attr:`TextAttention.dropped` says how many tokens went.
-    Raises :class:`AttnInputError` for empty text or a model that returns no attentions.
+    Attributes:
+        ids: (1, L) int64 token ids on the CPU.
+        inputs: every tensor the tokenizer returned (``input_ids``, ``attention_mask``, ...), CPU.
+        dropped: tokens cut off past ``limit``; chars_cut: characters cut before tokenising.
+        limit: the token limit that applied.
+    """
+
+    ids: Tensor
+    inputs: dict[str, Tensor]
+    dropped: int
+    chars_cut: int
+    limit: int
+
+    @property
+    def length(self) -> int:
+        """L, the tokens the model reads."""
+        return int(self.ids.shape[-1])
+
+
+def tokenize(lm: LoadedModel, text: str, max_tokens: int | None = None) -> Tokenized:
+    """``text`` cut to :data:`MAX_TEXT_CHARS` characters and tokenised, truncated to ``max_tokens``
+    (default and cap: ``lm.token_limit``; special tokens kept).
+
+    Raises :class:`AttnInputError` for empty text, text the tokenizer cannot read, or text that
+    gives only special tokens.
     """
     if not isinstance(text, str) or not text.strip():
         raise AttnInputError("type some text: the model needs at least one word to attend over.")
@@ -360,11 +384,26 @@ def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextA
     structural_ids = set(tok.all_special_ids) - {tok.unk_token_id}
     if structural_ids and all(int(i) in structural_ids for i in ids[0].tolist()):
         raise AttnInputError("the text gave only special tokens; type some words.")
-    L = ids.shape[-1]
+    inputs = {k: v for k, v in enc.items() if isinstance(v, Tensor)}
+    return Tokenized(ids=ids, inputs=inputs, dropped=max(0, len(full) - ids.shape[-1]), chars_cut=chars_cut,
+                     limit=limit)
+
+
+def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextAttention:
+    """Tokenise ``text``, run the model once and return every attention map.
+
+    Text longer than :data:`MAX_TEXT_CHARS` characters is cut first; token sequences
+    longer than ``max_tokens`` (default and cap: ``lm.token_limit``) are truncated
+    (special tokens kept) and :attr:`TextAttention.dropped` says how many tokens went.
+    Raises :class:`AttnInputError` for empty text or a model that returns no attentions.
+    """
+    enc = tokenize(lm, text, max_tokens)
+    L = enc.length
     check_limit(lm.layers * lm.heads * L * L, MAX_MODEL_CELLS, "layers × heads × tokens²",
                 f"attention cells ({fmt_count(MAX_MODEL_CELLS * 4)}B in float32)", "Use a shorter text.")
+    ids, tok = enc.ids, lm.tokenizer
     dev = torch.device(lm.device)
-    inputs = {k: v.to(dev) for k, v in enc.items() if isinstance(v, Tensor)}
+    inputs = {k: v.to(dev) for k, v in enc.inputs.items()}
     try:
         with torch.inference_mode():
             out = lm.model(**inputs, output_attentions=True)
@@ -385,4 +424,4 @@ def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextA
     structural = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # [UNK] is text the model lacks
     special, punct = token_kinds(tokens, structural, id_list)
     return TextAttention(tokens=tokens, attentions=attn, causal=causal, special=special, punctuation=punct,
-                         dropped=max(0, len(full) - L), chars_cut=chars_cut, token_limit=limit)
+                         dropped=enc.dropped, chars_cut=enc.chars_cut, token_limit=enc.limit)
