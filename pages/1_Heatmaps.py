@@ -270,7 +270,7 @@ def real_text(ctx: PageContext) -> None:
     chosen = realtext.choose(RT, ctx)
     if chosen is None:
         return
-    lm, res, layer, head = chosen
+    lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
     att = res.value
     w = att.attentions[layer, head]
     rs = row_stats(w, att.allowed)
@@ -284,13 +284,19 @@ def real_text(ctx: PageContext) -> None:
                 delta_color="off", delta_arrow="off")
     c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
                 help="Mean weight the queries of this head put on the first token.")
-    realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights")
+    realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights", mp=RT, token=chosen.token)
+    st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
+               "attention over the text and its q, k, v below; click a thumbnail further down to switch "
+               "heads.")
+    realtext.token_section(chosen, ctx, key="rt-token")
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
                             f"over {L} tokens.")
     maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
-    st.markdown(f"##### Every head of layer {layer}")
-    st.plotly_chart(view.layer_heads_figure(maps), key="chart_rt_heads")
+    st.markdown(f"##### Every head of layer {layer} (click one to show it above)")
+    st.plotly_chart(view.layer_heads_figure(maps, layer=layer, selected=head), key="chart_rt_heads",
+                    on_select=realtext.on_pick("chart_rt_heads", {"layer": RT.layer, "head": RT.head}),
+                    selection_mode="points")
     if causal.is_causal(lm):
         causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
 

@@ -231,7 +231,7 @@ def model_view(ctx: PageContext) -> None:
     chosen = realtext.choose(MP, ctx)
     if chosen is None:
         return
-    lm, res, layer, head = chosen
+    lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
     att = res.value
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,
@@ -254,14 +254,18 @@ def model_view(ctx: PageContext) -> None:
     c[3].metric(f"Mass on {labels['special']}", f"{float(rep.mass['special'].mean()):.3f}",
                 f"uniform {rep.uniform['special']:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
-    st.markdown("##### Every head (rows: layers, columns: heads)")
+    st.markdown("##### Every head (rows: layers, columns: heads; click one to show it below)")
     fig = view.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
-    st.plotly_chart(fig, key="chart_snk_grid")
+    st.plotly_chart(fig, key="chart_snk_grid", selection_mode="points",
+                    on_select=realtext.on_pick("chart_snk_grid", {"layer": MP.layer, "head": MP.head}))
     st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below. "
                "A bright "
                "left column is a head parking its weight on the first token.")
-    realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head")
+    realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head", mp=MP, token=chosen.token)
+    st.caption("Click a row of the map (or pick the query token in the sidebar) for that token's attention "
+               "over the text and its q, k, v.")
+    realtext.token_section(chosen, ctx, key="snk-token")
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32, "
                             f"eager attention) over {L} tokens; loading took {lm.seconds:.1f} s once per "

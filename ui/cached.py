@@ -24,6 +24,7 @@ from attncore import gradients as _grad
 from attncore import kernels as _kernels
 from attncore import models as _models
 from attncore import overflow as _overflow
+from attncore import qkv as _qkv
 from attncore import sinks as _sinks
 from attncore import training as _training
 from attncore.attention import AttentionStages
@@ -39,6 +40,7 @@ __all__ = [
     "SWEEP_POINTS",
     "Timed",
     "causal_attention",
+    "causal_head_vectors",
     "causal_model",
     "causal_next_chars",
     "training_result",
@@ -46,6 +48,7 @@ __all__ = [
     "entropy_theory_given_queries",
     "heatmap_dropout",
     "heatmap_stages",
+    "head_vectors",
     "kernel_memory",
     "kernel_probe",
     "language_model",
@@ -204,6 +207,17 @@ def _text_attention(canonical: str, text: str, device: str) -> Timed[_models.Tex
     return timed(lambda: _models.run_text(lm, text))
 
 
+def head_vectors(source: str, text: str, device: str) -> Timed[_qkv.HeadVectors]:
+    """Every head's q, k, v and output of the model ``source`` on ``text`` (one hooked forward pass)."""
+    return _head_vectors(_models.canonical_source(source), text, device)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _head_vectors(canonical: str, text: str, device: str) -> Timed[_qkv.HeadVectors]:
+    lm = _language_model(canonical, device)
+    return timed(lambda: _qkv.capture(lm, text))
+
+
 # --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)
 
 
@@ -218,6 +232,13 @@ def causal_attention(text: str, device: str) -> Timed[_models.TextAttention]:
     """Every causal attention map of the shipped model on ``text`` (vocabulary characters only)."""
     model = causal_model(device).value
     return timed(lambda: _training.text_attention(model, text))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def causal_head_vectors(text: str, device: str) -> Timed[_qkv.HeadVectors]:
+    """Every head's q, k, v and output of the shipped character model on ``text`` (vocabulary only)."""
+    model = causal_model(device).value
+    return timed(lambda: _qkv.capture_char(model, text))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -7,11 +7,13 @@ attentions cached per text) -> ``attncore`` -> ``ui.views.heatmaps`` (the figure
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import streamlit as st
 
+from attncore.errors import AttnInputError
 from attncore.explore import row_stats
 from attncore.models import (
     BUNDLED,
@@ -23,30 +25,41 @@ from attncore.models import (
     allowed_model_dirs,
     discover_models,
 )
+from attncore.qkv import HeadVectors, top_keys
 from ui import cached, causal, widgets
 from ui.admission import heavy
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
+from ui.text import plain
 from ui.views import heatmaps as view_builders
+from ui.views import realtext as rt_views
 
 __all__ = [
     "DEFAULT_TEXT",
+    "TOP_KEYS",
+    "Chosen",
     "ModelParams",
     "choose",
     "head_view",
     "load",
     "model_controls",
     "model_params",
+    "on_pick",
     "pick_head",
+    "pick_token",
     "text_box",
     "token_labels",
+    "token_section",
+    "vectors",
 ]
 
 DEFAULT_TEXT = ("When a head has nothing useful to read, softmax still makes it spend all of its "
                 "attention somewhere.")
 MODEL_LOAD_BYTES = 600 * 1024**2  # a small encoder and one pass of attentions (~500 MB measured)
 MAX_LAYER_INDEX = 127  # URL bound for layer / head indices; each model clamps further
+MAX_TOKEN_INDEX = 1023  # URL bound for the query token; each text clamps further
+TOP_KEYS = 6  # keys listed beside a token's q, k, v
 
 
 @dataclass(frozen=True)
@@ -58,20 +71,38 @@ class ModelParams:
     text: Param
     layer: Param
     head: Param
+    token: Param
 
     def all(self) -> tuple[Param, ...]:
-        return (self.source, self.path, self.text, self.layer, self.head)
+        return (self.source, self.path, self.text, self.layer, self.head, self.token)
 
 
 def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
-    """Params ``<prefix>model``, ``<prefix>path``, ``<prefix>text``, ``<prefix>layer``, ``<prefix>head``."""
+    """Params ``<prefix>model``, ``<prefix>path``, ``<prefix>text``, ``<prefix>layer``, ``<prefix>head``
+    and ``<prefix>tok`` (the query token whose row, q, k, v and output are shown; default 1, the
+    first token after ``[CLS]``)."""
     return ModelParams(
         source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local", causal.CAUSAL)),
         path=Param(f"{prefix}path", ""),
         text=Param(f"{prefix}text", DEFAULT_TEXT),
         layer=Param(f"{prefix}layer", layer, lo=0, hi=MAX_LAYER_INDEX),
         head=Param(f"{prefix}head", 0, lo=0, hi=MAX_LAYER_INDEX),
+        token=Param(f"{prefix}tok", 1, lo=0, hi=MAX_TOKEN_INDEX),
     )
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What :func:`choose` returns: the model, its timed attentions, the selected layer, head and
+    query token, and the source and text they came from (for :func:`vectors`)."""
+
+    lm: LoadedModel
+    res: Timed[TextAttention]
+    layer: int
+    head: int
+    token: int
+    source: str
+    text: str
 
 
 def model_controls(mp: ModelParams, where) -> str | None:
@@ -135,12 +166,9 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
     return lm, res
 
 
-def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention], int, int] | None:
-    """Model picker, text box, the cached forward pass, the head sliders and (for the causal
-    character model) its explanation, in that order.
-
-    Returns the model, its timed attentions and the chosen (layer, head), or None while the
-    local-folder box is empty.
+def choose(mp: ModelParams, ctx: PageContext) -> Chosen | None:
+    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
+    causal character model) its explanation, in that order. None while the local-folder box is empty.
     """
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
@@ -148,9 +176,31 @@ def choose(mp: ModelParams, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAt
         return None
     lm, res = load(source, text, ctx)
     layer, head = pick_head(mp, lm, ctx.controls)
+    token = pick_token(mp, res.value, ctx.controls)
     if causal.is_causal(lm):
         causal.explain(lm)
-    return lm, res, layer, head
+    return Chosen(lm=lm, res=res, layer=layer, head=head, token=token, source=source, text=text)
+
+
+def on_pick(chart_key: str, targets: dict[str, Param]) -> Callable[[], None]:
+    """An ``st.plotly_chart(on_select=...)`` callback: the clicked pick point's ``customdata``
+    (:func:`ui.views.realtext.picked`, one entry per name of ``targets``, in order) is written to
+    the targets' session state. Callbacks run before the script, so the sliders drawn afterwards
+    show the new values and the URL follows."""
+    fields = tuple(targets)
+
+    def apply() -> None:
+        state = st.session_state.get(chart_key)
+        try:
+            points = state["selection"]["points"] if state is not None else []
+        except (KeyError, TypeError):
+            points = []
+        pick = rt_views.picked(points, fields)
+        for name, v in (pick or {}).items():
+            p = targets[name]
+            st.session_state[p.key] = int(p.clamp(int(v))[0])
+
+    return apply
 
 
 def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
@@ -165,21 +215,113 @@ def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
     return layer, head
 
 
+def pick_token(mp: ModelParams, att: TextAttention, where) -> int:
+    """The query-token picker (``<prefix>tok``), bounded to this text's tokens."""
+    L = len(att.tokens)
+    current = st.session_state.get(mp.token.key, mp.token.default)
+    if not isinstance(current, int) or not 0 <= current < L:
+        st.session_state[mp.token.key] = min(max(int(current) if isinstance(current, int) else 0, 0), L - 1)
+    labels = token_labels(att, 20)
+    return int(where.selectbox("Query token", list(range(L)), key=mp.token.key,
+                               format_func=lambda i: f"{i} · {labels[i]}",
+                               help="The token whose row of attention, q, k, v and output are shown "
+                                    "below the map. A click on a row of the map chooses it too."))
+
+
 def token_labels(att: TextAttention, width: int = 14) -> list[str]:
     """Tokens shortened for axis labels (the index is added by the figure builders)."""
     return [t if len(t) <= width else t[: width - 1] + "…" for t in att.tokens]
 
 
 def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, view: str,
-              key: str) -> None:
-    """The selected head, large, with token labels, per-query entropy and max weight, and a CSV."""
+              key: str, mp: ModelParams | None = None, token: int | None = None) -> None:
+    """The selected head, large, with token labels, per-query entropy and max weight, and a CSV.
+
+    With ``mp``, a click on a row of the map chooses that query token (``mp.token``), whose
+    row is outlined.
+    """
     w = att.attentions[layer, head]  # (L, L)
     rs = row_stats(w, att.allowed)
     visible = rs.visible.cpu().numpy().astype(np.float64)
     fig = view_builders.token_head_figure(w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), visible,
-                                          token_labels(att), view)
+                                          token_labels(att), view, selected=token)
     st.markdown(f"##### {lm.name} · layer {layer} · head {head}")
-    st.plotly_chart(fig, key=f"chart_{key}")
+    if mp is None:
+        st.plotly_chart(fig, key=f"chart_{key}")
+    else:
+        st.plotly_chart(fig, key=f"chart_{key}", on_select=on_pick(f"chart_{key}", {"tok": mp.token}),
+                        selection_mode="points")
     widgets.csv_download(lambda: view_builders.weights_table(w.numpy(), list(att.tokens)),
                          f"attention_{lm.name}_L{layer}_H{head}.csv", label="Download this head (CSV)",
                          key=f"dl_{key}")
+
+
+def vectors(ch: Chosen, ctx: PageContext) -> Timed[HeadVectors]:
+    """The cached q, k, v and outputs of every head for the chosen model and text."""
+    if ch.source == causal.CAUSAL:
+        return cached.causal_head_vectors(causal.prepare(ch.text, ctx).text, ctx.device)
+    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="reading q, k and v"):
+        return cached.head_vectors(ch.source, ch.text, ctx.device)
+
+
+def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
+    """The chosen query token: its row and column of the selected head as coloured token strips,
+    then its q, k, v and output beside the weights of its top keys, with a CSV of each."""
+    att = ch.res.value
+    i, layer, head = ch.token, ch.layer, ch.head
+    tok = att.tokens[i]
+    w = att.attentions[layer, head]  # (L, L)
+    allowed = att.allowed
+    st.markdown(f"##### Token {i}: {plain(tok)}")
+    st.caption(f"**From {plain(tok)}** (row {i}: how it spreads its attention; the row sums to "
+               f"{float(w[i].sum()):.3f}). Colour: weight relative to the strip's largest; hover a token for "
+               "its weight.")
+    st.html(rt_views.token_strip_html(att.tokens, w[i].numpy(), i, label="from",
+                                      visible=None if allowed is None else allowed[i].numpy()))
+    col = w[:, i].numpy()
+    seen = None if allowed is None else allowed[:, i].numpy()
+    n_seen = len(att.tokens) if seen is None else int(seen.sum())
+    st.caption(f"**To {plain(tok)}** (column {i}: the weight each query gives it; mean "
+               f"{float(col[seen].mean() if seen is not None else col.mean()):.3f} over the {n_seen} queries "
+               "that see it).")
+    st.html(rt_views.token_strip_html(att.tokens, col, i, label="to", visible=seen))
+    try:
+        res = vectors(ch, ctx)
+    except AttnInputError as exc:
+        st.info(f"q, k and v are not shown for this model: {plain(exc)}", icon=":material/info:")
+        return
+    hv = res.value
+    if hv.tokens != att.tokens:  # the same text read twice must give the same tokens
+        st.info("q, k and v are not shown: the captured tokens differ from the map's.",
+                icon=":material/info:")
+        return
+    st.latex(r"w_{ij}=\mathrm{softmax}_j\!\left(\frac{q_i\cdot k_j}{\sqrt{E}}\right),\qquad "
+             r"o_i=\sum_j w_{ij}\,v_j")
+    q, k, v, o = (t[layer, head, i].numpy() for t in (hv.q, hv.k, hv.v, hv.output))
+    scores = hv.scores(layer)[head, i]  # (S,) scaled, masked
+    keys = top_keys(w[i], min(TOP_KEYS, len(att.tokens)))
+    left, right = st.columns([1.5, 1])
+    left.plotly_chart(rt_views.vectors_figure(q, k, v, o, f"{i}: {tok}", view=f"{key}-qkv"),
+                      key=f"chart_{key}_qkv")
+    right.plotly_chart(rt_views.top_keys_figure(keys, token_labels(att), scores.numpy(),
+                                                view=f"{key}-topkeys"), key=f"chart_{key}_topkeys")
+    st.caption(token_sentence(hv, w, layer, head, i, keys))
+    c1, c2 = st.columns(2)
+    widgets.csv_download(lambda: rt_views.vectors_frame(q, k, v, o), f"qkv_L{layer}_H{head}_token{i}.csv",
+                         label="Download q, k, v, output (CSV)", key=f"dl_{key}_qkv", where=c1)
+    widgets.csv_download(lambda: rt_views.top_keys_frame(w[i].numpy(), scores.numpy(), att.tokens),
+                         f"keys_L{layer}_H{head}_token{i}.csv", label="Download every key's weight (CSV)",
+                         key=f"dl_{key}_keys", where=c2)
+
+
+def token_sentence(hv: HeadVectors, w, layer: int, head: int, i: int, keys: list[tuple[int, float]]) -> str:
+    """The numbers under the q, k, v chart: how well the captured vectors reproduce the model's weights and
+    output, and the share of the weight the listed keys hold (tested against attncore)."""
+    E = int(hv.q.shape[-1])
+    w_err = float((hv.weights(layer)[head, i] - w[i].double()).abs().max())
+    o_err = float((hv.mix(w[None, i], layer)[head, 0] - hv.output[layer, head, i].double()).abs().max())
+    share = sum(x for _, x in keys)
+    return (f"q, k and v are this head's {E}-dimensional slices, read from the model's own forward pass. "
+            f"softmax(q·k/√{E}) from them gives this row of the map to within {w_err:.1e}, and the weights "
+            f"times V give the model's output o to within {o_err:.1e}. The {len(keys)} keys on the right "
+            f"hold {share:.1%} of the row's weight.")

@@ -29,6 +29,7 @@ from ui.figures import (
     style,
     title_annotation,
 )
+from ui.views import realtext as realtext_views
 
 STAGE_SIDE = 128  # cells per side for the four stage maps
 MAIN_SIDE = 512  # cells per side for the selected head
@@ -272,16 +273,37 @@ def dropout_mean_figure(draws: DropoutDraws) -> go.Figure:
 
 
 def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray, visible: np.ndarray,
-                      labels: Sequence[str], view: str) -> go.Figure:
-    """One head of a real model (L, L) with token labels and per-query entropy and max weight."""
+                      labels: Sequence[str], view: str, *, selected: int | None = None) -> go.Figure:
+    """One head of a real model (L, L) with token labels and per-query entropy and max weight.
+
+    Clickable: pick points (:func:`ui.views.realtext.pick_points`, ``customdata`` = query, key,
+    weight) cover the map, every row of it; a click on a row chooses that query token. The
+    ``selected`` query's row is outlined. ``layout.meta``: ``view``, ``selected``.
+    """
     L = len(labels)
     fig = weights_with_row_stats(
         w, entropy, max_weight, max_entropy=np.log(np.maximum(visible, 1)), x_labels=list(labels),
         y_labels=list(labels), max_side=HEAD_SIDE, height=int(min(900, max(440, 160 + 18 * L))))
+    S = w.shape[1]
+    if L <= HEAD_SIDE and S <= HEAD_SIDE:  # every token its own cell: the labels below are the axis's
+        names_x = [f"{j}:{t}" for j, t in enumerate(labels[:S])]
+        names_y = [f"{i}:{t}" for i, t in enumerate(labels[:L])]
+        stride = -(-S // max(1, realtext_views.MAX_PICK_POINTS // L))
+        cols = np.arange(0, S, stride)
+        ii, jj = np.meshgrid(np.arange(L), cols, indexing="ij")
+        ii, jj = ii.ravel(), jj.ravel()
+        cd = np.stack([ii, jj, np.asarray(w, dtype=np.float64)[ii, jj]], axis=1)
+        fig.add_trace(realtext_views.pick_points(
+            [names_x[j] for j in jj], [names_y[i] for i in ii], cd,
+            "query %{y}<br>key %{x}<br>weight %{customdata[2]:.6g}<br>click: show this query's row"
+            "<extra></extra>"))
+    if selected is not None and 0 <= selected < L:
+        fig.add_shape(type="rect", xref="x", yref="y", x0=-0.5, x1=S - 0.5, y0=selected - 0.5,
+                      y1=selected + 0.5, line={"color": PALETTE[5], "width": 2})
     # Every token label while they fit, slanted so that neighbours do not collide.
     every = 1 if L <= 80 else None
     fig.update_layout(xaxis={"tickangle": -60, "dtick": every}, yaxis={"dtick": every})
-    return fig.update_layout(meta={"view": view}, margin={"t": 30})
+    return fig.update_layout(meta={"view": view, "selected": selected}, margin={"t": 30})
 
 
 def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:
@@ -291,9 +313,28 @@ def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:
     return df
 
 
-def layer_heads_figure(maps: Sequence[np.ndarray]) -> go.Figure:
-    """Every head of one layer of a real model (``rt-heads``)."""
+def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
+                       selected: int | None = None) -> go.Figure:
+    """Every head of one layer of a real model (``rt-heads``), the ``selected`` head outlined.
+
+    Clickable: each thumbnail carries a grid of pick points (``customdata`` = layer, head), so a
+    click anywhere on it chooses that head. ``layout.meta``: ``view``, ``layer``, ``selected``.
+    """
     heads = len(maps)
     fig = figures.heatmap_grid(list(maps), [f"head {h}" for h in range(heads)], cols=min(6, heads),
                                max_side=64, zmin=0.0, zmax=1.0)
-    return fig.update_layout(meta={"view": "rt-heads"}, margin={"t": 30})
+    for h, tr in enumerate(list(fig.data)):
+        rows, cols = np.asarray(tr.z).shape
+        dy, dx = float(tr.dy or 1), float(tr.dx or 1)
+        ys = (np.linspace(0, rows - 1, min(rows, 8)) * dy).round(3)
+        xs = (np.linspace(0, cols - 1, min(cols, 8)) * dx).round(3)
+        gy, gx = np.meshgrid(ys, xs, indexing="ij")
+        cd = np.tile([layer, h], (gx.size, 1))
+        fig.add_trace(realtext_views.pick_points(
+            gx.ravel(), gy.ravel(), cd, f"layer {layer} · head {h}<br>click: show this head<extra></extra>",
+            xaxis=tr.xaxis, yaxis=tr.yaxis))
+        if h == selected:
+            fig.add_shape(type="rect", xref=tr.xaxis, yref=tr.yaxis, x0=-0.5 * dx, x1=(cols - 0.5) * dx,
+                          y0=-0.5 * dy, y1=(rows - 0.5) * dy, line={"color": PALETTE[5], "width": 3})
+    return fig.update_layout(meta={"view": "rt-heads", "layer": layer, "selected": selected},
+                             margin={"t": 30})

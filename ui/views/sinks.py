@@ -16,6 +16,7 @@ from attncore import theory as T
 from attncore.sinks import ZOO, SinkReport, SinkSpec, SweepResult, ZooEntry, ZooTheory, zoo_content_theory
 from ui import figures
 from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, downsample_stack, style
+from ui.views import realtext as realtext_views
 
 ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
               "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
@@ -89,9 +90,23 @@ def layer_head_grid(
         fig.add_shape(type="rect", x0=h * (tw + 1) - 0.5, x1=h * (tw + 1) + tw - 0.5,
                       y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
                       line={"color": PALETTE[5], "width": 3})
+    # Clickable: a grid of pick points per tile (customdata = layer, head) chooses that head.
+    ps_y = np.unique(np.linspace(0, th - 1, min(th, 6)).round().astype(int))
+    ps_x = np.unique(np.linspace(0, tw - 1, min(tw, 6)).round().astype(int))
+    px, py, cd = [], [], []
+    for l in range(N):
+        for h in range(H):
+            for r in ps_y:
+                for c in ps_x:
+                    px.append(x[h * (tw + 1) + c])
+                    py.append(y[l * (th + 1) + r])
+                    cd.append((l, h))
+    fig.add_trace(realtext_views.pick_points(
+        px, py, np.array(cd, dtype=np.int64),
+        "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>"))
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="")
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange="reversed")
-    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1})
+    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1, "selected": list(selected or ())})
     # Square tiles on a chart about `width_px` wide.
     row_px = width_px / H * (th + 1) / (tw + 1)
     style(fig, height=int(min(900, max(240, N * row_px + 40))))

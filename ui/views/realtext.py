@@ -1,0 +1,173 @@
+"""Real-text views shared by Heatmaps and Attention sinks: click targets, the token strip, and one
+token's q, k, v and output (arrays in, figures / HTML / tables out; no streamlit).
+
+Plotly heatmaps cannot be selected by a click (they have no point selection), so every clickable
+map gets an invisible scatter of *pick points* on top (:func:`pick_points`): each point carries
+``customdata`` that names what a click on it chooses (a query token, or a layer and head), and
+:func:`picked` reads that back out of Streamlit's selection event.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ui.figures import DIVERGING, PALETTE, style
+
+__all__ = [
+    "MAX_PICK_POINTS",
+    "PICK",
+    "STRIP_RGB",
+    "pick_points",
+    "picked",
+    "strip_alpha",
+    "token_strip_html",
+    "top_keys_figure",
+    "top_keys_frame",
+    "vectors_figure",
+    "vectors_frame",
+]
+
+PICK = "pick"  # the name of every pick-point trace
+MAX_PICK_POINTS = 16_384  # pick points on one weight map (every row kept; columns thinned past it)
+STRIP_RGB = (0, 114, 178)  # PALETTE[0] as RGB: the token strip's colour
+VECTOR_ROWS = ("q", "k", "v", "o")
+
+
+def pick_points(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray, hover: str, *,
+                xaxis: str = "x", yaxis: str = "y") -> go.Scatter:
+    """Invisible markers at (x, y) that make a heatmap clickable (name :data:`PICK`).
+
+    ``customdata`` (P, k) holds what a click on each point selects; ``hover`` is its hover
+    template (the markers take the hover from the heatmap beneath, so it must say as much).
+    """
+    # customdata as plain lists: a typed array would reach Streamlit's selection event as an object
+    return go.Scatter(x=list(x), y=list(y), mode="markers", name=PICK,
+                      customdata=np.asarray(customdata).tolist(),
+                      hovertemplate=hover, showlegend=False, xaxis=xaxis, yaxis=yaxis,
+                      marker={"size": 8, "opacity": 0.0, "color": PALETTE[7]},
+                      selected={"marker": {"opacity": 0.0}}, unselected={"marker": {"opacity": 0.0}})
+
+
+def picked(points: Sequence[dict], fields: Sequence[str]) -> dict[str, int] | None:
+    """What a click chose: ``{field: int}`` from the first selected point whose ``customdata``
+    has an entry per field (points of other traces, like bars, are skipped); None when none has."""
+    for p in points or ():
+        cd = p.get("customdata") if isinstance(p, dict) else None
+        if isinstance(cd, int | float):
+            cd = [cd]
+        elif isinstance(cd, dict):  # a typed array serialised by JSON.stringify: {"0": a, "1": b, ...}
+            try:
+                cd = [cd[k] for k in sorted(cd, key=int)]
+            except (TypeError, ValueError):
+                continue
+        if isinstance(cd, list | tuple) and len(cd) >= len(fields):
+            try:
+                return {f: int(round(float(v))) for f, v in zip(fields, cd, strict=False)}
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+# ---------------------------------------------------------------------------- token strip
+
+
+def strip_alpha(weights: np.ndarray) -> np.ndarray:
+    """Background opacity of each token: its weight over the strip's largest (0 for masked/absent)."""
+    w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
+    top = float(w.max()) if w.size else 0.0
+    return w / top if top > 0 else np.zeros_like(w)
+
+
+def token_strip_html(tokens: Sequence[str], weights: np.ndarray, selected: int, *, label: str,
+                     visible: np.ndarray | None = None) -> str:
+    """The text's tokens as spans coloured by ``weights`` (S,), the ``selected`` token outlined.
+
+    Every token is ``html.escape``d (user text never becomes markup); the hover title gives the
+    index, the token and its weight. Tokens in ``visible == False`` (keys a causal query cannot
+    see) are struck through and titled so.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    alpha = strip_alpha(w)
+    r, g, b = STRIP_RGB
+    spans = []
+    for j, tok in enumerate(tokens):
+        a = float(alpha[j])
+        seen = visible is None or bool(visible[j])
+        fg = "#fff" if a > 0.55 else "inherit"
+        style_ = (f"background:rgba({r},{g},{b},{a:.3f});color:{fg};padding:1px 3px;margin:1px;"
+                  "border-radius:3px;display:inline-block;white-space:pre;font-family:monospace")
+        if j == selected:
+            style_ += f";outline:2px solid {PALETTE[5]};outline-offset:1px"
+        if not seen:
+            style_ += ";text-decoration:line-through;opacity:0.45"
+        title = (f"{j}: {tok}, weight {w[j]:.4f}" if seen else f"{j}: {tok}, not visible (causal mask)")
+        spans.append(f'<span class="attn-tok" data-j="{j}" data-w="{w[j]:.6g}" title="{html.escape(title)}" '
+                     f'style="{style_}">{html.escape(tok)}</span>')
+    return (f'<div class="attn-strip" data-label="{html.escape(label)}" style="line-height:1.9">'
+            + "".join(spans) + "</div>")
+
+
+# ---------------------------------------------------------------------------- q, k, v, output
+
+
+def vectors_figure(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, token: str, *,
+                   view: str) -> go.Figure:
+    """Four rows (q_i, k_i, v_i, o_i) over the head dimensions, one diverging colour range.
+
+    ``q``, ``k`` (E,) and ``v``, ``o`` (Ev,) of one token (E = Ev here). ``layout.meta``:
+    ``view`` and ``rows`` (the row names, top to bottom).
+    """
+    z = np.stack([np.asarray(a, dtype=np.float32) for a in (q, k, v, o)])  # (4, E)
+    lim = float(np.abs(z).max()) or 1.0
+    names = [f"{n}<sub>i</sub>" for n in VECTOR_ROWS]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=np.arange(z.shape[1]), y=names, colorscale=DIVERGING, zmid=0.0, zmin=-lim, zmax=lim,
+        colorbar={"thickness": 10, "len": 0.9, "title": {"text": "value", "side": "right"}},
+        hovertemplate="%{y}[%{x}] = %{z:.4f}<extra></extra>", xgap=1, ygap=2))
+    fig.update_xaxes(title={"text": "head dimension"}, showgrid=False, zeroline=False)
+    fig.update_yaxes(autorange="reversed", showgrid=False)
+    style(fig, title=f"q, k, v and output of {html.escape(token)}", height=250)
+    return fig.update_layout(meta={"view": view, "rows": list(VECTOR_ROWS)}, margin={"t": 36})
+
+
+def vectors_frame(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray) -> pd.DataFrame:
+    """One token's four vectors as columns, a row per head dimension (CSV download)."""
+    return pd.DataFrame({"dim": np.arange(len(q)), "q": np.asarray(q, dtype=np.float64),
+                         "k": np.asarray(k, dtype=np.float64), "v": np.asarray(v, dtype=np.float64),
+                         "output": np.asarray(o, dtype=np.float64)})
+
+
+def top_keys_figure(keys: Sequence[tuple[int, float]], tokens: Sequence[str], scores: np.ndarray, *,
+                    view: str) -> go.Figure:
+    """Horizontal bars: the weight of each top key (largest on top), its scaled score in the hover.
+
+    ``keys`` (index, weight) as :func:`attncore.qkv.top_keys` returns them; ``scores`` (S,)
+    the row's scaled scores q_i·k_j/√E. ``layout.meta``: ``view`` and ``keys`` (indices).
+    """
+    idx = [j for j, _ in keys]
+    w = np.array([x for _, x in keys], dtype=np.float64)
+    labels = [html.escape(f"{j}: {tokens[j]}") for j in idx]
+    fig = go.Figure(go.Bar(
+        x=w, y=list(range(len(idx))), orientation="h", marker_color=PALETTE[0],
+        customdata=np.array([[j, float(scores[j])] for j in idx], dtype=np.float64),
+        text=[f"{x:.3f}" for x in w], textposition="outside", cliponaxis=False,
+        hovertemplate="key %{customdata[0]}<br>weight %{x:.4f}<br>score q·k/√E %{customdata[1]:.3f}"
+                      "<extra></extra>"))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(idx))), ticktext=labels, autorange="reversed")
+    top = float(w.max()) if w.size else 1.0
+    fig.update_xaxes(title={"text": "weight w_ij"}, range=[0, max(top, 1e-6) * 1.2])
+    style(fig, title="Top keys by weight", height=250)
+    return fig.update_layout(meta={"view": view, "keys": idx}, margin={"t": 36}, showlegend=False)
+
+
+def top_keys_frame(weights_row: np.ndarray, scores_row: np.ndarray, tokens: Sequence[str]) -> pd.DataFrame:
+    """Every key of one query: token, scaled score and weight (CSV download)."""
+    return pd.DataFrame({"key": np.arange(len(tokens)), "token": list(tokens),
+                         "score": np.asarray(scores_row, dtype=np.float64),
+                         "weight": np.asarray(weights_row, dtype=np.float64)})
