@@ -35,7 +35,7 @@ from attncore.models import LoadedModel, tokenize
 from attncore.training.inspect import MAX_INSPECT_CHARS, char_label, encode
 from attncore.training.model import CharTransformer, apply_rotary
 
-__all__ = ["CHAR_VARIANTS", "HeadVectors", "capture", "capture_bytes", "top_keys"]
+__all__ = ["CHAR_VARIANTS", "HeadVectors", "capture", "capture_bytes", "capture_char", "top_keys"]
 
 # Character-model variants whose weights are softmax(q k^T * scale + causal mask) and whose
 # merged-head output is exactly weights @ v (the others rescale, gate or add a sink term).
@@ -172,7 +172,8 @@ def _capture_bert(lm: LoadedModel, text: str) -> HeadVectors:
                        output=stack["output"], scale=1.0 / math.sqrt(E), causal=causal)
 
 
-def _capture_char(model: CharTransformer, text: str) -> HeadVectors:
+def capture_char(model: CharTransformer, text: str) -> HeadVectors:
+    """:func:`capture` for the character transformer itself (``text``: vocabulary characters only)."""
     if model.config.variant not in CHAR_VARIANTS:
         raise AttnInputError(
             f"q, k and v are read from standard attention; this model uses the {model.config.variant} "
@@ -229,5 +230,5 @@ def capture(lm: LoadedModel, text: str) -> HeadVectors:
     :class:`attncore.errors.ResourceLimitError` before running when the vectors would not fit.
     """
     if isinstance(lm.model, CharTransformer):
-        return _capture_char(lm.model, text)
+        return capture_char(lm.model, text)
     return _capture_bert(lm, text)
