@@ -273,9 +273,11 @@ def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     w = att.attentions[layer, head]  # (L, L)
     allowed = att.allowed
     st.markdown(f"##### Token {i}: {plain(tok)}")
+    top = int(w[i].argmax())
     st.caption(f"**From {plain(tok)}** (row {i}: how it spreads its attention; the row sums to "
-               f"{float(w[i].sum()):.3f}). Colour: weight relative to the strip's largest; hover a token for "
-               "its weight.")
+               f"{float(w[i].sum()):.3f}, the most, {float(w[i, top]):.3f}, on {top}: "
+               f"{plain(att.tokens[top])}). Colour: weight relative to the strip's largest; hover a token "
+               "for its weight.")
     st.html(rt_views.token_strip_html(att.tokens, w[i].numpy(), i, label="from",
                                       visible=None if allowed is None else allowed[i].numpy()))
     col = w[:, i].numpy()
@@ -321,7 +323,10 @@ def token_sentence(hv: HeadVectors, w, layer: int, head: int, i: int, keys: list
     w_err = float((hv.weights(layer)[head, i] - w[i].double()).abs().max())
     o_err = float((hv.mix(w[None, i], layer)[head, 0] - hv.output[layer, head, i].double()).abs().max())
     share = sum(x for _, x in keys)
+    o_norm = float(hv.output[layer, head, i].double().norm())
+    v_norm = float(hv.v[layer, head].double().norm(dim=-1).mean())
     return (f"q, k and v are this head's {E}-dimensional slices, read from the model's own forward pass. "
             f"softmax(q·k/√{E}) from them gives this row of the map to within {w_err:.1e}, and the weights "
             f"times V give the model's output o to within {o_err:.1e}. The {len(keys)} keys on the right "
-            f"hold {share:.1%} of the row's weight.")
+            f"hold {share:.1%} of the row's weight. ‖o‖ = {o_norm:.3f} against a mean ‖v‖ of {v_norm:.3f}: "
+            "a query that parks its weight on a key with a small value writes little.")

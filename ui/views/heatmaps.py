@@ -297,6 +297,9 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
             [names_x[j] for j in jj], [names_y[i] for i in ii], cd,
             "query %{y}<br>key %{x}<br>weight %{customdata[2]:.6g}<br>click: show this query's row"
             "<extra></extra>"))
+        # ranges pinned to the map (the markers would pad an autorange); queries top to bottom
+        fig.update_layout(xaxis={"range": [-0.5, S - 0.5]},
+                          yaxis={"range": [L - 0.5, -0.5], "autorange": False})
     if selected is not None and 0 <= selected < L:
         fig.add_shape(type="rect", xref="x", yref="y", x0=-0.5, x1=S - 0.5, y0=selected - 0.5,
                       y1=selected + 0.5, line={"color": PALETTE[5], "width": 2})
@@ -333,6 +336,10 @@ def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
         fig.add_trace(realtext_views.pick_points(
             gx.ravel(), gy.ravel(), cd, f"layer {layer} · head {h}<br>click: show this head<extra></extra>",
             xaxis=tr.xaxis, yaxis=tr.yaxis))
+        # pin the ranges to the map: the markers would otherwise pad the autorange
+        fig.layout[tr.xaxis.replace("x", "xaxis", 1)].update(range=[-0.5 * dx, (cols - 0.5) * dx], ticks="")
+        fig.layout[tr.yaxis.replace("y", "yaxis", 1)].update(range=[(rows - 0.5) * dy, -0.5 * dy], ticks="",
+                                                             autorange=False)
         if h == selected:
             fig.add_shape(type="rect", xref=tr.xaxis, yref=tr.yaxis, x0=-0.5 * dx, x1=(cols - 0.5) * dx,
                           y0=-0.5 * dy, y1=(rows - 0.5) * dy, line={"color": PALETTE[5], "width": 3})

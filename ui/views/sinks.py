@@ -104,8 +104,11 @@ def layer_head_grid(
     fig.add_trace(realtext_views.pick_points(
         px, py, np.array(cd, dtype=np.int64),
         "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>"))
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="")
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange="reversed")
+    # ranges pinned to the grid (the markers would pad an autorange); rows top to bottom
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="",
+                     range=[-0.5, len(x) - 0.5])
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange=False,
+                     range=[len(y) - 0.5, -0.5])
     fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1, "selected": list(selected or ())})
     # Square tiles on a chart about `width_px` wide.
     row_px = width_px / H * (th + 1) / (tw + 1)
