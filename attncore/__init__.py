@@ -27,7 +27,8 @@ Modules by concept: ``attention`` (the reference SDPA and its stages), ``masks``
 (closed forms) and ``row_theory`` (exact expectations by quadrature), ``synthetic`` and
 ``explore`` (seeded inputs), ``sweeps`` (streaming statistics against length),
 ``gradients`` (saturation and the softmax Jacobian), ``sinks``, ``models`` (a real
-model's attentions), ``qkv`` (its heads' q, k, v and outputs), ``dtypes``, ``device``, ``budget`` (limits), ``errors``.
+model's attentions), ``qkv`` (its heads' q, k, v and outputs), ``dtypes``, ``device``,
+``budget`` (limits), ``errors``.
 """
 
 from attncore.attention import AttentionStages, attention, attention_stages
