@@ -1,0 +1,105 @@
+"""Real-browser tests of real text in front (issue 11): real mouse clicks on a head thumbnail, a
+layer x head tile and a row of the weight map select that head or query token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser_utils import assert_clean, open_page, screenshot, slider, wait_idle
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1280, "height": 720}
+
+# The page position of a point of a chart: chart (by layout.meta.view), axis pair of a trace, data position.
+POINT_JS = """([view, trace, fx, fy, ix, iy]) => {
+  const g = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .find(el => (el.layout.meta || {}).view === view);
+  const t = g.data[trace];
+  const xa = g._fullLayout[(t.xaxis || 'x').replace('x', 'xaxis')];
+  const ya = g._fullLayout[(t.yaxis || 'y').replace('y', 'yaxis')];
+  const r = g.getBoundingClientRect();
+  const x = ix === null ? xa._offset + xa._length * fx : xa._offset + xa.l2p(ix);
+  const y = iy === null ? ya._offset + ya._length * fy : ya._offset + ya.l2p(iy);
+  return [r.x + x, r.y + y];
+}"""
+META_JS = """(view) => JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(el => (el.layout.meta || {}).view === view).layout.meta)"""
+Z_JS = """(view) => JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(el => (el.layout.meta || {}).view === view).data[0].z).slice(0, 400)"""
+
+
+def show(page: Page, view: str) -> None:
+    """Scroll the chart ``view`` into the window (a real click needs it on screen)."""
+    page.locator("[data-testid=stPlotlyChart]").filter(
+        has=page.locator(".js-plotly-plot")).nth(views(page).index(view)).scroll_into_view_if_needed()
+    page.wait_for_timeout(400)
+
+
+def views(page: Page) -> list[str]:
+    return page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                         ".map(el => (el.layout.meta || {}).view)")
+
+
+def click_at(page: Page, view: str, trace: int, *, fx: float = 0.5, fy: float = 0.5, ix: float | None = None,
+             iy: float | None = None) -> None:
+    show(page, view)
+    x, y = page.evaluate(POINT_JS, [view, trace, fx, fy, ix, iy])
+    page.mouse.move(x, y)
+    page.wait_for_timeout(300)
+    page.mouse.click(x, y)
+
+
+def test_heatmaps_click_a_thumbnail_then_a_row(page: Page, app_url: str) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Heatmaps?rt_src=real", timeout_s=180)
+    assert_clean(page)
+    expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 0")).to_be_visible()
+    before = page.evaluate(Z_JS, "rt-weights")
+    # thumbnail of head 4 (trace 4 is its heatmap), clicked off-centre
+    click_at(page, "rt-heads", 4, fx=0.3, fy=0.7)
+    page.wait_for_url("**rt_head=4**", timeout=30_000)
+    wait_idle(page)
+    assert_clean(page)
+    expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 4")).to_be_visible()
+    assert '"selected":4' in page.evaluate(META_JS, "rt-heads")
+    assert page.evaluate(Z_JS, "rt-weights") != before  # the big map redrew with head 4
+    assert slider(page, "Head").input_value() == "4"  # the slider follows the click
+    screenshot(page, "realtext-select-heatmaps-thumbnails")
+    # a row of the weight map: query 6
+    strip_before = page.locator(".attn-strip").first.inner_html()
+    click_at(page, "rt-weights", 0, fx=0.5, iy=6)
+    page.wait_for_url("**rt_tok=6**", timeout=30_000)
+    wait_idle(page)
+    assert_clean(page)
+    assert '"selected":6' in page.evaluate(META_JS, "rt-weights")
+    strip = page.locator(".attn-strip").first
+    assert strip.inner_html() != strip_before
+    assert "outline:2px" in strip.locator('[data-j="6"]').get_attribute("style")
+    expect(page.get_by_role("heading", name="Token 6:")).to_be_visible()
+    screenshot(page, "realtext-select-heatmaps-map")
+    strip.scroll_into_view_if_needed()
+    page.wait_for_timeout(400)
+    title = strip.locator('[data-j="0"]').get_attribute("title")
+    assert title.startswith("0: [CLS], weight ")  # hover shows the weight
+    screenshot(page, "realtext-select-heatmaps-token")
+
+
+def test_sinks_click_a_layer_head_tile(page: Page, app_url: str) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Attention_sinks?snk_view=model", timeout_s=180)
+    assert_clean(page)
+    m = json.loads(page.evaluate(META_JS, "snk-grid"))
+    tr, tc = m["tile_rows"], m["tile_cols"]
+    # tile (layer 3, head 7), a cell a third of the way into it
+    click_at(page, "snk-grid", 0, ix=7 * tc + (tc - 1) / 3, iy=3 * tr + (tr - 1) / 2)
+    page.wait_for_url("**snk_layer=3**", timeout=30_000)
+    wait_idle(page)
+    assert "snk_head=7" in page.url, page.url
+    assert_clean(page)
+    assert json.loads(page.evaluate(META_JS, "snk-grid"))["selected"] == [3, 7]
+    expect(page.get_by_text("all-MiniLM-L6-v2 · layer 3 · head 7")).to_be_visible()
+    screenshot(page, "realtext-select-sinks-grid")
