@@ -329,8 +329,8 @@ def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
     for h, tr in enumerate(list(fig.data)):
         rows, cols = np.asarray(tr.z).shape
         dy, dx = float(tr.dy or 1), float(tr.dx or 1)
-        ys = (np.linspace(0, rows - 1, min(rows, 8)) * dy).round(3)
-        xs = (np.linspace(0, cols - 1, min(cols, 8)) * dx).round(3)
+        ys = (np.linspace(0, rows - 1, min(rows, 6)) * dy).round(3)
+        xs = (np.linspace(0, cols - 1, min(cols, 6)) * dx).round(3)
         gy, gx = np.meshgrid(ys, xs, indexing="ij")
         cd = np.tile([layer, h], (gx.size, 1))
         fig.add_trace(realtext_views.pick_points(

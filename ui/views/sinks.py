@@ -91,8 +91,8 @@ def layer_head_grid(
                       y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
                       line={"color": PALETTE[5], "width": 3})
     # Clickable: a grid of pick points per tile (customdata = layer, head) chooses that head.
-    ps_y = np.unique(np.linspace(0, th - 1, min(th, 6)).round().astype(int))
-    ps_x = np.unique(np.linspace(0, tw - 1, min(tw, 6)).round().astype(int))
+    ps_y = np.unique(np.linspace(0, th - 1, min(th, 4)).round().astype(int))
+    ps_x = np.unique(np.linspace(0, tw - 1, min(tw, 4)).round().astype(int))
     px, py, cd = [], [], []
     for l in range(N):
         for h in range(H):
