@@ -96,11 +96,12 @@ def token_strip_html(tokens: Sequence[str], weights: np.ndarray, selected: int, 
     alpha = strip_alpha(w)
     r, g, b = STRIP_RGB
     spans = []
+    pad = "1px 1px;margin:1px 0" if all(len(t) <= 1 for t in tokens) else "1px 3px;margin:1px"  # characters
     for j, tok in enumerate(tokens):
         a = float(alpha[j])
         seen = visible is None or bool(visible[j])
         fg = "#fff" if a > 0.55 else "inherit"
-        style_ = (f"background:rgba({r},{g},{b},{a:.3f});color:{fg};padding:1px 3px;margin:1px;"
+        style_ = (f"background:rgba({r},{g},{b},{a:.3f});color:{fg};padding:{pad};"
                   "border-radius:3px;display:inline-block;white-space:pre;font-family:monospace")
         if j == selected:
             style_ += f";outline:2px solid {PALETTE[5]};outline-offset:1px"
