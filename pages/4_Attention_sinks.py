@@ -254,14 +254,14 @@ def model_view(ctx: PageContext) -> None:
     c[3].metric(f"Mass on {labels['special']}", f"{float(rep.mass['special'].mean()):.3f}",
                 f"uniform {rep.uniform['special']:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
-    st.markdown("##### Every head (rows: layers, columns: heads; click one to show it below)")
+    st.markdown("##### Every head (rows: layers, columns: heads)")
     fig = view.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
     st.plotly_chart(fig, key="chart_snk_grid", selection_mode="points",
                     on_select=realtext.on_pick("chart_snk_grid", {"layer": MP.layer, "head": MP.head}))
-    st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below. "
-               "A bright "
-               "left column is a head parking its weight on the first token.")
+    st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below (click "
+               "another tile to show it). A bright left column is a head parking its weight on the first "
+               "token.")
     realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head", mp=MP, token=chosen.token)
     st.caption("Click a row of the map (or pick the query token in the sidebar) for that token's attention "
                "over the text and its q, k, v.")
