@@ -253,7 +253,7 @@ def notebook_attention(
     dropout_p: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """softmax(QK^T / sqrt(E)) V the way a notebook writes it (source 004's manual version).
+    """softmax(QK^T / sqrt(E)) V the way a notebook writes it (the manual version tutorials show).
 
     Args:
         query: (B, H, L, E); key, value: (B, Hkv, S, E) with ``H`` a multiple of ``Hkv``.
