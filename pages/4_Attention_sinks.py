@@ -274,9 +274,15 @@ def model_view(ctx: PageContext) -> None:
     explain_more()
 
 
+def present(att, labels: dict[str, str]) -> dict[str, str]:
+    """The key sets this text has (a character model's text has no [SEP]/EOS: no empty curve or map)."""
+    cats = att.categories()
+    return {k: name for k, name in labels.items() if bool(cats[k].any())}
+
+
 def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:
     st.markdown("##### Where the attention goes, layer by layer")
-    fig = view.glance_figure(rep, labels, n_layers)
+    fig = view.glance_figure(rep, present(att, labels), n_layers)
     st.plotly_chart(fig, key="chart_snk_glance")
     st.caption(glance_caption(att, rep, labels))
 
@@ -313,7 +319,7 @@ def glance_caption(att, rep, labels: dict[str, str]) -> str:
 
 def mass_section(att, rep, labels: dict[str, str], lm) -> None:
     st.markdown("##### Attention mass on special tokens, per layer and head")
-    for col, (key, name) in zip(st.columns(3), labels.items(), strict=True):
+    for col, (key, name) in zip(st.columns(3), present(att, labels).items(), strict=False):
         n_keys = int(att.categories()[key].sum())
         col.plotly_chart(view.mass_figure(rep, key, name, n_keys, lm.layers, lm.heads),
                          key=f"chart_snk_mass_{key}")

@@ -188,6 +188,11 @@ def check_sinks_captions(at: AppTest, model: CharTransformer, text: str, maps: n
     assert metrics[first] == f"{maps[list(mid), :, :, 0].mean():.2f}"
     punct = np.array([unicodedata.category(c).startswith("P") for c in text])
     assert "Mass on other special tokens" not in metrics
+    # no empty curve or map for the special tokens a character model's text does not have
+    names = {t["name"] for t in figure(at, "snk-glance")["data"]}
+    assert not any("special" in n for n in names) and "on first token (" + text_attention(model, text).tokens[0] + \
+        ")" in names
+    assert not [f for f in figures(at) if (f["layout"].get("meta") or {}).get("view") == "snk-mass-special"]
     assert metrics["Mass on punctuation"] == f"{maps[..., punct].sum(-1).mean():.3f}"
 
 
