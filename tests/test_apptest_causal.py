@@ -130,6 +130,9 @@ def check_sinks(at: AppTest, model: CharTransformer) -> None:
     np.testing.assert_allclose(decode(trace(figure(at, "snk-mass-first"))["z"]), rep.mass["first"].numpy(),
                                rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(rep.mass["first"].double().numpy(), alpha[..., 0], rtol=1e-5)
+    # each cell prints its value to two decimals (blank where that is 0.00)
+    want = [["" if f"{v:.2f}" == "0.00" else f"{v:.2f}" for v in row] for row in rep.mass["first"].numpy()]
+    assert trace(figure(at, "snk-mass-first"))["text"] == want
     grid = figure(at, "snk-grid")
     z = decode(trace(grid)["z"])
     tr, tc = grid["layout"]["meta"]["tile_rows"], grid["layout"]["meta"]["tile_cols"]
