@@ -6,9 +6,11 @@
 #
 # GPU build (see docs/docker.md, "GPU variant"): same Dockerfile, CUDA torch wheels. The CUDA
 # wheels bring the CUDA user-space libraries as pip dependencies, so a plain Python base
-# works; the host needs only the NVIDIA driver + container toolkit.
+# works; the host needs only the NVIDIA driver (CUDA 13.0: >= 580) + container toolkit.
+# cu130 is the index torch 2.13 publishes for current GPUs (there is no cu128 build of 2.13;
+# cu126 is the legacy one for pre-Turing GPUs). scripts/image-check --gpu builds and checks it.
 #   docker build -t attention-lab:cuda \
-#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130 .
 #   docker run --rm --gpus all -p 8501:8501 attention-lab:cuda
 #
 # Dependencies, in two steps (docs/docker.md, "Pinned dependencies"):
