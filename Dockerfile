@@ -28,12 +28,6 @@
 ARG BASE_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 FROM ${BASE_IMAGE}
 
-# The pip index that serves torch (and, for a CUDA build, its nvidia-* libraries): the only
-# index step 2 uses. The CPU index holds torch==X+cpu (about 190 MB, no CUDA libraries).
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Must equal the torch==X pin in requirements.txt (tests/test_dockerfile.py checks).
-ARG TORCH_VERSION=2.13.0
-
 LABEL org.opencontainers.image.title="Attention Lab" \
       org.opencontainers.image.description="Interactive attention-mechanism explorer (Streamlit + Plotly + torch)"
 
@@ -63,6 +57,13 @@ WORKDIR /app
 COPY requirements.txt requirements.lock ./
 # 1. Everything but torch, from PyPI, hash-checked; --no-deps: the lock is complete.
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
+# The pip index that serves torch (and, for a CUDA build, its nvidia-* libraries): the only
+# index step 2 uses. The CPU index holds torch==X+cpu (about 190 MB, no CUDA libraries).
+# Declared here, after step 1, so that the CPU and CUDA builds share every layer up to here
+# (a build argument changes the cache key of each RUN that follows its ARG).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Must equal the torch==X pin in requirements.txt (tests/test_dockerfile.py checks).
+ARG TORCH_VERSION=2.13.0
 # 2. torch from its own index only. Its CPU dependencies are already there from the lock; a
 #    CUDA build adds its nvidia-* libraries from the same index. pip check: one consistent set.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" \
