@@ -20,7 +20,7 @@ help:
 	@echo "make bench        print the benchmarks (ratios against baselines)"
 	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
-	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch; no GPU needed; ~9 GB)"
+	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
 $(VENV)/.app-ok: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
