@@ -6,9 +6,11 @@
 #
 # GPU build (see docs/docker.md, "GPU variant"): same Dockerfile, CUDA torch wheels. The CUDA
 # wheels bring the CUDA user-space libraries as pip dependencies, so a plain Python base
-# works; the host needs only the NVIDIA driver + container toolkit.
+# works; the host needs only the NVIDIA driver (CUDA 13.0: >= 580) + container toolkit.
+# cu130 is the index torch 2.13 publishes for current GPUs (there is no cu128 build of 2.13;
+# cu126 is the legacy one for pre-Turing GPUs). scripts/image-check --gpu builds and checks it.
 #   docker build -t attention-lab:cuda \
-#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130 .
 #   docker run --rm --gpus all -p 8501:8501 attention-lab:cuda
 #
 # Dependencies, in two steps (docs/docker.md, "Pinned dependencies"):
@@ -25,12 +27,6 @@
 # BASE_IMAGE may be any image that has python3 (>= 3.11) with the venv module.
 ARG BASE_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 FROM ${BASE_IMAGE}
-
-# The pip index that serves torch (and, for a CUDA build, its nvidia-* libraries): the only
-# index step 2 uses. The CPU index holds torch==X+cpu (about 190 MB, no CUDA libraries).
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Must equal the torch==X pin in requirements.txt (tests/test_dockerfile.py checks).
-ARG TORCH_VERSION=2.13.0
 
 LABEL org.opencontainers.image.title="Attention Lab" \
       org.opencontainers.image.description="Interactive attention-mechanism explorer (Streamlit + Plotly + torch)"
@@ -61,6 +57,13 @@ WORKDIR /app
 COPY requirements.txt requirements.lock ./
 # 1. Everything but torch, from PyPI, hash-checked; --no-deps: the lock is complete.
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
+# The pip index that serves torch (and, for a CUDA build, its nvidia-* libraries): the only
+# index step 2 uses. The CPU index holds torch==X+cpu (about 190 MB, no CUDA libraries).
+# Declared here, after step 1, so that the CPU and CUDA builds share every layer up to here
+# (a build argument changes the cache key of each RUN that follows its ARG).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Must equal the torch==X pin in requirements.txt (tests/test_dockerfile.py checks).
+ARG TORCH_VERSION=2.13.0
 # 2. torch from its own index only. Its CPU dependencies are already there from the lock; a
 #    CUDA build adds its nvidia-* libraries from the same index. pip check: one consistent set.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" \

@@ -10,7 +10,7 @@ PORT   ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint bench bench-load image-check screenshot clean help
+.PHONY: run test test-fast lint bench bench-load image-check image-check-gpu screenshot clean help
 
 help:
 	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench        print the benchmarks (ratios against baselines)"
 	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
+	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
 $(VENV)/.app-ok: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +53,9 @@ bench-load: $(VENV)/.dev-ok
 
 image-check:
 	bash scripts/image-check
+
+image-check-gpu:
+	bash scripts/image-check --gpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts

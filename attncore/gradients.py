@@ -214,7 +214,7 @@ def temperature_rows(scores: Sequence[float], d: int,
                      multipliers: Sequence[float] = (0.5, 1.0, 2.0)) -> TemperatureRows:
     r"""Softmax of ``scores / tau`` for tau = 1 (unscaled) and tau = m·sqrt(d), m in ``multipliers``.
 
-    With the source text's scores ``[9.2, -3.1, 8.8, -5.4, 1.2]`` and d = 64, tau = 1
+    With the "Why √d Matters" tutorial's scores ``[9.2, -3.1, 8.8, -5.4, 1.2]`` and d = 64, tau = 1
     gives ≈ [0.599, 0.000, 0.401, 0.000, 0.000] and tau = sqrt(64) = 8 gives
     ≈ [0.371, 0.080, 0.353, 0.060, 0.136] (which sums to 1).
     """

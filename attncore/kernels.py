@@ -75,7 +75,9 @@ __all__ = [
     "measure_memory",
     "notebook_attention",
     "probe",
+    "proc_status_kib",
     "reference_error",
+    "reset_peak_rss",
     "sweep",
     "sweep_flops",
     "tolerance",
@@ -253,7 +255,7 @@ def notebook_attention(
     dropout_p: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """softmax(QK^T / sqrt(E)) V the way a notebook writes it (source 004's manual version).
+    """softmax(QK^T / sqrt(E)) V the way a notebook writes it (the manual version tutorials show).
 
     Args:
         query: (B, H, L, E); key, value: (B, Hkv, S, E) with ``H`` a multiple of ``Hkv``.
@@ -798,7 +800,9 @@ def _fmt_bytes(n: float) -> str:
 # ---------------------------------------------------------------------------- CPU memory
 
 
-def _status_kib(field_name: str) -> int:
+def proc_status_kib(field_name: str) -> int:
+    """A field of this process's /proc/self/status in KiB (``"VmRSS"``: resident now, ``"VmHWM"``:
+    the peak since start or since :func:`reset_peak_rss`). Linux only: OSError elsewhere."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field_name + ":"):
@@ -806,7 +810,7 @@ def _status_kib(field_name: str) -> int:
     raise OSError(f"{field_name} not in /proc/self/status")
 
 
-def _reset_peak() -> bool:
+def reset_peak_rss() -> bool:
     """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS; False where Linux refuses."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -841,15 +845,15 @@ def _memory_worker(payload: dict[str, Any]) -> list[dict[str, Any]]:
         gc.collect()
         if libc is not None:
             libc.malloc_trim(0)
-        reset = _reset_peak()
+        reset = reset_peak_rss()
         if not reset and results:
             break
-        base = _status_kib("VmRSS")
+        base = proc_status_kib("VmRSS")
         if not reset:
-            base = max(base, _status_kib("VmHWM"))
+            base = max(base, proc_status_kib("VmHWM"))
         try:
             out = _run_once(name, x, spec, device)
-            peak = max(0, _status_kib("VmHWM") - base) * 1024
+            peak = max(0, proc_status_kib("VmHWM") - base) * 1024
             del out
             results.append({"job": [L, S, name], "bytes": peak})
         except Exception as exc:

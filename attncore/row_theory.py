@@ -29,8 +29,10 @@ Averaging over the query: with ``q ~ N(0, I_d)`` the logit variance of a row is
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -366,31 +368,6 @@ def _plan_cells(ns: NDArray[np.int64], xs: F64, groups: dict[float, list[int]], 
                for s2_mean, idx in groups.items() for x in xs)
 
 
-def check_sweep_theory(
-    lengths: Sequence[int] | ArrayLike,
-    *,
-    d: int = 64,
-    scale_rule: str = "sqrt_d",
-    temperature: float = 1.0,
-    normalizer: str = "softmax",
-    ssmax_s: float = 0.43,
-    nodes: int | None = None,
-    want_max: bool = True,
-) -> float:
-    """Raise what :func:`sweep_theory` would raise for its size, without computing anything.
-
-    Returns the (u, z) cells it would evaluate (an upper bound; ~2.4e7 cells/s on one core).
-
-    Raises:
-        AttnInputError: bad arguments. ResourceLimitError: the quadratures together exceed
-            :data:`MAX_THEORY_CELLS` (so a page can refuse before it starts a sweep).
-    """
-    ns, _, xs, _, groups = _theory_plan(lengths, d, scale_rule, temperature, ssmax_s, nodes)
-    cells = _plan_cells(ns, xs, groups, normalizer, want_max)
-    _check_cells(cells)
-    return cells
-
-
 def sweep_theory(
     lengths: Sequence[int] | ArrayLike,
     *,
@@ -423,7 +400,7 @@ def sweep_theory(
     :class:`TheoryCancelled`); grids beyond :data:`MAX_THEORY_CELLS` raise ResourceLimitError.
     """
     ns, f2d, xs, ws, groups = _theory_plan(lengths, d, scale_rule, temperature, ssmax_s, nodes)
-    _check_cells(_plan_cells(ns, xs, groups, normalizer, want_max))
+    _check_cells(_plan_cells(ns, xs, groups, normalizer, want_max))  # what check_sweep_theory checks
     keys = ("entropy", "max_weight", "sum_sq", "row_sum")
     acc = {k: np.zeros(ns.size) for k in keys}
     asym_max = np.zeros(ns.size)
@@ -460,6 +437,27 @@ def sweep_theory(
     df["valid_from"] = asymptote_valid_from(f2d)
     df["frozen_below"] = freezing_length(f2d)
     return df
+
+
+def check_sweep_theory(lengths: Sequence[int] | ArrayLike, **options: Any) -> float:
+    """Raise what :func:`sweep_theory` would raise for its size, without computing anything.
+
+    Takes :func:`sweep_theory`'s keyword arguments with its defaults (``cancel`` is not
+    used; an unknown keyword is a TypeError, as for :func:`sweep_theory`). Returns the (u, z)
+    cells it would evaluate (an upper bound; ~2.4e7 cells/s on one core).
+
+    Raises:
+        AttnInputError: bad arguments. ResourceLimitError: the quadratures together exceed
+            :data:`MAX_THEORY_CELLS` (so a page can refuse before it starts a sweep).
+    """
+    bound = inspect.signature(sweep_theory).bind(lengths, **options)
+    bound.apply_defaults()
+    a = bound.arguments
+    ns, _, xs, _, groups = _theory_plan(lengths, a["d"], a["scale_rule"], a["temperature"], a["ssmax_s"],
+                                        a["nodes"])
+    cells = _plan_cells(ns, xs, groups, a["normalizer"], a["want_max"])
+    _check_cells(cells)
+    return cells
 
 
 def sweep_theory_given_queries(

@@ -75,6 +75,7 @@ __all__ = [
     "SinkReport",
     "sink_report",
     "uniform_attention",
+    "uniform_sink_scores",
 ]
 
 HEAD_DIM = 64  # E and Ev of the synthetic head
@@ -518,6 +519,25 @@ def uniform_attention(L: int, causal: bool, device: torch.device | str = "cpu") 
         allowed = allowed.tril()
     w = allowed.to(torch.float32)
     return w / w.sum(dim=-1, keepdim=True)
+
+
+def uniform_sink_scores(L: int, causal: bool) -> Tensor:
+    """alpha_k of :func:`sink_scores` for :func:`uniform_attention`: the score every key gets
+    from a head with no preference, (L,) float64.
+
+    Without a mask every query gives every key 1/L. Under the causal mask query ``i`` gives
+    ``1/(i+1)`` to each key it sees and key ``k`` is seen by queries ``k .. L-1``, so
+    ``alpha_k = (H_L - H_k) / (L - k)`` with ``H_n`` the n-th harmonic number: ``H_L / L``
+    for the first key, ``1/L`` for the last.
+    """
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise AttnInputError(f"L must be a whole number of positions, at least 1; got {L!r}.")
+    if not causal:
+        return torch.full((L,), 1.0 / L, dtype=torch.float64)
+    harmonic = torch.cat([torch.zeros(1, dtype=torch.float64),
+                          torch.cumsum(1.0 / torch.arange(1, L + 1, dtype=torch.float64), 0)])  # (L + 1,)
+    k = torch.arange(L, dtype=torch.float64)
+    return (harmonic[L] - harmonic[:L]) / (L - k)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from attncore.kernels import proc_status_kib, reset_peak_rss
 from attncore.sweeps import SweepSpec, run_sweep
 from attncore.sweeps.spec import plan_blocks
 
@@ -51,30 +52,13 @@ NAIVE_LIMIT_BYTES = 6 << 30  # skip the naive reference above this estimate
 # --------------------------------------------------------------------------- memory
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def measure(fn: Callable[[], object], baseline: int) -> tuple[float, float]:
     """(seconds, peak RSS above baseline in MB) of one call."""
-    _reset_peak()
+    reset_peak_rss()
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
-    return dt, (_status("VmHWM") - baseline) / 2**20
+    return dt, (proc_status_kib("VmHWM") * 1024 - baseline) / 2**20
 
 
 # --------------------------------------------------------------------------- floor
@@ -288,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     args.max_exp = 24 if args.max_exp is None else args.max_exp
     top = min(args.max_exp, 20 if args.quick else 24)
     torch.set_flush_denormal(True)
-    baseline = _status("VmRSS")
+    baseline = proc_status_kib("VmRSS") * 1024
     print(f"bench.entropy: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, {WORKERS} sweep workers")
     print(f"queries = {Q}, d = {D}, value dim = {DV} (vectors), float32 samples, float64 sums; "

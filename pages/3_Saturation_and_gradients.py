@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 TABS = ("Why √d", "Saturation", "Gradients")
-# The "Why √d Matters" tutorial's worked examples (the source texts' "Scaled Attention" section):
+# The "Scaled Attention: Why √d Matters" tutorial's worked examples:
 SOURCE = '"Scaled Attention: Why √d Matters" tutorial'
 SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # its worked example, the default row
 DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)

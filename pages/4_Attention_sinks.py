@@ -15,6 +15,7 @@ from attncore.sinks import (
     SWEEP_QUERIES,
     SinkSpec,
     sink_report,
+    uniform_sink_scores,
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
@@ -246,22 +247,22 @@ def model_view(ctx: PageContext) -> None:
     c = st.columns(4)
     c[0].metric("Tokens L", f"{L}", f"uniform share 1/L = {1 / L:.3f}" if not att.causal else "causal",
                 delta_color="off", delta_arrow="off")
-    c[1].metric(f"Mass on {labels['first']}, layers {mid.start}–{mid.stop - 1}", f"{first_mid:.2f}",
+    layers = f"layer {mid.start}" if len(mid) == 1 else f"layers {mid.start}–{mid.stop - 1}"
+    c[1].metric(f"Mass on {labels['first']}, {layers}", f"{first_mid:.2f}",
                 f"{first_mid / uni:.1f}× uniform ({uni:.3f})", delta_color="off", delta_arrow="off",
                 help="Mean over those layers, all heads and all queries of the weight on the first token.")
     c[2].metric(f"Sink heads for {labels['first']}", f"{rep.sink_heads(0)} of {lm.layers * lm.heads}",
                 help=f"Heads whose mean weight on key 0 exceeds ε = {eps:g}.")
-    c[3].metric(f"Mass on {labels['special']}", f"{float(rep.mass['special'].mean()):.3f}",
-                f"uniform {rep.uniform['special']:.3f}", delta_color="off", delta_arrow="off")
+    other = "special" if bool(att.categories()["special"].any()) else "punct"  # a text without [SEP]/EOS
+    c[3].metric(f"Mass on {labels[other]}", f"{float(rep.mass[other].mean()):.3f}",
+                f"uniform {rep.uniform[other]:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
     st.markdown("##### Every head (rows: layers, columns: heads)")
     fig = view.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
     st.plotly_chart(fig, key="chart_snk_grid", selection_mode="points",
                     on_select=realtext.on_pick("chart_snk_grid", {"layer": MP.layer, "head": MP.head}))
-    st.caption(f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below (click "
-               "another tile to show it). A bright left column is a head parking its weight on the first "
-               "token.")
+    st.caption(grid_caption(att, layer, head))
     realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head", mp=MP, token=chosen.token)
     st.caption("Click a row of the map (or pick the query token in the sidebar) for that token's attention "
                "over the text and its q, k, v.")
@@ -277,19 +278,53 @@ def model_view(ctx: PageContext) -> None:
     explain_more()
 
 
+def present(att, labels: dict[str, str]) -> dict[str, str]:
+    """The key sets this text has (a character model's text has no [SEP]/EOS: no empty curve or map)."""
+    cats = att.categories()
+    return {k: name for k, name in labels.items() if bool(cats[k].any())}
+
+
 def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:
     st.markdown("##### Where the attention goes, layer by layer")
-    fig = view.glance_figure(rep, labels, n_layers)
+    fig = view.glance_figure(rep, present(att, labels), n_layers)
     st.plotly_chart(fig, key="chart_snk_glance")
-    st.caption("Dashed: what each key set would get if every query spread its weight evenly over the keys "
-               "it sees (1/L per token). In a trained encoder the middle layers put several times that on "
-               "[CLS]; Clark et al. 2019 found over half of BERT-base's attention in some middle layers "
-               "on [SEP].")
+    st.caption(glance_caption(att, rep, labels))
+
+
+def grid_caption(att, layer: int, head: int) -> str:
+    """What the head grid shows, for an encoder or a causal model."""
+    out = (f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below (click "
+           "another tile to show it). ")
+    if not att.causal:
+        return out + "A bright left column is a head parking its weight on the first token."
+    return out + ("The causal mask leaves every tile 0 above its diagonal. The first query sees only the "
+                  "first token, so every head gives it that query's whole weight whatever it has learned; "
+                  "a head parks its weight on the first token when the left column stays bright all the "
+                  "way down.")
+
+
+def glance_caption(att, rep, labels: dict[str, str]) -> str:
+    """The dashed baselines, and for a causal model where its first-token curve stands against them."""
+    if not att.causal:
+        return ("Dashed: what each key set would get if every query spread its weight evenly over the keys "
+                "it sees (1/L per token). In a trained encoder the middle layers put several times that on "
+                "[CLS]; Clark et al. 2019 found over half of BERT-base's attention in some middle layers "
+                "on [SEP].")
+    L, uni = len(att.tokens), rep.uniform["first"]
+    per_layer = rep.mass["first"].double().mean(dim=1)  # (layers,): the curve, mean over heads
+    top = int(per_layer.argmax())
+    return (f"Dashed: what each key set would get if every query spread its weight evenly over the keys it "
+            f"sees. Under the causal mask query i sees only the i + 1 tokens up to itself, so the first "
+            f"token's even share is the mean of 1/(i + 1): {uni:.3f} for these {L} tokens, not 1/L = "
+            f"{1 / L:.3f}. This model puts the most on {labels['first']} in layer {top}: "
+            f"{float(per_layer[top]):.3f}, {float(per_layer[top]) / uni:.1f}× the even share. A decoder "
+            "that parks its spare weight on its first token (the sink StreamingLLM keeps in its cache) "
+            "draws that curve far above the dashed line.")
 
 
 def mass_section(att, rep, labels: dict[str, str], lm) -> None:
     st.markdown("##### Attention mass on special tokens, per layer and head")
-    for col, (key, name) in zip(st.columns(3), labels.items(), strict=True):
+    for col, (key, name) in zip(st.columns(3), present(att, labels).items(), strict=False):
         n_keys = int(att.categories()[key].sum())
         col.plotly_chart(view.mass_figure(rep, key, name, n_keys, lm.layers, lm.heads),
                          key=f"chart_snk_mass_{key}")
@@ -305,13 +340,27 @@ def metric_section(att, rep, labels: dict[str, str], lm) -> None:
     tokens = realtext.token_labels(att, 10)
     fig = view.metric_figure(rep, tokens, lm.layers)
     st.plotly_chart(fig, key="chart_snk_metric")
-    uni = "1/L" if not att.causal else "1/(queries that see k)"
-    st.caption(f"Gu et al. 2024 (\"When Attention Sink Emerges in Language Models\") call a head a sink head "
-               f"for key k when α_k > ε. Under uniform attention every α_k would be {uni} = "
-               f"{1 / len(tokens):.3f} here, so any cell above 0 at ε = {rep.eps:g} is a head that singles a "
-               "token out.")
+    st.caption("Gu et al. 2024 (\"When Attention Sink Emerges in Language Models\") call a head a sink head "
+               "for key k when α_k > ε. " + uniform_metric_sentence(len(att.tokens), att.causal, rep.eps))
     widgets.csv_download(lambda: view.alpha_frame(rep, att.tokens), "sink_metric_alpha.csv",
                          label="Download α for every head and key (CSV)", key="dl_snk_metric")
+
+
+def uniform_metric_sentence(L: int, causal: bool, eps: float) -> str:
+    """What uniform attention would score (attncore.sinks.uniform_sink_scores), against ε."""
+    if not causal:
+        return (f"Under uniform attention every α_k would be 1/L = {1 / L:.3f} here, so any cell above 0 at "
+                f"ε = {eps:g} is a head that singles a token out." if eps >= 1 / L else
+                f"Under uniform attention every α_k would be 1/L = {1 / L:.3f} here, above ε = {eps:g}: with "
+                "this few tokens even a head with no preference counts as a sink head.")
+    u = uniform_sink_scores(L, True).numpy()
+    above = int((u > eps).sum())  # a prefix: u falls with k
+    head = (f"Under uniform causal attention α_k would be the mean of 1/(i + 1) over the queries i ≥ k that "
+            f"see key k: from {u[-1]:.3f} (the last token) to {u[0]:.3f} (the first)")
+    if above == 0:
+        return head + f", all at most ε = {eps:g}, so any cell above 0 is a head that singles a token out."
+    return head + (f"; for the first {above} token{'s' if above != 1 else ''} that is above ε = {eps:g}, so "
+                   "their columns count heads with no preference too.")
 
 
 # ---------------------------------------------------------------------------- page

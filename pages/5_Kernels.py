@@ -31,8 +31,6 @@ PARAMS = (P_HEADS, P_GROUPS, P_DIM, P_MASK, P_DROP, P_TMIN, P_TMAX, P_MEM)
 
 MASK_LABELS = {"none": "none", "causal": "causal (is_causal=True)",
                "boolean": "boolean attn_mask", "float": "float attn_mask (additive)"}
-TABLE_COLUMNS = ["T", "label", "accepted", "default", "time_ms", "x_default", "peak_MiB", "max_err",
-                 "masked_rows_err", "nonfinite_rows", "reason"]
 
 
 def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
@@ -57,24 +55,27 @@ def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     return heads, groups, dim, mask, float(drop), lengths, bool(mem)
 
 
-def explain(device: str) -> None:
-    st.markdown(
-        "`F.scaled_dot_product_attention` is one function with several kernels behind it. The plain "
-        "way, softmax(QKᵀ/√E)V, writes the whole L × S score matrix to memory, reads it back for the "
-        "softmax and again for the product with V. The fused kernels tile the keys and keep a running "
-        "maximum *m* and sum *ℓ* per query, so no L × S matrix ever exists. Both do the same "
-        "4·B·H·L·S·E flops; what changes is the memory and how often it is touched."
-    )
+def explain() -> None:
+    """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
+    st.markdown("`F.scaled_dot_product_attention` is one function with several kernels behind it: the plain "
+                "way writes the whole L × S score matrix to memory, the fused kernels never form it. Both "
+                "do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine.")
     st.latex(r"\text{materialised: } \underbrace{B\,H\,L\,S}_{\text{scores, weights}}"
              r"\ \text{numbers}\qquad\text{fused: } \underbrace{B\,H\,L\,E}_{\text{output}}"
              r"+\ \text{one tile per thread}")
-    st.latex(r"m_i \leftarrow \max(m_i, \max_j s_{ij}),\quad "
-             r"\ell_i \leftarrow \ell_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i},\quad "
-             r"o_i \leftarrow o_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i} v_j")
-    if device.startswith("cpu"):
-        st.info("This is a CPU: torch's CPU build has two of the four kernels (its own flash kernel and "
-                "the math path). The table shows torch's own answer for the other two.",
-                icon=":material/memory:")
+
+
+def explain_more() -> None:
+    with st.expander("How the fused kernels avoid the L × S matrix, and what each backend is",
+                     icon=":material/menu_book:"):
+        st.markdown(
+            "The plain way, softmax(QKᵀ/√E)V, writes the whole L × S score matrix to memory, reads it back "
+            "for the softmax and again for the product with V. The fused kernels tile the keys and keep a "
+            "running maximum *m* and sum *ℓ* per query, so no L × S matrix ever exists:")
+        st.latex(r"m_i \leftarrow \max(m_i, \max_j s_{ij}),\quad "
+                 r"\ell_i \leftarrow \ell_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i},\quad "
+                 r"o_i \leftarrow o_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i} v_j")
+        backend_notes()
 
 
 def backend_notes() -> None:
@@ -94,8 +95,8 @@ def backend_notes() -> None:
         "- **default dispatch** — no `sdpa_kernel` context: torch checks the backends in its priority "
         "order and runs the first whose conditions hold (named here by `torch._fused_sdp_choice`, and "
         "checked by comparing the outputs bit for bit).\n"
-        "- **baselines** — `attncore.attention` with its weights (every stage kept) and the notebook "
-        "version from source 004 (`scores → masked_fill_ → softmax → @ V`), which returns NaN for a "
+        "- **baselines** — `attncore.attention` with its weights (every stage kept) and the version "
+        "tutorials write by hand (`scores → masked_fill_ → softmax → @ V`), which returns NaN for a "
         "query that may see no key; attncore returns zeros there (torch's kernels: the table's "
         "“max |out| on fully masked rows” column)."
     )
@@ -135,24 +136,39 @@ def run_sweep(spec: KernelSpec, lengths: tuple[int, ...], mem: bool,
     return sizes, memory_note, seconds
 
 
-def table_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], memory_note: str,
-                  budget: float) -> None:
-    st.markdown("##### 1 · Which backend accepts this call, and what it costs")
+def charts_section(df: pd.DataFrame) -> None:
+    st.markdown("##### 1 · Time and memory against T")
+    c1, c2 = st.columns(2)
+    tfig, mfig = view.time_figure(df), view.memory_figure(df)
+    c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
+    c2.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
+    st.caption(view.guide_caption(tfig, mfig))
+
+
+def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
+                  memory_note: str, budget: float, device: str) -> None:
+    st.markdown("##### 2 · Which backend accepts this call, and what it costs")
+    if device.startswith("cpu"):
+        st.info("This is a CPU: torch's CPU build has two of the four kernels (its own flash kernel and "
+                "the math path). The table shows torch's own answer for the other two.",
+                icon=":material/memory:")
+    right = "right"
     st.dataframe(
-        df[TABLE_COLUMNS], hide_index=True, key="chart_kernels_table",
+        view.table_frame(sizes), hide_index=True, key="chart_kernels_table",
         column_config={
             "label": st.column_config.TextColumn("backend"),
-            "time_ms": st.column_config.NumberColumn("time (ms)", format="%.3g"),
-            "x_default": st.column_config.NumberColumn("× default", format="%.2f",
-                                                       help="time / the default dispatch's time"),
-            "peak_MiB": st.column_config.NumberColumn("peak extra (MiB)", format="%.3g"),
-            "max_err": st.column_config.NumberColumn("max |err| vs float64", format="%.2e"),
-            "masked_rows_err": st.column_config.NumberColumn("max |out| on fully masked rows",
-                                                             format="%.2e"),
-            "nonfinite_rows": st.column_config.NumberColumn(
-                "rows with NaN", help="compared query rows whose output has a NaN or infinite entry"),
+            "time_ms": st.column_config.TextColumn("time (ms)", alignment=right),
+            "x_default": st.column_config.TextColumn("× default", alignment=right,
+                                                     help="time / the default dispatch's time"),
+            "peak_MiB": st.column_config.TextColumn("peak extra (MiB)", alignment=right),
+            "max_err": st.column_config.TextColumn("max |err| vs float64", alignment=right),
+            "masked_rows_err": st.column_config.TextColumn("max |out| on fully masked rows", alignment=right),
+            "nonfinite_rows": st.column_config.TextColumn(
+                "rows with NaN", alignment=right,
+                help="compared query rows whose output has a NaN or infinite entry"),
             "reason": st.column_config.TextColumn("torch's reason / note", width="large"),
         })
+    st.caption(view.TABLE_LEGEND)
     widgets.csv_download(df, "kernels_backends.csv")
     rows = fully_masked_rows(spec.mask, max(lengths))
     st.caption(
@@ -165,20 +181,12 @@ def table_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], 
           f"{budget / (1 << 30):.3g} GiB.")
 
 
-def charts_section(df: pd.DataFrame) -> None:
-    st.markdown("##### 2 · Time and memory against T")
-    c1, c2 = st.columns(2)
-    tfig, mfig = view.time_figure(df), view.memory_figure(df)
-    c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
-    c2.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
-    st.caption(view.guide_caption(tfig, mfig))
-
-
-def source_section(df: pd.DataFrame, sizes: list[SizeResult], spec: KernelSpec) -> None:
-    st.markdown("##### 3 · Source 004 beside this machine")
-    src = view.source_frame(df, [(s.L, s.default_backend) for s in sizes])
-    st.table(src.rename(columns={"source_004": "source 004 says", "measured": "measured here"}),
-             hide_index=True)
+def claims_section(df: pd.DataFrame, sizes: list[SizeResult], spec: KernelSpec) -> None:
+    st.markdown("##### 3 · What is said of FlashAttention, beside this machine")
+    src = view.claims_frame(df, [(s.L, s.default_backend) for s in sizes])
+    st.table(src.rename(columns={"claim": "the claim", "measured": "measured here"}), hide_index=True)
+    st.caption("The claims as tutorials and reference pages on scaled dot-product attention state them; "
+               "the numbers are FlashAttention's own (Dao et al., 2022) on a GPU.")
     if spec.dropout > 0:
         st.warning("dropout_p > 0: SDPA drops weights on every call — it has no training flag of its own. "
                    "Pass dropout_p=0 at inference (nn.MultiheadAttention does so in eval mode).",
@@ -190,13 +198,13 @@ def body(ctx: PageContext) -> None:
     spec, lengths, mem = spec_from_controls(ctx)
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
-    explain(ctx.device)
+    explain()
     sizes, memory_note, seconds = run_sweep(spec, lengths, mem, ctx.device)
     df = view.backend_frame(sizes)
-    table_section(df, spec, lengths, memory_note, budget)
     charts_section(df)
-    source_section(df, sizes, spec)
-    backend_notes()
+    table_section(sizes, df, spec, lengths, memory_note, budget, ctx.device)
+    claims_section(df, sizes, spec)
+    explain_more()
     widgets.caption_compute(ctx.device_label, seconds,
                             f"B = 1, H = {spec.heads}, Hkv = {spec.kv_heads}, E = {spec.head_dim}, "
                             f"{ctx.dtype}, T = {', '.join(map(str, lengths))}.")

@@ -41,11 +41,17 @@ PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
 
 JOB_KEY = "_tr_job"  # this session's job id
 POLL_S = 1.0
-TITLES = {"lr_sweep": "1 · Fully scaled attention (source 003)",
-          "scaling": "2 · Without 1/√d (source 001)",
-          "sinks": "3 · Sinks and their fixes (source 000)"}
-SOURCES = {"lr_sweep": "Source text 003", "scaling": "Source text 001, exercise 3",
-           "sinks": "Source text 000 and StreamingLLM"}
+TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
+          "sinks": "3 · Sinks and their fixes"}
+# One sentence above each experiment's first chart: the question, and where the claim is published.
+QUESTIONS = {
+    "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
+                "\"Almost-scaled dot-product attention\" post reports?",
+    "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
+               "\"Scaled Attention: Why √d Matters\" tutorial's scaling-ablation exercise suggests?",
+    "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
+             "first tokens rescue a sliding window (StreamingLLM)?",
+}
 
 
 # ---------------------------------------------------------------------------- cached reads
@@ -76,11 +82,14 @@ def _folder(key: str, mtime: float) -> corpora.Corpus:
 # ---------------------------------------------------------------------------- shipped experiments
 
 
-def claim_and_measure(name: str, d: dict[str, Any], measured: str, verdict: list[str]) -> None:
-    st.caption(view.provenance(d))
+def lead(name: str) -> None:
+    st.markdown(QUESTIONS[name])
+
+
+def claim_and_measure(d: dict[str, Any], measured: str, verdict: list[str]) -> None:
     left, right = st.columns(2)
     with left.container(border=True):
-        st.markdown(f"**{SOURCES[name]} says**")
+        st.markdown("**The claim**")
         st.markdown(d.get("claim", ""))
     with right.container(border=True):
         st.markdown("**This run measured**")
@@ -89,32 +98,39 @@ def claim_and_measure(name: str, d: dict[str, Any], measured: str, verdict: list
 
 
 def lr_sweep_section(d: dict[str, Any]) -> None:
-    claim_and_measure("lr_sweep", d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
+    lead("lr_sweep")
     st.latex(r"\text{fully scaled: } o=\sqrt{T/e}\;"
              r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{e}}+M\right)V\qquad"
              r"\text{per row: } o_i=\sqrt{n_i/e}\;\cdots")
     left, right = st.columns(2)
     left.plotly_chart(view.lr_sweep_figure(d), key="chart_tr_lr")
     right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
+    claim_and_measure(d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
     if d.get("summary"):
         st.dataframe(view.table_frame(d["summary"]), hide_index=True)
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "lr_sweep.csv", label="Download the sweep (CSV)",
                          key="dl_tr_lr")
+    st.caption(view.provenance(d))
 
 
 def scaling_section(d: dict[str, Any]) -> None:
-    claim_and_measure("scaling", d, view.scaling_measured(d), view.scaling_verdict(d))
+    lead("scaling")
+    st.latex(r"\operatorname{Var}(q\cdot k)=d_{\text{head}}:\quad"
+             r"\text{standard } \mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{d_{\text{head}}}}\right)V"
+             r"\quad\text{vs. unscaled } \mathrm{softmax}(QK^\top)V")
     st.plotly_chart(view.scaling_figure(d), key="chart_tr_scaling")
     st.caption("Same total width at every head dim (fewer, wider heads as d_head grows). A row counts as "
                "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch.")
+    claim_and_measure(d, view.scaling_measured(d), view.scaling_verdict(d))
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "scaling.csv", label="Download the table (CSV)",
                          key="dl_tr_scaling")
+    st.caption(view.provenance(d))
 
 
 def sinks_section(d: dict[str, Any]) -> None:
-    claim_and_measure("sinks", d, view.sinks_measured(d), view.sinks_verdict(d))
+    lead("sinks")
     st.latex(r"\alpha_0^{(\ell,h)}=\frac{1}{L}\sum_{i}A^{(\ell,h)}_{i0}\quad"
              r"\text{(mean weight on the first token; a sink head has }\alpha_0>\varepsilon)")
     cols = st.columns(len(d["runs"]))
@@ -124,18 +140,18 @@ def sinks_section(d: dict[str, Any]) -> None:
     st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
                "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; "
                "losses are over the tokens beyond the training context.")
+    claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
                          key="dl_tr_sinks")
+    st.caption(view.provenance(d))
 
 
 SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
 
 
 def shipped() -> None:
-    st.header("Shipped experiments")
-    st.markdown("Three experiments on tiny Shakespeare ran ahead of time and ship with the app as small "
-                "result files; the sizes, machine and command of each are under its tab.")
+    st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
         with tab:
@@ -234,7 +250,8 @@ def live(ctx: PageContext) -> None:
                                      f"batch {s['batch']}" for k, s in SIZES.items()})
     steps = widgets.slider(P_STEPS, "Steps per run", step=10, where=where)
     corpus = corpus_choice(where)
-    st.markdown("Train the same small character transformer with the variants and rates chosen in the "
+    st.markdown("Train the same small character transformer (pre-LayerNorm, rotary positions, tied "
+                "embeddings) with the variants and rates chosen in the "
                 "sidebar. One training job runs at a time on this server; a second one waits in a queue. "
                 "Finished runs are kept in the cache folder and can be compared below.")
     problem = None
@@ -371,10 +388,9 @@ def compare(ctx: PageContext) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
-    st.markdown("Every other page shows attention at initialisation. Here a small character transformer "
-                "(pre-LayerNorm, rotary positions, tied embeddings) *learns*, with its attention computed by "
-                "attncore in one of several variants, so the source texts' claims about training can be "
-                "checked: the shipped experiments first, then your own runs.")
+    st.markdown("Every other page shows attention at initialisation; here a small character transformer "
+                "*learns* with attention in one of several variants. Three experiments on tiny Shakespeare "
+                "that ship with the app test published claims about training; your own runs are below.")
     shipped()
     live(ctx)
     compare(ctx)

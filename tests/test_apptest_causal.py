@@ -7,6 +7,8 @@ Every chart is compared with attncore run directly on the same text.
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -129,6 +131,9 @@ def check_sinks(at: AppTest, model: CharTransformer) -> None:
     np.testing.assert_allclose(decode(trace(figure(at, "snk-mass-first"))["z"]), rep.mass["first"].numpy(),
                                rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(rep.mass["first"].double().numpy(), alpha[..., 0], rtol=1e-5)
+    # each cell prints its value to two decimals (blank where that is 0.00)
+    want = [["" if f"{v:.2f}" == "0.00" else f"{v:.2f}" for v in row] for row in rep.mass["first"].numpy()]
+    assert trace(figure(at, "snk-mass-first"))["text"] == want
     grid = figure(at, "snk-grid")
     z = decode(trace(grid)["z"])
     tr, tc = grid["layout"]["meta"]["tile_rows"], grid["layout"]["meta"]["tile_cols"]
@@ -140,11 +145,59 @@ def check_sinks(at: AppTest, model: CharTransformer) -> None:
     head_map = decode(trace(figure(at, "snk-head"), 0)["z"])
     np.testing.assert_allclose(head_map, att.attentions[layer, head].numpy(), rtol=1e-5, atol=1e-7)
     assert (np.triu(head_map, k=1) == 0).all()
+    check_sinks_captions(at, model, text, maps, alpha, float(s["snk_eps"]))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Tokens L"] == str(len(text))
     assert metrics["Sink heads for first token (" + att.tokens[0] + ")"] == (
         f"{int((alpha[..., 0] > float(s['snk_eps'])).sum())} of {model.config.n_layer * model.config.n_head}")
     check_next(at, model, "snk_", "snk-next")
+
+
+def check_sinks_captions(at: AppTest, model: CharTransformer, text: str, maps: np.ndarray, alpha: np.ndarray,
+                         eps: float) -> None:
+    """Issue 11: with the causal model every sentence describes what is shown (its causal mask, its
+    first-token sink, its own layers and heads), each number recomputed here from the maps."""
+    L, n_layer, n_head = len(text), model.config.n_layer, model.config.n_head
+    captions = " ".join(c.value for c in at.caption)
+    labels = " ".join(m.label for m in at.metric)
+    for encoder_word in ("[CLS]", "[SEP]", "BERT", "encoder"):
+        assert encoder_word not in captions and encoder_word not in labels, encoder_word
+    assert f"({n_layer} layers × {n_head} heads" in captions
+    # the grid: 0 above every diagonal, and the first query's whole weight on the first token in every head
+    assert "The causal mask leaves every tile 0 above its diagonal." in captions
+    assert (np.triu(maps, k=1) == 0).all()
+    np.testing.assert_allclose(maps[:, :, 0, 0], 1.0, atol=1e-6)
+    # the layer-by-layer chart: the even share of the first token and the layer that puts most on it
+    even = sum(1 / (i + 1) for i in range(L)) / L
+    per_layer = maps[..., 0].mean(-1).mean(1)  # (layers,): mass on the first token, mean over heads
+    top = int(per_layer.argmax())
+    assert (f"so the first token's even share is the mean of 1/(i + 1): {even:.3f} for these {L} tokens, "
+            f"not 1/L = {1 / L:.3f}.") in captions
+    assert (f"in layer {top}: {per_layer[top]:.3f}, {per_layer[top] / even:.1f}× the even share.") in captions
+    # the sink metric: what uniform causal attention would score, and how many keys exceed eps even then
+    uni = np.tril(np.ones((L, L)))
+    uni /= uni.sum(-1, keepdims=True)
+    u = (uni * np.tril(np.ones((L, L)))).sum(-2) / np.tril(np.ones((L, L))).sum(-2)  # (L,)
+    assert f"from {u[-1]:.3f} (the last token) to {u[0]:.3f} (the first)" in captions
+    above = int((u > eps).sum())
+    if above:
+        assert f"for the first {above} token{'s' if above != 1 else ''} that is above ε = {eps:g}" in captions
+    else:
+        assert f"all at most ε = {eps:g}, so any cell above 0 is a head that singles a token out" in captions
+    # the cards: the middle layer(s) named as such; punctuation (a character model has no special tokens)
+    metrics = {m.label: m.value for m in at.metric}
+    mid = range(1, n_layer - 1) if n_layer > 2 else range(n_layer)
+    name = f"layer {mid.start}" if len(mid) == 1 else f"layers {mid.start}–{mid.stop - 1}"
+    first = f"Mass on first token ({text_attention(model, text).tokens[0]}), {name}"
+    assert metrics[first] == f"{maps[list(mid), :, :, 0].mean():.2f}"
+    punct = np.array([unicodedata.category(c).startswith("P") for c in text])
+    assert "Mass on other special tokens" not in metrics
+    # no empty curve or map for the special tokens a character model's text does not have
+    names = {t["name"] for t in figure(at, "snk-glance")["data"]}
+    assert not any("special" in n for n in names) and "on first token (" + text_attention(model, text).tokens[0] + \
+        ")" in names
+    assert not [f for f in figures(at) if (f["layout"].get("meta") or {}).get("view") == "snk-mass-special"]
+    assert metrics["Mass on punctuation"] == f"{maps[..., punct].sum(-1).mean():.3f}"
 
 
 def test_sinks_causal_model_every_control(model: CharTransformer) -> None:

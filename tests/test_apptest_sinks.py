@@ -212,6 +212,7 @@ def check_model(at: AppTest, lm: LoadedModel) -> None:
     rep = sink_report(att.attentions, att.categories(), eps=float(s["snk_eps"]))
     labels = att.category_labels()
     glance = figure(at, "snk-glance")
+    assert all(att.categories()[key].any() for key in labels)  # these texts have every key set
     for key, name in labels.items():
         np.testing.assert_allclose(y_of(glance, f"on {name}"), rep.mass[key].double().numpy().mean(1), rtol=1e-5)
         np.testing.assert_allclose(y_of(glance, f"uniform attention ({name})"), rep.uniform[key], rtol=1e-6)

@@ -160,7 +160,7 @@ def check_lr_verdict(d: dict[str, Any], *, real: bool = True) -> None:
     assert first.index(f"{f:.3f}") < first.index(f"{s:.3f}") or f"{f:.3f}" == f"{s:.3f}"
     fs, ss = shown(f), shown(s)
     if fs > ss:
-        assert f"worse by {fs - ss:.3f}" in first and "the ordering source 003 reports" in first
+        assert f"worse by {fs - ss:.3f}" in first and "the ordering the Graphcore post reports" in first
     elif fs < ss:
         assert f"better by {ss - fs:.3f}" in first and "does not reproduce" in first
     else:

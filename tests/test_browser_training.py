@@ -20,8 +20,7 @@ pytestmark = pytest.mark.browser
 # inherits this environment when the session's app_url fixture starts it).
 os.environ.setdefault("ATTNLAB_CACHE_DIR", tempfile.mkdtemp(prefix="attnlab-runs-"))
 
-TABS = ("1 · Fully scaled attention (source 003)", "2 · Without 1/√d (source 001)",
-        "3 · Sinks and their fixes (source 000)")
+TABS = ("1 · Fully scaled attention", "2 · Without 1/√d", "3 · Sinks and their fixes")
 
 
 def shipped_complete(name: str) -> bool:
@@ -41,14 +40,14 @@ def test_training_lab_shows_the_experiments_and_a_live_run(page: Page, app_url: 
     wait_idle(page, 180)
     expect(page.get_by_role("heading", name="Training lab").first).to_be_visible()
     expect(page.get_by_role("heading", name="Shipped experiments")).to_be_visible()
-    expect(page.get_by_role("tab", name="1 · Fully scaled attention (source 003)")).to_be_visible()
+    expect(page.get_by_role("tab", name=TABS[0])).to_be_visible()
     assert_clean(page)
     screenshot(page, "page-training_lab", height=1600)
     for name, tab in zip(RESULT_NAMES, TABS, strict=True):
         page.get_by_role("tab", name=tab).click()
         wait_idle(page)
         panel = page.get_by_role("tabpanel", name=tab)
-        # a complete shipped file shows the source's claim, this run's numbers and a verdict
+        # a complete shipped file shows the claim, this run's numbers and a verdict
         if shipped_complete(name):
             expect(panel.get_by_text("This run measured")).to_be_visible()
             expect(panel.get_by_text("Verdict.")).to_be_visible()

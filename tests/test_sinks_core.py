@@ -28,6 +28,7 @@ from attncore.sinks import (
     sink_sequence,
     strength_sweep,
     uniform_attention,
+    uniform_sink_scores,
     zoo_theory,
 )
 from attncore.synthetic import make_generator
@@ -358,3 +359,15 @@ def test_the_grid_downsampler_matches_the_single_map_one() -> None:
                 ref, rfr, rfc = downsample(a[i, j], side)
                 assert (fr, fc) == (rfr, rfc)
                 np.testing.assert_allclose(small[i, j], ref, rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("L", [1, 2, 7, 100])
+def test_uniform_sink_scores_closed_form_equals_the_uniform_map(L: int, causal: bool) -> None:
+    allowed = torch.ones(L, L, dtype=torch.bool).tril() if causal else None
+    ref = sink_scores(uniform_attention(L, causal).double(), allowed)
+    got = uniform_sink_scores(L, causal)
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-7)
+    assert float(got[-1]) == pytest.approx(1 / L)
+    if causal:  # the first key: the mean of 1/(i+1) over every query
+        assert float(got[0]) == pytest.approx(sum(1 / (i + 1) for i in range(L)) / L)

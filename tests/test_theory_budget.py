@@ -9,7 +9,7 @@ import pytest
 
 import tests.row_theory_reference as old
 from attncore import row_theory as rt
-from attncore.errors import ResourceLimitError
+from attncore.errors import AttnInputError, ResourceLimitError
 from tests.chart_data import run_app
 
 NS = np.array([1, 2, 3, 10, 100, 1000, 10**4, 10**5, 2**20])
@@ -109,3 +109,17 @@ def test_entropy_page_refuses_the_bomb_url_with_a_plain_message() -> None:
     assert not at.exception
     msgs = [e.value for e in at.error]
     assert any("quadrature" in m and "limit is" in m for m in msgs), msgs
+
+
+def test_check_sweep_theory_takes_sweep_theorys_arguments_and_defaults() -> None:
+    """check_sweep_theory binds against sweep_theory's signature: same defaults, same errors."""
+    ns = [16, 256, 4096]
+    defaults = rt.check_sweep_theory(ns)
+    assert defaults == rt.check_sweep_theory(ns, d=64, scale_rule="sqrt_d", temperature=1.0,
+                                             normalizer="softmax", ssmax_s=0.43, nodes=None, want_max=True)
+    assert rt.check_sweep_theory(ns, want_max=False) < defaults  # the max-weight grids are not counted
+    assert rt.check_sweep_theory(ns, d=8) != defaults  # more Gauss nodes for a small d
+    with pytest.raises(TypeError):
+        rt.check_sweep_theory(ns, dd=64)
+    with pytest.raises(AttnInputError):
+        rt.check_sweep_theory(ns, temperature=0.0)

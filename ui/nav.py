@@ -36,7 +36,8 @@ PAGES: tuple[PageEntry, ...] = (
     PageEntry("pages/5_Kernels.py", "Kernels", ":material/bolt:",
               "What F.scaled_dot_product_attention really runs: which backends (flash, memory-efficient, "
               "cuDNN, math) accept a call and torch's reasons when they refuse, the default choice, time "
-              "and peak memory against T beside the materialised versions, and source 004's claims checked."),
+              "and peak memory against T beside the materialised versions, and what is said of "
+              "FlashAttention checked."),
     PageEntry("pages/6_Training_lab.py", "Training lab", ":material/model_training:",
               "Does the scaling choice matter once a model learns? A small character transformer trained "
               "with standard, unscaled, fully scaled, softmax1, sink-logit and gated attention: the shipped "

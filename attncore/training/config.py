@@ -31,19 +31,20 @@ VARIANT_INFO: dict[str, dict[str, str]] = {
     "unscaled": {
         "label": "unscaled",
         "formula": r"o = \mathrm{softmax}(q k^\top)\, v",
-        "source": "source text 001, exercise 3",
+        "source": "the 'Why √d Matters' tutorial's scaling-ablation exercise",
     },
     "fully_scaled": {
         "label": "fully scaled (√(T/e))",
         "formula": r"o = \sqrt{T/e}\;\mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v,"
         r"\quad T = \text{key length}",
-        "source": "source text 003; the unit-scaling library (key length even under a causal mask)",
+        "source": ("Graphcore's 'Almost-scaled dot-product attention'; the unit-scaling library (key length "
+                   "even under a causal mask)"),
     },
     "fully_scaled_rows": {
         "label": "fully scaled per row (√(nᵢ/e))",
         "formula": r"o_i = \sqrt{n_i/e}\;\mathrm{softmax}\!\left(\frac{q_i k^\top}{\sqrt{E}}\right) v,"
         r"\quad n_i = \text{keys row } i \text{ sees}",
-        "source": "the causal-aware form of source text 003's fix",
+        "source": "the causal-aware form of Graphcore's fix",
     },
     "ssmax": {
         "label": "SSMax (learned s per head)",

@@ -1,7 +1,8 @@
 """The Training lab's three experiments; ``python -m attncore.training.experiments NAME --out DIR``.
 
-NAME is ``lr_sweep`` (source text 003: standard vs fully scaled attention over a
-learning-rate sweep), ``scaling`` (source text 001, exercise 3: standard vs unscaled at
+NAME is ``lr_sweep`` (Graphcore's "Almost-scaled dot-product attention": standard vs fully
+scaled attention over a learning-rate sweep), ``scaling`` (the "Why √d Matters" tutorial's
+scaling-ablation exercise: standard vs unscaled at
 head dims 16, 64, 256), ``sinks`` (first-token sinks and the StreamingLLM test for
 softmax, softmax1, a learned sink logit and gated attention) or ``all``. Each prints its
 result table and writes ``DIR/NAME.json`` (curves, tables, the command, the configs, the
@@ -32,7 +33,7 @@ from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
 from attncore.training.train import TrainResult, split_text, train
 
-__all__ = ["EXPERIMENTS", "SIZES", "main", "run_lr_sweep", "run_scaling", "run_sinks"]
+__all__ = ["CLAIMS", "EXPERIMENTS", "SIZES", "main", "run_lr_sweep", "run_scaling", "run_sinks"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,6 +97,25 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 SINK_VARIANTS = {"softmax": "standard", "softmax1": "softmax1", "sink_logit": "sink_logit", "gated": "gated"}
+# The claim each experiment tests, citing what a reader can find (written into the result file).
+CLAIMS: dict[str, str] = {
+    "lr_sweep": (
+        'Graphcore\'s "Almost-scaled dot-product attention" post: fully scaled attention (output x'
+        " sqrt(T/e)) trained worse than standard attention on a Shakespeare character model: "
+        "final training loss about 1.4 vs 1.2 at the best learning rate of a sweep."),
+    "scaling": (
+        'The "Scaled Attention: Why √d Matters" tutorial (its scaling-ablation exercise): without'
+        " the 1/sqrt(d) scaling, attention logits grow like sqrt(d), softmax saturates (one "
+        "weight near 1) and its gradients vanish, so training suffers more the larger the head "
+        "dim."),
+    "sinks": (
+        "Attention sinks are a learned workaround for softmax's lack of a null option (every "
+        'query must spend a weight of 1); softmax1 (Evan Miller 2023, "Attention Is Off By One") '
+        "or a denominator bias (a learned sink logit) should remove the need for them. "
+        'StreamingLLM (Xiao et al. 2023, "Efficient Streaming Language Models with Attention '
+        'Sinks"): a sliding window fails once the first tokens are evicted; keeping 4 of them '
+        "restores it."),
+}
 
 
 # ---------------------------------------------------------------------------- bookkeeping
@@ -260,8 +280,9 @@ def _train_logged(cfg: TrainConfig, text: str, device: torch.device, label: str)
 
 def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device: torch.device,
                  seed: int = 0) -> dict[str, Any]:
-    """Source text 003: final losses of standard, fully_scaled and fully_scaled_rows over a
-    log-spaced learning-rate sweep; saves the best standard model to ``out/causal_model``."""
+    """Graphcore's "Almost-scaled dot-product attention": final losses of standard, fully_scaled
+    and fully_scaled_rows over a log-spaced learning-rate sweep; saves the best standard model to
+    ``out/causal_model``."""
     base = TrainConfig(seed=seed, **sizes["config"])
     variants = ["standard", "fully_scaled", "fully_scaled_rows"]
     rows: list[list[Any]] = []
@@ -303,8 +324,8 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
             f"At the best learning rate of each, the final training loss is {std:.3f} for standard "
             f"attention and {fs:.3f} for fully scaled attention"
             + (f" ({fsr:.3f} for the per-row form)" if fsr is not None else "")
-            + (". Fully scaled trains worse, the ordering source 003 reports (1.2 vs 1.4)."
-               if same else ". Fully scaled does not train worse here: source 003's ordering "
+            + (". Fully scaled trains worse, the ordering the Graphcore post reports (1.2 vs 1.4)."
+               if same else ". Fully scaled does not train worse here: the Graphcore post's ordering "
                "(1.2 vs 1.4) does not reproduce at this scale.")
         )
     else:
@@ -318,9 +339,7 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
         table={"columns": columns, "rows": rows},
         summary={"columns": sum_cols, "rows": summary},
         best=best,
-        claim=("Source text 003: fully scaled attention (output x sqrt(T/e)) trained worse than standard "
-               "attention on a Shakespeare character model: final training loss about 1.4 vs 1.2 at the "
-               "best learning rate of a sweep."),
+        claim=CLAIMS["lr_sweep"],
         reproduces=same,
         finding=finding,
         causal_model=model_dir,
@@ -332,8 +351,9 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
 
 def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device: torch.device,
                 seed: int = 0) -> dict[str, Any]:
-    """Source text 001, exercise 3: standard vs unscaled attention at head dims 16, 64, 256 and
-    the same total width; learning curves and the share of saturated rows during training."""
+    """The "Why √d Matters" tutorial's scaling ablation: standard vs unscaled attention at head
+    dims 16, 64, 256 and the same total width; learning curves and the share of saturated rows
+    during training."""
     rows: list[list[Any]] = []
     width = sizes["config"]["d_model"]
     final: dict[tuple[str, int], TrainResult] = {}
@@ -358,7 +378,7 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
              f"{us:.1%} vs {ss:.1%}" for d, g, us, ss in gaps]
     grows = len(gaps) >= 2 and all(gaps[i + 1][1] >= gaps[i][1] for i in range(len(gaps) - 1))
     finding = ("Final validation loss gap and saturated-row share at the end of training: " + "; ".join(parts)
-               + (". The gap grows with the head dim, as source 001 predicts." if grows else
+               + (". The gap grows with the head dim, as the tutorial predicts." if grows else
                   ". The gap does not grow steadily with the head dim at this scale."))
     columns = ["variant", "d_head", "heads", "final train", "final val", "saturated (first eval)",
                "saturated (max)", "saturated (end)", "|grad q,k| (end)", "diverged at"]
@@ -366,9 +386,7 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
     print("\n" + finding)
     return rec.finish(
         table={"columns": columns, "rows": rows},
-        claim=("Source text 001, exercise 3: without the 1/sqrt(d) scaling, attention logits grow like "
-               "sqrt(d), softmax saturates (one weight near 1) and its gradients vanish, so training "
-               "suffers more the larger the head dim."),
+        claim=CLAIMS["scaling"],
         gap_grows_with_d_head=grows,
         finding=finding,
     )
@@ -379,7 +397,7 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
 
 def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device: torch.device,
               seed: int = 0) -> dict[str, Any]:
-    """Source text 000: first-token sink scores per layer and head after training, and the
+    """Null attention and attention sinks: first-token sink scores per layer and head after training, and the
     StreamingLLM test (window vs window + 4 first tokens vs full), for softmax, softmax1,
     a learned sink logit and gated attention."""
     base = TrainConfig(seed=seed, **sizes["config"])
@@ -419,10 +437,7 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
     print("\n" + finding)
     return rec.finish(
         table={"columns": columns, "rows": rows},
-        claim=("Source text 000: attention sinks are a learned workaround for softmax's lack of a null "
-               "option; softmax1 or a denominator bias (a learned sink logit) should remove the need for "
-               "them. StreamingLLM (Xiao et al. 2023): a sliding window fails once the first tokens are "
-               "evicted; keeping 4 of them restores it."),
+        claim=CLAIMS["sinks"],
         alpha_uniform=_r(base_alpha, 4),
         finding=finding,
     )

@@ -1,8 +1,10 @@
-"""Kernels page: the backend table, time and memory against T, and source 004's claims beside
-this machine's numbers. Results of :mod:`attncore.kernels` in, DataFrame / go.Figure out."""
+"""Kernels page: time and memory against T, the backend table, and the common claims about
+FlashAttention beside this machine's numbers. Results of :mod:`attncore.kernels` in, DataFrame /
+go.Figure out."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,8 +14,8 @@ import plotly.graph_objects as go
 from attncore.kernels import BACKENDS, BASELINES, SizeResult
 from ui.figures import PALETTE, Curve, legend_below, line_chart, log_ticks
 
-__all__ = ["LABELS", "backend_frame", "growth_exponent", "guide_caption", "memory_figure", "source_frame",
-           "time_figure"]
+__all__ = ["LABELS", "TABLE_LEGEND", "backend_frame", "claims_frame", "fmt", "fmt_err", "growth_exponent",
+           "guide_caption", "memory_figure", "table_frame", "time_figure"]
 
 MIB = float(1 << 20)
 LABELS: dict[str, str] = {
@@ -64,6 +66,64 @@ def backend_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     return pd.DataFrame.from_records(recs, columns=cols).astype(
         {"time_ms": float, "x_default": float, "peak_MiB": float, "max_err": float,
          "masked_rows_err": float})
+
+
+# What a table cell says where a backend has no number (TABLE_LEGEND explains each).
+NOT_RUN = {"refused": "refused", "out of memory": "out of memory", "failed": "failed"}
+DASH = "—"
+TABLE_COLUMNS = ["T", "label", "accepted", "default", "time_ms", "x_default", "peak_MiB", "max_err",
+                 "masked_rows_err", "nonfinite_rows", "reason"]
+TABLE_LEGEND = ("**refused**: torch would not run this backend for this call (its reason is in the last "
+                "column); **skipped**: not run, its L × S matrices would need the memory shown in the time "
+                "column, more than the budget; "
+                "**not measured**: “Measure peak memory” is off; **—**: nothing to report (no query row is "
+                "fully masked, or dropout makes every output random so no error is given).")
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.3g} GiB" if n >= (1 << 30) else f"{n / MIB:.3g} MiB"
+
+
+def fmt_err(x: float) -> str:
+    """An error as the table shows it (NaN where the output itself is NaN)."""
+    return "NaN" if math.isnan(x) else f"{x:.2e}"
+
+
+def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
+    """The backend table as shown: every cell a string, a word where there is no number.
+
+    Same rows and numbers as :func:`backend_frame` (formatted: times and memory to three
+    significant digits, errors as ``%.2e``); a backend that did not run says ``refused``,
+    ``skipped`` (the time column: ``skipped: needs ~X``, the budget estimate of its matrices),
+    ``out of memory`` or ``failed`` in each number column; ``not measured`` for memory when it was off; ``—``
+    where nothing applies (see :data:`TABLE_LEGEND`).
+    Columns: ``T``, ``label``, ``accepted``, ``default``, ``time_ms``, ``x_default``,
+    ``peak_MiB``, ``max_err``, ``masked_rows_err``, ``nonfinite_rows``, ``reason``.
+    """
+    df = backend_frame(sizes)
+    recs = []
+    for s in sizes:
+        for r in s.rows:
+            row = df[(df["T"] == s.L) & (df["backend"] == r.name)].iloc[0]
+            if r.status == "skipped":
+                gone: str | None = ("skipped: needs ~" + _gib(r.estimated_bytes)
+                                    if r.estimated_bytes is not None else "skipped")
+            else:
+                gone = NOT_RUN.get(r.status)
+            short = "skipped" if r.status == "skipped" else gone  # the time column says how much
+
+            x = row["x_default"]
+            recs.append({
+                "T": s.L, "label": row["label"], "accepted": row["accepted"], "default": row["default"],
+                "time_ms": gone or (DASH if r.seconds is None else fmt(r.seconds * 1e3)),
+                "x_default": short or (DASH if math.isnan(x) else f"{x:.2f}"),
+                "peak_MiB": short or ("not measured" if r.peak_bytes is None else fmt(r.peak_bytes / MIB)),
+                "max_err": short or (DASH if r.max_err is None else fmt_err(r.max_err)),
+                "masked_rows_err": short or (DASH if r.masked_err is None else fmt_err(r.masked_err)),
+                "nonfinite_rows": short or (str(r.nonfinite_rows) if r.rows_compared else DASH),
+                "reason": r.reason,
+            })
+    return pd.DataFrame.from_records(recs, columns=TABLE_COLUMNS)
 
 
 def _series(df: pd.DataFrame, column: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -159,11 +219,12 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def source_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> pd.DataFrame:
-    """Source 004's statements beside this machine's numbers (``measured`` is built from ``df``
-    and ``chosen``, the (T, backend) pairs of the default dispatch).
+def claims_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> pd.DataFrame:
+    """What is commonly said of SDPA and FlashAttention (Dao et al. 2022) beside this machine's
+    numbers (``measured`` is built from ``df`` and ``chosen``, the (T, backend) pairs of the
+    default dispatch).
 
-    Columns: ``topic``, ``source_004``, ``measured``.
+    Columns: ``topic``, ``claim``, ``measured``.
     """
     names = sorted({c for _, c in chosen if c})
     if len(names) == 1 and all(c for _, c in chosen):
@@ -172,7 +233,7 @@ def source_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> 
         picked = "the default dispatch ran " + "; ".join(
             f"{LABELS[c] if c else 'a backend it could not name'} at T = {t}" for t, c in chosen) + "."
     rows = [{"topic": "default backend",
-             "source_004": "“Uses FlashAttention under the hood”; FlashAttention “is now the default "
+             "claim": "“Uses FlashAttention under the hood”; FlashAttention “is now the default "
                            "backend in PyTorch's F.scaled_dot_product_attention”.",
              "measured": picked}]
     speed = []
@@ -183,7 +244,7 @@ def source_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> 
             speed.append(f"{LABELS[name]} took {fmt(slow)} ms, the default dispatch {fmt(fast)} ms at "
                          f"T = {t}: {fmt(slow / fast)}× as long")
     rows.append({"topic": "speed",
-                 "source_004": "FlashAttention gives “2-4x wall-clock speedups”.",
+                 "claim": "FlashAttention gives “2-4x wall-clock speedups”.",
                  "measured": "; ".join(speed) + "." if speed else
                  "no materialised path ran beside the default dispatch (all skipped by the budget)."})
     mem = []
@@ -197,7 +258,7 @@ def source_frame(df: pd.DataFrame, chosen: Sequence[tuple[int, str | None]]) -> 
         mem.append(f"at T = {t} math needed {fmt(big)} MiB, the default dispatch {fmt(small)} MiB "
                    f"({fmt(big / small)}×)")
     rows.append({"topic": "memory",
-                 "source_004": "FlashAttention reduces memory “from O(T^2) to O(T)”.",
+                 "claim": "FlashAttention reduces memory “from O(T^2) to O(T)”.",
                  "measured": "; ".join(mem) + "." if mem else
                  "memory was not measured at two or more T for these paths."})
-    return pd.DataFrame(rows, columns=["topic", "source_004", "measured"])
+    return pd.DataFrame(rows, columns=["topic", "claim", "measured"])

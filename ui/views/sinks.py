@@ -142,9 +142,8 @@ def labelled_heatmap(
             f"labelled_heatmap: z {a.shape} does not match {len(y_labels)} x {len(x_labels)} labels.")
     kw: dict = {}
     if text_format is not None:  # print only what informs: cells that round to 0 stay blank
-        spec = text_format.lstrip(".")
-        text = [[("" if not np.isfinite(v) or format(float(v), spec) == format(0.0, spec)
-                  else format(float(v), spec)) for v in row] for row in a]
+        text = [[("" if not np.isfinite(v) or format(float(v), text_format) == format(0.0, text_format)
+                  else format(float(v), text_format)) for v in row] for row in a]  # d3 ".2f" = Python ".2f"
         kw.update(text=text, texttemplate="%{text}", textfont={"size": 10})
     fig = go.Figure(go.Heatmap(
         z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,

@@ -168,23 +168,24 @@ def lr_sweep_curves(d: dict[str, Any]) -> go.Figure:
 
 
 def lr_sweep_measured(d: dict[str, Any]) -> str:
-    """This run's counterpart of source 003's numbers."""
+    """This run's counterpart of the numbers in Graphcore's "Almost-scaled dot-product attention"."""
     parts = [f"{v} {b['final_train_loss']:.3f} (lr {b['lr']:g})" for v, b in (d.get("best") or {}).items()]
     return "Final training loss at each variant's best learning rate: " + "; ".join(parts) + "."
 
 
 def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on source 003's claim, from the numbers in ``d``."""
+    """Plain-words verdict on the Graphcore post's claim, from the numbers in ``d``."""
     best = d["best"]
     s, f = best["standard"]["final_train_loss"], best["fully_scaled"]["final_train_loss"]
     c = _cmp(f, s)
     head = (f"At the best learning rate of each, fully scaled attention ended at a final training loss of "
             f"{f:.3f} nats per character against {s:.3f} for standard attention")
     if c > 0:
-        out = [f"{head}: worse by {_diff(f, s)}, the ordering source 003 reports (about 1.4 against 1.2)."]
+        out = [f"{head}: worse by {_diff(f, s)}, the ordering the Graphcore post reports "
+               "(about 1.4 against 1.2)."]
     elif c < 0:
-        out = [f"{head}: better by {_diff(f, s)}, so source 003's ordering (about 1.4 against 1.2) does not "
-               "reproduce at this scale."]
+        out = [f"{head}: better by {_diff(f, s)}, so the Graphcore post's ordering (about 1.4 against 1.2) "
+               "does not reproduce at this scale."]
     else:
         out = [f"{head}: the same to three decimals, so neither ordering shows at this scale."]
     if "fully_scaled_rows" in best:
@@ -207,7 +208,7 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
 
 
 def entropy_page_sentence(d: dict[str, Any]) -> str:
-    """The Entropy page's counterpart of source 003's result: this app's own measurement, in one
+    """The Entropy page's counterpart of the Graphcore post's result: this app's own measurement, in one
     sentence whose every number is read from the learning-rate sweep ``d``."""
     best = d["best"]
     s, f = best["standard"]["final_train_loss"], best["fully_scaled"]["final_train_loss"]
@@ -264,7 +265,7 @@ def scaling_figure(d: dict[str, Any]) -> go.Figure:
 
 
 def scaling_measured(d: dict[str, Any]) -> str:
-    """This run's counterpart of source 001's claim."""
+    """This run's counterpart of the "Why √d Matters" tutorial's claim."""
     parts = []
     for dh, s, u in _scaling_pairs(d):
         parts.append(f"d_head {dh}: validation loss {s['final_val_loss']:.3f} scaled, "
@@ -274,7 +275,7 @@ def scaling_measured(d: dict[str, Any]) -> str:
 
 
 def scaling_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on source 001's exercise 3, from the numbers in ``d``."""
+    """Plain-words verdict on the "Why √d Matters" tutorial's scaling ablation, from ``d``."""
     out: list[str] = []
     gaps: list[float] = []
     for dh, s, u in _scaling_pairs(d):
@@ -293,9 +294,9 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
                    f"at the end against {ss:.1%}.")
     if len(gaps) >= 2:
         grows = all(shown(b - a) > 0 for a, b in zip(gaps, gaps[1:], strict=False))
-        out.append("The gap grows with every step up in head dim, as source 001 predicts." if grows else
+        out.append("The gap grows with every step up in head dim, as the tutorial predicts." if grows else
                    "The gap does not grow with every step up in head dim at this scale, so this run does not "
-                   "show source 001's prediction in full.")
+                   "show the tutorial's prediction in full.")
     pairs = _scaling_pairs(d)
     if pairs:
         dh, s, u = pairs[-1]
@@ -356,7 +357,7 @@ def sinks_measured(d: dict[str, Any]) -> str:
 
 
 def sinks_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on source 000 and StreamingLLM, from the numbers in ``d``."""
+    """Plain-words verdict on the null-attention argument and StreamingLLM, from the numbers in ``d``."""
     runs = {r["label"]: r for r in d["runs"]}
     out: list[str] = []
     eps = d["runs"][0]["sink_eps"]
@@ -378,8 +379,8 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
                 k = sink_counts(runs[fix])[0]
                 word = "fewer sink heads than" if k < base else "more sink heads than" if k > base else \
                     "as many sink heads as"
-                tail = (", as source 000 expects." if k < base else
-                        "; source 000 expects fewer." if base > 0 else
+                tail = (", as the null-attention argument expects." if k < base else
+                        "; the null-attention argument expects fewer." if base > 0 else
                         "; softmax grew no sink heads here, so there was nothing to remove.")
                 out.append(f"{fix} has {word} softmax ({k} against {base}){tail}")
         s = runs["softmax"]["streaming"]
