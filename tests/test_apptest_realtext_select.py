@@ -246,6 +246,9 @@ def test_heatmaps_causal_model_token_views() -> None:
     np.testing.assert_allclose(strip_weights(frm), att.attentions[layer, head, 5].numpy(), atol=1e-6)
     assert frm.count("line-through") == len(text) - 6  # keys after token 5 are masked for it
     assert to.count("line-through") == 5  # queries before token 5 cannot see it
+    col = att.attentions[layer, head, 5:, 5]  # the queries that see token 5
+    to_cap = next(c.value for c in at.caption if c.value.startswith("**To"))
+    assert f"mean {float(col.mean()):.3f} over the {len(text) - 5} queries that see it" in to_cap
 
 
 # ---------------------------------------------------------------------------- Attention sinks
