@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui.nav import PAGES
+from ui.nav import PAGES, REAL_TEXT_LINKS
 from ui.page import PageContext, run_page
 
 
@@ -29,6 +29,15 @@ def body(ctx: PageContext) -> None:
         with cols[i % len(cols)].container(border=True):
             st.page_link(entry.path, label=entry.label, icon=entry.icon)
             st.caption(entry.summary)
+    st.subheader("Real text")
+    st.caption("A real transformer (all-MiniLM-L6-v2, bundled, offline) or this app's own character model "
+               "on the text you type: click a head to open it, click a row to pick a query token, and see "
+               "that token's attention over the text, its q, k, v and its output.")
+    left, right = st.columns(2)
+    for col, link in zip((left, right), REAL_TEXT_LINKS, strict=True):
+        with col.container(border=True):
+            st.page_link(link.page.path, label=link.label, icon=link.page.icon, query_params=link.query,
+                         help=link.help)
 
 
 run_page(title="Home", icon=":material/visibility:", params=(), body=body)

@@ -14,7 +14,7 @@ from attncore.explore import SyntheticSpec, synthetic_stages
 from attncore.stats import entropy
 from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, set_widget, trace, walk
 from ui.figures import MASKED_GREY, downsample, downsample_signed
-from ui.nav import PAGES
+from ui.nav import PAGES, REAL_TEXT_LINKS
 
 HEATMAPS = "pages/1_Heatmaps.py"
 
@@ -83,6 +83,16 @@ def test_home_page_lists_every_page() -> None:
     for entry in PAGES:
         assert entry.summary in text
     assert any("attncore" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_home_real_text_links_open_the_real_model_views(index: int) -> None:
+    """The home page's "Real text" deep links carry URL state that opens the real-model view itself."""
+    link = REAL_TEXT_LINKS[index]
+    at = run(link.page.path, **link.query)
+    no_errors(at)
+    chart = {"Heatmaps": "rt-heads", "Attention sinks": "snk-grid"}[link.page.label]
+    assert figure(at, chart)["data"], chart  # the layer x head overview is drawn
 
 
 def test_heatmaps_defaults_match_attncore() -> None:

@@ -15,7 +15,7 @@ from tests.browser_utils import (
     screenshot,
     url_path,
 )
-from ui.nav import PAGES
+from ui.nav import PAGES, REAL_TEXT_LINKS
 
 pytestmark = pytest.mark.browser
 
@@ -28,6 +28,14 @@ def test_home_opens_and_links_every_page(page: Page, app_url: str) -> None:
     for entry in PAGES:
         expect(main.get_by_role("link", name=entry.label)).to_be_visible()
     screenshot(page, "home", height=1100)
+    # The "Real text" deep links open the real-model views with their URL state.
+    main.get_by_role("link", name=REAL_TEXT_LINKS[0].label).click()
+    page.wait_for_url("**/Heatmaps?rt_src=real*")
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    expect(page.get_by_role("radiogroup", name="Source").get_by_role("radio", name="real text (transformer)")
+           ).to_be_checked()
+    assert_clean(page)
+    open_page(page, app_url + "/", charts=False)
     # The sidebar navigation labels the home page "Home" and reaches each page.
     side = page.locator("[data-testid=stSidebar]")
     expect(side.get_by_role("link", name="Home")).to_be_visible()

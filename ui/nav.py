@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PAGES", "PageEntry"]
+__all__ = ["PAGES", "REAL_TEXT_LINKS", "DeepLink", "PageEntry"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,29 @@ PAGES: tuple[PageEntry, ...] = (
     PageEntry("pages/6_Training_lab.py", "Training lab", ":material/model_training:",
               "Does the scaling choice matter once a model learns? A small character transformer trained "
               "with standard, unscaled, fully scaled, softmax1, sink-logit and gated attention: the shipped "
-              "experiments of sources 003, 001 and 000 with verdicts, then live runs with a queue, "
-              "progress and Stop, and kept runs to compare."),
+              "experiments behind three published claims (fully scaled attention, the √d ablation, softmax "
+              "off by one) with verdicts, then live runs with a queue, progress and Stop, and kept runs to "
+              "compare."),
+)
+
+
+@dataclass(frozen=True)
+class DeepLink:
+    """A home-page link into one view of a page: the URL state the page's own controls write."""
+
+    page: PageEntry
+    query: dict[str, str]
+    label: str
+    help: str
+
+
+_BY_LABEL = {entry.label: entry for entry in PAGES}
+# The real-model views, one click from home (the same state their source switches write).
+REAL_TEXT_LINKS: tuple[DeepLink, ...] = (
+    DeepLink(_BY_LABEL["Heatmaps"], {"rt_src": "real"}, "Heads on real text",
+             "Heatmaps with the real-text source: every layer and head, the chosen head's map, token strips, "
+             "q, k, v and the output."),
+    DeepLink(_BY_LABEL["Attention sinks"], {"snk_view": "model"}, "Sinks in a real model",
+             "Attention sinks, real-model part: where each layer and head of a transformer puts its weight "
+             "on your text."),
 )
