@@ -188,11 +188,12 @@ def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats, log_color: b
                          label="Download weights (CSV)", key="dl_weights")
 
 
-def heads_grid(stages, spec: SyntheticSpec) -> None:
+def heads_grid(stages, spec: SyntheticSpec, head: int) -> None:
     if spec.heads == 1:
         return
-    st.markdown("##### All heads")
-    st.plotly_chart(view.heads_figure(stages, spec), key="chart_heads")
+    st.markdown("##### All heads (click one to show it above)")
+    st.plotly_chart(view.heads_figure(stages, spec, head), key="chart_heads",
+                    on_select=realtext.on_pick("chart_heads", {"head": P_HEAD}), selection_mode="points")
     if spec.kv_heads < spec.heads:
         group = spec.heads // spec.kv_heads
         st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by "
@@ -351,7 +352,7 @@ def body(ctx: PageContext) -> None:
     p = float(st.session_state.get(P_DROP.key, P_DROP.default))
     if p > 0:
         dropout_section(stages, spec, ctx, head, p)
-    heads_grid(stages, spec)
+    heads_grid(stages, spec, head)
     explain_more()
 
 

@@ -69,8 +69,9 @@ def check_charts(at: AppTest) -> None:
         np.testing.assert_allclose(z, expect, rtol=1e-5, atol=1e-5, equal_nan=True)
     if spec.heads > 1:
         grid = figure(at, "heads")
-        assert len(grid["data"]) == spec.heads
-        for h, tr in enumerate(grid["data"]):
+        maps = [tr for tr in grid["data"] if tr["type"] == "heatmap"]  # the rest: pick points (clicks)
+        assert len(maps) == spec.heads and grid["layout"]["meta"]["selected"] == head
+        for h, tr in enumerate(maps):
             expect, _, _ = downsample(st.weights[h].numpy(), 64)
             np.testing.assert_allclose(decode(tr["z"]), expect, rtol=1e-5, atol=1e-6)
 

@@ -178,6 +178,26 @@ def check_token(at: AppTest, lm: LoadedModel, prefix: str, key: str) -> None:
     assert f"mean {float(w[:, i].mean()):.3f} over the {len(att.tokens)} queries" in to_cap
 
 
+def test_synthetic_heads_grid_click_selects_that_head() -> None:
+    """Heatmaps, synthetic source: a click on thumbnail 2 of the "All heads" grid shows head 2 above."""
+    at = run_app(HEATMAPS)
+    assert at.session_state["head"] == 0
+    assert figure(at, "heads")["layout"]["meta"]["selected"] == 0
+    before = decode(trace(figure(at, "stages"), 3)["z"])
+    click(at, "chart_heads", [2])
+    assert at.session_state["head"] == 2 and at.query_params["head"] == "2"
+    assert at.slider(key="head").value == 2  # the slider follows the click
+    assert figure(at, "heads")["layout"]["meta"]["selected"] == 2
+    grid = figure(at, "heads")
+    heat = [tr for tr in grid["data"] if tr["type"] == "heatmap"]
+    # the big weight map now shows the thumbnail that was clicked
+    np.testing.assert_allclose(decode(trace(figure(at, "stages"), 3)["z"]), decode(heat[2]["z"]), rtol=1e-5,
+                               atol=1e-7)
+    assert not np.allclose(decode(trace(figure(at, "stages"), 3)["z"]), before)
+    click(at, "chart_heads", [99])  # out of range (a stale click): clamped to the last head
+    assert at.session_state["head"] == 3
+
+
 def test_heatmaps_clicks_select_head_and_token(lm: LoadedModel) -> None:
     at = run_app(HEATMAPS, rt_src="real")
     check_token(at, lm, "rt_", "rt-token")

@@ -103,3 +103,19 @@ def test_sinks_click_a_layer_head_tile(page: Page, app_url: str) -> None:
     assert json.loads(page.evaluate(META_JS, "snk-grid"))["selected"] == [3, 7]
     expect(page.get_by_text("all-MiniLM-L6-v2 · layer 3 · head 7")).to_be_visible()
     screenshot(page, "realtext-select-sinks-grid")
+
+
+def test_heatmaps_synthetic_click_a_head_thumbnail(page: Page, app_url: str) -> None:
+    """Synthetic source: a click on thumbnail 2 of "All heads" shows head 2 in the maps above."""
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Heatmaps")
+    assert_clean(page)
+    assert '"selected":0' in page.evaluate(META_JS, "heads")
+    before = page.evaluate(Z_JS, "weights")
+    click_at(page, "heads", 2, fx=0.6, fy=0.4)  # trace 2: head 2's heatmap
+    page.wait_for_url("**head=2**", timeout=30_000)
+    wait_idle(page)
+    assert_clean(page)
+    assert '"selected":2' in page.evaluate(META_JS, "heads")
+    assert slider(page, "Selected head").input_value() == "2"
+    assert page.evaluate(Z_JS, "weights") != before  # the head's own map redrew

@@ -228,13 +228,17 @@ def weights_frame(w: np.ndarray) -> pd.DataFrame:
     return df
 
 
-def heads_figure(stages: AttentionStages, spec: SyntheticSpec) -> go.Figure:
-    """Every head's weights as thumbnails, labelled with its key/value group (``heads``)."""
+def heads_figure(stages: AttentionStages, spec: SyntheticSpec, selected: int | None = None) -> go.Figure:
+    """Every head's weights as thumbnails, labelled with its key/value group (``heads``); a click on
+    a thumbnail chooses that head (pick points, ``customdata`` = head), the ``selected`` one outlined."""
     group = spec.heads // spec.kv_heads
     maps = [stages.weights[h].cpu().numpy() for h in range(spec.heads)]
     titles = [f"head {h} · kv {h // group}" for h in range(spec.heads)]
     fig = figures.heatmap_grid(maps, titles, cols=min(8, spec.heads), max_side=THUMB_SIDE, zmin=0.0)
-    return fig.update_layout(meta={"view": "heads"})
+    clickable_thumbnails(fig, [(h,) for h in range(spec.heads)],
+                         [f"head {h} · kv {h // group}<br>click: show this head<extra></extra>"
+                          for h in range(spec.heads)], selected)
+    return fig.update_layout(meta={"view": "heads", "selected": selected})
 
 
 def compare_figure(weights: np.ndarray, name: str, title: str) -> go.Figure:
@@ -316,6 +320,30 @@ def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:
     return df
 
 
+def clickable_thumbnails(fig: go.Figure, customdata: Sequence[Sequence[int]], hovers: Sequence[str],
+                         selected: int | None = None) -> go.Figure:
+    """Make every thumbnail of a :func:`ui.figures.heatmap_grid` clickable: a 6 x 6 grid of pick
+    points per map (``customdata[i]`` on map ``i``, so a click anywhere on it chooses it), the
+    axis ranges pinned to the map, and map ``selected`` outlined."""
+    for h, tr in enumerate(list(fig.data)):
+        rows, cols = np.asarray(tr.z).shape
+        dy, dx = float(tr.dy or 1), float(tr.dx or 1)
+        ys = (np.linspace(0, rows - 1, min(rows, 6)) * dy).round(3)
+        xs = (np.linspace(0, cols - 1, min(cols, 6)) * dx).round(3)
+        gy, gx = np.meshgrid(ys, xs, indexing="ij")
+        cd = np.tile(list(customdata[h]), (gx.size, 1))
+        fig.add_trace(realtext_views.pick_points(gx.ravel(), gy.ravel(), cd, hovers[h],
+                                                 xaxis=tr.xaxis, yaxis=tr.yaxis))
+        # pin the ranges to the map: the markers would otherwise pad the autorange
+        fig.layout[tr.xaxis.replace("x", "xaxis", 1)].update(range=[-0.5 * dx, (cols - 0.5) * dx], ticks="")
+        fig.layout[tr.yaxis.replace("y", "yaxis", 1)].update(range=[(rows - 0.5) * dy, -0.5 * dy], ticks="",
+                                                             autorange=False)
+        if h == selected:
+            fig.add_shape(type="rect", xref=tr.xaxis, yref=tr.yaxis, x0=-0.5 * dx, x1=(cols - 0.5) * dx,
+                          y0=-0.5 * dy, y1=(rows - 0.5) * dy, line={"color": PALETTE[5], "width": 3})
+    return fig
+
+
 def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
                        selected: int | None = None) -> go.Figure:
     """Every head of one layer of a real model (``rt-heads``), the ``selected`` head outlined.
@@ -326,22 +354,7 @@ def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
     heads = len(maps)
     fig = figures.heatmap_grid(list(maps), [f"head {h}" for h in range(heads)], cols=min(6, heads),
                                max_side=64, zmin=0.0, zmax=1.0)
-    for h, tr in enumerate(list(fig.data)):
-        rows, cols = np.asarray(tr.z).shape
-        dy, dx = float(tr.dy or 1), float(tr.dx or 1)
-        ys = (np.linspace(0, rows - 1, min(rows, 6)) * dy).round(3)
-        xs = (np.linspace(0, cols - 1, min(cols, 6)) * dx).round(3)
-        gy, gx = np.meshgrid(ys, xs, indexing="ij")
-        cd = np.tile([layer, h], (gx.size, 1))
-        fig.add_trace(realtext_views.pick_points(
-            gx.ravel(), gy.ravel(), cd, f"layer {layer} · head {h}<br>click: show this head<extra></extra>",
-            xaxis=tr.xaxis, yaxis=tr.yaxis))
-        # pin the ranges to the map: the markers would otherwise pad the autorange
-        fig.layout[tr.xaxis.replace("x", "xaxis", 1)].update(range=[-0.5 * dx, (cols - 0.5) * dx], ticks="")
-        fig.layout[tr.yaxis.replace("y", "yaxis", 1)].update(range=[(rows - 0.5) * dy, -0.5 * dy], ticks="",
-                                                             autorange=False)
-        if h == selected:
-            fig.add_shape(type="rect", xref=tr.xaxis, yref=tr.yaxis, x0=-0.5 * dx, x1=(cols - 0.5) * dx,
-                          y0=-0.5 * dy, y1=(rows - 0.5) * dy, line={"color": PALETTE[5], "width": 3})
+    hovers = [f"layer {layer} · head {h}<br>click: show this head<extra></extra>" for h in range(heads)]
+    clickable_thumbnails(fig, [(layer, h) for h in range(heads)], hovers, selected)
     return fig.update_layout(meta={"view": "rt-heads", "layer": layer, "selected": selected},
                              margin={"t": 30})
