@@ -8,7 +8,8 @@ Debian build at ``ATTNLAB_CHROMIUM``, as the browser tests). For every page it p
   The median of ``--opens`` new tabs, and the very first one (a cold server: nothing cached);
 * **slider**: for each default-view slider named in the issue, seconds from the key press on the
   slider to *chart updated* (some chart's data changed) and to *page settled*; one move to warm up,
-  then the median of ``--moves`` moves, alternating right and left;
+  then the median of ``--moves`` moves to values not shown before (right to the slider's end, then
+  left), so every answer is computed, not served from a cache;
 
 at default and at the largest settings, and the first render of a 512-token real-model view.
 
@@ -74,7 +75,7 @@ class View:
     path: str
     query: str = ""
     sliders: tuple[str, ...] = ()
-    charts: bool = True  # False: the view has no chart (only "settled" is measured)
+    charts: bool = True  # False: its sliders change no chart (only "settled" is measured for them)
     opens: int | None = None  # new tabs for the first render (None: --opens)
 
 
@@ -215,7 +216,7 @@ CHART_DRAWN_JS = ("() => Array.from(document.querySelectorAll('.js-plotly-plot')
                   ".some(g => (g.data || []).length)")
 
 
-def first_render(browser: Browser, url: str, charts: bool) -> Sample:
+def first_render(browser: Browser, url: str, charts: bool = True) -> Sample:
     """A new tab (nothing cached) opens ``url``: to the first chart drawn and to settled."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 720})
     page = ctx.new_page()
@@ -228,6 +229,8 @@ def first_render(browser: Browser, url: str, charts: bool) -> Sample:
         if charts:
             page.wait_for_function(CHART_DRAWN_JS, timeout=300_000, polling=50)
             chart = time.perf_counter() - t0
+        else:
+            page.wait_for_selector("[data-testid=stSlider]", timeout=300_000)
         wait_idle(page, 300)
         settled = time.perf_counter() - t0 - IDLE_CONFIRM_S
         load, script, n, kb = frames.split(t0, t0 + settled)
@@ -247,16 +250,25 @@ def move(page: Page, frames: Frames, label: str, key: str, charts: bool) -> Samp
     if charts:
         page.wait_for_function(f"() => ({FINGERPRINT_JS})() !== {before!r}", timeout=300_000, polling=50)
         chart = time.perf_counter() - t0
-    else:
-        page.wait_for_function("() => document.querySelector('[data-testid=stStatusWidget]')",
-                               timeout=5_000, polling=20)
+    else:  # no chart to watch: wait for the script run the press started to finish
+        deadline = t0 + 300
+        while not any(t > t0 for t in frames.finished) and time.perf_counter() < deadline:
+            page.wait_for_timeout(20)
     wait_idle(page, 300)
     settled = max(time.perf_counter() - t0 - IDLE_CONFIRM_S, chart if chart == chart else 0.0)
     send, script, n, kb = frames.split(t0, t0 + settled)
     return Sample(chart, settled, send, script, n, kb)
 
 
+def _at_end(page: Page, label: str, key: str) -> bool:
+    """Whether pressing ``key`` would leave the slider where it is (its thumb at that end)."""
+    v = slider(page, label).evaluate("e => [Number(e.value), Number(e.min), Number(e.max)]")
+    return v[0] >= v[2] if key == "ArrowRight" else v[0] <= v[1]
+
+
 def slider_moves(browser: Browser, url: str, view: View, moves: int) -> dict[str, Sample]:
+    """Per slider: one warm-up move, then the median of ``moves`` moves to values not shown before
+    (rightwards to the end, then leftwards), so each answer is computed, not found in a cache."""
     ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
     page = ctx.new_page()
     frames = Frames()
@@ -266,11 +278,17 @@ def slider_moves(browser: Browser, url: str, view: View, moves: int) -> dict[str
         page.goto(url, timeout=300_000)
         if view.charts:
             page.wait_for_function(CHART_DRAWN_JS, timeout=300_000, polling=50)
+        else:
+            page.wait_for_selector("[data-testid=stSlider]", timeout=300_000)
         wait_idle(page, 300)
         for label in view.sliders:
-            move(page, frames, label, "ArrowRight", view.charts)  # the first move pays one-off costs
-            out[label] = _median([move(page, frames, label, "ArrowLeft" if i % 2 == 0 else "ArrowRight",
-                                       view.charts) for i in range(moves)])
+            key = "ArrowRight"
+            samples = []
+            for _ in range(moves + 1):  # the first move pays one-off costs in the browser: left out
+                if _at_end(page, label, key):
+                    key = "ArrowLeft" if key == "ArrowRight" else "ArrowRight"
+                samples.append(move(page, frames, label, key, view.charts))
+            out[label] = _median(samples[1:])
     finally:
         ctx.close()
     return out
@@ -324,14 +342,13 @@ def main() -> None:
                 full = f"{url}/{v.path}" + (f"?{v.query}" if v.query else "")
                 print(f"{v.page} · {v.setting}" + (f"  (?{v.query[:60]}{'…' if len(v.query) > 60 else ''})"
                                                   if v.query else ""), flush=True)
-                opens = [first_render(browser, full, v.charts) for _ in range(v.opens or args.opens)]
+                opens = [first_render(browser, full) for _ in range(v.opens or args.opens)]
                 ft = FIRST_RENDER_S
-                print(line("first render, cold server (1st new tab)", opens[0], ft if v.charts else None,
-                           None if v.charts else ft, first_col="load"), flush=True)
+                print(line("first render, cold server (1st new tab)", opens[0], ft, None, first_col="load"),
+                      flush=True)
                 if len(opens) > 1:
-                    print(line(f"first render, new tab (median of {len(opens) - 1})", _median(opens[1:]),
-                               ft if v.charts else None, None if v.charts else ft, first_col="load"),
-                          flush=True)
+                    print(line(f"first render, new tab (median of {len(opens) - 1})", _median(opens[1:]), ft,
+                               None, first_col="load"), flush=True)
                 for label, s in slider_moves(browser, full, v, args.moves).items():
                     chart_target = SLIDER_CHART_S if target_view and v.charts else None
                     print(line(f"slider {label[:30]!r}", s, chart_target,
