@@ -9,8 +9,8 @@ Debian build at ``ATTNLAB_CHROMIUM``, as the browser tests). For every page it p
   tab of a browser that has opened the page before (its HTTP and code caches warm);
 * **slider**: for each default-view slider named in the issue, seconds from the key press on the
   slider to *chart updated* (some chart's data changed) and to *page settled*; one move to warm up,
-  then the median of ``--moves`` moves to values not shown before, around the view's own value
-  (+1, -1, +2, -2 steps), so every answer is computed, not served from a cache;
+  then the median of ``--moves`` one-step moves to values not shown before (rightwards, or towards
+  the cheaper end), so every answer is computed, not served from a cache;
 
 at default and at the largest settings, and the first render of a 512-token real-model view.
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -85,19 +86,19 @@ VIEWS = (
     View("Heatmaps", "default", "Heatmaps", "", ("Queries L",)),
     View("Heatmaps", "largest", "Heatmaps", "L=1023&S=1024&heads=16&kv=16&dk=1024", ("Queries L",), opens=1),
     View("Entropy", "default", "Entropy_vs_length", "", ("Sequence lengths n", "Head dim d")),
-    View("Saturation", "Why √d", "Saturation_and_gradients", "", ("Head dim d",)),
+    View("Saturation", "Why √d", "Saturation_and_gradients", "", ("<Head dim d",)),
     View("Saturation", "Why √d largest", "Saturation_and_gradients", "sat_n=1000000&sat_ns=4000",
          ("Head dim d",), opens=1),
     View("Saturation", "Saturation tab", "Saturation_and_gradients", "sat_tab=Saturation",
          ("d (the scaling is √d)", "Entries n in the row")),
     View("Saturation", "Gradients tab", "Saturation_and_gradients", "sat_tab=Gradients",
-         ("Keys n per row", "Largest d")),
+         ("<Keys n per row", "<Largest d")),
     View("Sinks", "lab", "Attention_sinks", "", ("Sink strength s (its logit)", "Real tokens n")),
     View("Sinks", "lab largest", "Attention_sinks", "snk_n=1024", ("Sink strength s (its logit)",), opens=1),
     View("Sinks", "real model", "Attention_sinks", "snk_view=model", ("Layer",)),
     View("Sinks", "real model 512 tokens", "Attention_sinks",
          "snk_view=model&snk_text=" + urllib.parse.quote(LONG_TEXT), ("Layer",), opens=2),
-    View("Kernels", "default", "Kernels", "", ("Head dim E",)),
+    View("Kernels", "default", "Kernels", "", ("<Head dim E",)),
     View("Training lab", "default", "Training_lab", "", ("Steps per run",), charts=False),
 )
 
@@ -270,17 +271,17 @@ def move(page: Page, frames: Frames, label: str, key: str, charts: bool, presses
     return Sample(chart, settled, send, script, n, kb)
 
 
-def _position(page: Page, label: str) -> tuple[int, int, int]:
-    """The slider's (value, min, max) as step indices (a select slider's value is its option index)."""
-    v, lo, hi, step = slider(page, label).evaluate(
-        "e => [Number(e.value), Number(e.min), Number(e.max), Number(e.step) || 1]")
-    return round((v - lo) / step), 0, round((hi - lo) / step)
+def _at_end(page: Page, label: str, key: str) -> bool:
+    """Whether pressing ``key`` would leave the slider where it is (its thumb at that end)."""
+    v, lo, hi = slider(page, label).evaluate("e => [Number(e.value), Number(e.min), Number(e.max)]")
+    return v >= hi if key == "ArrowRight" else v <= lo
 
 
 def slider_moves(browser: Browser, url: str, view: View, moves: int) -> dict[str, Sample]:
-    """Per slider: one warm-up move, then the median of ``moves`` moves to values not shown before,
-    around the starting value (+1, -1, +2, -2, ... steps), so each answer is computed, not found in a
-    cache, and stays near the view being measured."""
+    """Per slider: one warm-up move, then the median of ``moves`` moves, one step each, in one
+    direction (rightwards, or leftwards for a label written ``<label``, towards the cheaper end; back
+    at the slider's end), so each answer is computed for a value not shown before, not found in a
+    cache."""
     ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
     page = ctx.new_page()
     frames = Frames()
@@ -293,15 +294,14 @@ def slider_moves(browser: Browser, url: str, view: View, moves: int) -> dict[str
         else:
             page.wait_for_selector("[data-testid=stSlider]", timeout=300_000)
         wait_idle(page, 300)
-        for label in view.sliders:
-            start, lo, hi = _position(page, label)
-            here = start
-            targets = [t for k in range(1, moves + 2) for t in (start + k, start - k) if lo <= t <= hi]
+        for name in view.sliders:
+            label = name.lstrip("<")
+            key = "ArrowLeft" if name.startswith("<") else "ArrowRight"
             samples = []
-            for target in targets[: moves + 1]:  # the first move pays one-off costs in the browser: left out
-                key = "ArrowRight" if target > here else "ArrowLeft"
-                samples.append(move(page, frames, label, key, view.charts, presses=abs(target - here)))
-                here = target
+            for _ in range(moves + 1):  # the first move pays one-off costs in the browser: left out
+                if _at_end(page, label, key):
+                    key = "ArrowLeft" if key == "ArrowRight" else "ArrowRight"
+                samples.append(move(page, frames, label, key, view.charts))
             out[label] = _median(samples[1:])
     finally:
         ctx.close()
@@ -337,6 +337,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated pages (Heatmaps,Entropy,...); default all")
     ap.add_argument("--no-largest", action="store_true", help="default views only")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # killed: still stop the server (finally)
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     views = [v for v in VIEWS if (not only or v.page in only)
              and not (args.no_largest and ("largest" in v.setting or "512" in v.setting))]
