@@ -10,7 +10,7 @@ PORT   ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint bench bench-load image-check image-check-gpu screenshot clean help
+.PHONY: run test test-fast lint bench bench-load bench-ui image-check image-check-gpu screenshot clean help
 
 help:
 	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
@@ -19,6 +19,7 @@ help:
 	@echo "make lint         ruff"
 	@echo "make bench        print the benchmarks (ratios against baselines)"
 	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
+	@echo "make bench-ui     first render and slider redraws in Chromium, against issue 11's targets (slow)"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
@@ -45,7 +46,12 @@ lint: $(VENV)/.dev-ok
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.dev-ok
-	@for m in bench/*.py; do case $$m in */__init__.py|*/load.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+	@for m in bench/*.py; do case $$m in */__init__.py|*/load.py|*/ui.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+
+# bench/ui.py starts its own server and Chromium and opens every page several times (5-10 minutes).
+bench-ui: $(VENV)/.dev-ok
+	@bash scripts/ensure-chromium
+	HF_HUB_OFFLINE=1 $(PY) -m bench.ui
 
 # The load test starts its own server and 10-40 sessions (15-30 minutes on 2 cores): on its own.
 bench-load: $(VENV)/.dev-ok

@@ -11,6 +11,19 @@ from playwright.sync_api import Page
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 DOCS = ROOT / "docs"
+# Debian's Chromium (never `playwright install`) and the flags this closed network needs; shared by
+# tests/conftest.py and bench/ui.py.
+CHROMIUM = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 # A cheap fingerprint of every chart's data: changes whenever any trace is redrawn with new data.
 FINGERPRINT_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g =>
