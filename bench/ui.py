@@ -34,15 +34,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,17 +48,16 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from tests.browser_utils import (
-    ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
     FINGERPRINT_JS,
     IDLE_CONFIRM_S,
     slider,
+    streamlit_server,
     wait_idle,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
 SLIDER_CHART_S, SLIDER_SETTLED_S, FIRST_RENDER_S = 0.5, 1.0, 5.0  # issue 11's targets
 MOVE_TIMEOUT_S = 120.0  # a move still changing nothing after this long is left blank
 # A text of more than 512 MiniLM tokens (cut to 512 by the page): the largest real-model view.
@@ -104,43 +100,9 @@ VIEWS = (
 
 
 # --------------------------------------------------------------------------- server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def server() -> Iterator[str]:
+def server() -> AbstractContextManager[str]:
     """`streamlit run app.py` on a free loopback port (as tests/conftest.py's app_url); its URL."""
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    ARTIFACTS.mkdir(exist_ok=True)
-    with open(ARTIFACTS / "bench-ui-streamlit.log", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.headless", "true", "--server.address", HOST, "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://{HOST}:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see {ARTIFACTS / 'bench-ui-streamlit.log'}")
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    return streamlit_server("bench-ui-streamlit.log")
 
 
 # --------------------------------------------------------------------------- websocket frames

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from playwright.sync_api import Page
@@ -29,6 +35,49 @@ CHROMIUM_ARGS = [
 FINGERPRINT_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g =>
   (g.data || []).map(t => { const s = JSON.stringify(t.z || t.y || t.x || null) || '';
     return s.length + ':' + s.slice(0, 96) + s.slice(-96); }).join(';')).join('|')"""
+
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def streamlit_server(log_name: str, *, start_timeout_s: float = 120.0) -> Iterator[str]:
+    """`streamlit run app.py` on a free loopback port, its output in test-artifacts/<log_name>;
+    yields the base URL once /_stcore/health answers, stops the server on exit."""
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with open(ARTIFACTS / log_name, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.headless", "true", "--server.address", HOST, "--server.fileWatcherType", "none"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://{HOST}:{port}"
+        try:
+            deadline = time.monotonic() + start_timeout_s
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start; see {ARTIFACTS / log_name}")
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def url_path(script: str) -> str:
