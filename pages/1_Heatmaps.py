@@ -19,7 +19,9 @@ from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.text import plain
 from ui.views import heatmaps as view
+from ui.views import realtext as rt_views
 
 D_K_OPTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 SCORING_LABELS = {"scaled_dot": "scaled dot  q·k/√d", "dot": "dot  q·k (unscaled)",
@@ -261,9 +263,7 @@ def real_text(ctx: PageContext) -> None:
     st.markdown(
         "Each head of a trained transformer turns its queries and keys into one map per layer: row "
         "*i* says how token *i* spreads its attention over the text. The dashed line beside the map is "
-        "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees; trained heads sit "
-        "well below it, many of them because they park their weight on `[CLS]` (see the Attention sinks "
-        "page)."
+        "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees."
     )
     st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
              r"{\sqrt{d_h}}\right),"
@@ -285,6 +285,7 @@ def real_text(ctx: PageContext) -> None:
                 delta_color="off", delta_arrow="off")
     c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
                 help="Mean weight the queries of this head put on the first token.")
+    st.caption(plain(rt_views.heads_sentence(att, lm.name)))
     realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights", mp=RT, token=chosen.token)
     st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
                "attention over the text and its q, k, v below; click a thumbnail further down to switch "

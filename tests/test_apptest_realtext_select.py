@@ -311,3 +311,26 @@ def test_a_model_without_query_key_value_layers_says_so(tmp_path, monkeypatch: p
     assert any("q, k and v are not shown for this model" in i.value for i in at.info)
     assert len(strips(at)) == 2  # the strips need only the attention maps
     assert torch.is_tensor(run_text(load_model(str(tmp_path / "tiny-gpt2")), DEFAULT_TEXT).attentions)
+
+
+def test_heatmaps_real_text_heads_sentence_matches_the_maps(lm: LoadedModel) -> None:
+    """The sentence about every head (entropy below 3/4 log n, over half the weight on the first token)
+    counts the heads from the model's own maps, recomputed here from scratch."""
+    at = run_app(HEATMAPS, rt_src="real")
+    no_errors(at)
+    A = run_text(lm, DEFAULT_TEXT).attentions.double()  # (N, H, L, L), an encoder: every key visible
+    L = A.shape[-1]
+    H = -(A * torch.where(A > 0, A.log(), torch.zeros_like(A))).sum(-1).mean(-1)  # (N, H) mean row entropy
+    threshold = 0.75 * float(np.log(L))
+    low, first = int((H < threshold).sum()), int((A[..., 0].mean(-1) > 0.5).sum())
+    assert 0 < low < A.shape[0] * A.shape[1]  # the sentence has something to say either way
+    want = (f"On this text, {low} of the {A.shape[0] * A.shape[1]} heads of all-MiniLM-L6-v2 have a mean "
+            f"entropy below three quarters of log n ({threshold:.2f} nats), and {first} put more than half of "
+            "their weight on the first token, [CLS]")
+    captions = " ".join(c.value for c in at.caption).replace("\\", "")
+    assert want in captions, captions
+    # the causal model: its own maps, its first character
+    at = run_app(HEATMAPS, rt_src="real", rt_model="causal")
+    no_errors(at)
+    text = " ".join(c.value for c in at.caption).replace("\\", "")
+    assert "heads of character transformer have a mean entropy" in text, text

@@ -17,9 +17,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from attncore.explore import row_stats
+from attncore.models import TextAttention
 from ui.figures import DIVERGING, PALETTE, style
 
 __all__ = [
+    "heads_sentence",
+    "heads_summary",
     "MAX_PICK_POINTS",
     "PICK",
     "STRIP_RGB",
@@ -172,3 +176,22 @@ def top_keys_frame(weights_row: np.ndarray, scores_row: np.ndarray, tokens: Sequ
     return pd.DataFrame({"key": np.arange(len(tokens)), "token": list(tokens),
                          "score": np.asarray(scores_row, dtype=np.float64),
                          "weight": np.asarray(weights_row, dtype=np.float64)})
+
+
+def heads_summary(att: TextAttention) -> tuple[int, int, int, float]:
+    """Over every head of the model on this text: (heads, heads whose mean row entropy is below
+    three quarters of the mean uniform entropy log n, heads that put more than half of their
+    weight on the first token, that threshold in nats)."""
+    rs = row_stats(att.attentions, att.allowed)  # entropy (N, H, L); visible keys per row
+    threshold = 0.75 * float(rs.visible.double().log().mean())
+    low = int((rs.entropy.double().mean(-1) < threshold).sum())
+    first = int((att.attentions[..., 0].double().mean(-1) > 0.5).sum())
+    return int(att.attentions.shape[0] * att.attentions.shape[1]), low, first, threshold
+
+
+def heads_sentence(att: TextAttention, name: str) -> str:
+    """What every head of the model does on this text, in the numbers of :func:`heads_summary`."""
+    total, low, first, threshold = heads_summary(att)
+    return (f"On this text, {low} of the {total} heads of {name} have a mean entropy below three quarters "
+            f"of log n ({threshold:.2f} nats), and {first} put more than half of their weight on the first "
+            f"token, {att.tokens[0]} (see the Attention sinks page).")
