@@ -320,9 +320,9 @@ def test_heatmaps_real_text_heads_sentence_matches_the_maps(lm: LoadedModel) -> 
     no_errors(at)
     A = run_text(lm, DEFAULT_TEXT).attentions.double()  # (N, H, L, L), an encoder: every key visible
     L = A.shape[-1]
-    H = -(A * torch.where(A > 0, A.log(), torch.zeros_like(A))).sum(-1).mean(-1)  # (N, H) mean row entropy
+    ent = -(A * torch.where(A > 0, A.log(), torch.zeros_like(A))).sum(-1).mean(-1)  # (N, H) mean row entropy
     threshold = 0.75 * float(np.log(L))
-    low, first = int((H < threshold).sum()), int((A[..., 0].mean(-1) > 0.5).sum())
+    low, first = int((ent < threshold).sum()), int((A[..., 0].mean(-1) > 0.5).sum())
     assert 0 < low < A.shape[0] * A.shape[1]  # the sentence has something to say either way
     want = (f"On this text, {low} of the {A.shape[0] * A.shape[1]} heads of all-MiniLM-L6-v2 have a mean "
             f"entropy below three quarters of log n ({threshold:.2f} nats), and {first} put more than half of "
