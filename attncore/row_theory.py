@@ -232,22 +232,25 @@ def _softmax_max(ns: F64, out: dict[str, F64], x: F64, z: F64, upper: F64, log_c
            for n in ns]
     los = [int(np.argmax(n * log_cdf > -_TAIL)) for n in ns]
     live = np.unique(np.concatenate(sel)) if len(sel) else np.empty(0, np.int64)
+    member = np.zeros((len(ns), u.size), dtype=bool)  # member[i, row]: row is in sel[i]
+    for i, rows_i in enumerate(sel):
+        member[i, rows_i] = True
     row_int = np.zeros((len(ns), u.size))  # per n, per u row: the z-integral of the max integrand
     for r in _chunks(live.size, z.size, cancel):
         rows = live[r]
         y = np.minimum(x[None, :] - u[rows, None], 700.0)
         ey = np.exp(y)
         acum = _cumulative(nz[None, :] * -np.expm1(-ey) / dz, dz)  # int_{-inf}^{z} N (1 - e^{-tw})
-        ker = np.exp(y - ey)
+        nz_ker = nz[None, :] * np.exp(y - ey)
+        log_psi_all = _log1m(upper[None, :] + acum)  # the same for every n: computed once per chunk
         for i, n in enumerate(ns):
             if n == 1:
                 continue
-            mine = np.isin(rows, sel[i], assume_unique=True)
+            mine = member[i, rows]
             if not mine.any():
                 continue
             sl = slice(los[i], None)
-            log_psi = _log1m(upper[None, sl] + acum[mine, sl])
-            integrand = nz[None, sl] * ker[mine, sl] * np.exp((n - 1.0) * log_psi)
+            integrand = nz_ker[mine, sl] * np.exp((n - 1.0) * log_psi_all[mine, sl])
             row_int[i, rows[mine]] = integrand.sum(axis=1)
     for i, n in enumerate(ns):
         if n == 1:

@@ -12,7 +12,7 @@ from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.admission import heavy
-from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import Beside, check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
@@ -21,12 +21,14 @@ from ui.text import plain
 from ui.views import training as training_view
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
+    EMPTY_SWEEP,
     Controls,
     Series,
     build_series,
     figure1_charts,
     figure1_frame,
     main_chart,
+    mark_partial,
     mark_stale,
     n_label,
     panel_frame,
@@ -48,7 +50,7 @@ P_LO = Param("ent_lo", 4, lo=4, hi=30)
 P_HI = Param("ent_hi", 20, lo=4, hi=30)
 P_PPO = Param("ent_ppo", 1, options=(1, 2, 4))
 P_D = Param("ent_d", 64, options=(8, 16, 32, 64, 128, 256, 512, 1024))
-P_Q = Param("ent_q", 64, options=(1, 4, 16, 32, 64, 128, 256, 512, 1024))
+P_Q = Param("ent_q", 32, options=(1, 4, 16, 32, 64, 128, 256, 512, 1024))
 P_METHOD = Param("ent_method", "logits", options=METHODS)
 P_VARY = Param("ent_vary", "temperature", options=tuple(VARY_LABELS))
 P_TAUS = Param("ent_taus", ("0.5", "1", "2"), options=TAU_OPTIONS, multi=True)
@@ -327,15 +329,16 @@ def figure1_body(ctx: PageContext) -> None:
 LAST_KEY = "_ent_last_chart"  # the last panels drawn in this session (not a control: not in the URL)
 
 
-def stale_charts() -> None:
+def stale_charts(where) -> None:
     """While a new sweep waits for Run (or was stopped), keep the last panels on screen, marked stale."""
     last = st.session_state.get(LAST_KEY)
     if last is None:
         return
     fig, labels = last
-    st.warning(f"Stale: these panels show the previous settings ({labels}); they update when the new "
-               "sweep finishes.", icon=":material/history:")
-    st.plotly_chart(mark_stale(fig), key="chart_entropy")
+    with where.container():
+        st.warning(f"Stale: these panels show the previous settings ({labels}); they update when the new "
+                   "sweep finishes.", icon=":material/history:")
+        st.plotly_chart(mark_stale(fig), key="chart_entropy")
 
 
 def body(ctx: PageContext) -> None:
@@ -354,21 +357,44 @@ def body(ctx: PageContext) -> None:
         sp = s.spec
         cells += check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature,
                                       sp.normalizer, sp.ssmax_s)
+    # The exact expectations run beside the sweeps (numpy in one thread, torch in the sweep's
+    # workers: the cores are shared instead of taken in turns); the theory joins before any chart.
+    n_first = max(series[0].shown or series[0].spec.lengths)
+    theory_slot = st.empty()
+
+    def exact() -> tuple[list[tuple[pd.DataFrame, float]], pd.DataFrame]:
+        with heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step",
+                   where=theory_slot):  # ui.admission
+            curves = [theory_for(s) for s in series]
+            return curves, entropy_theory_given_queries(series[0].spec, n_first, ctx.device).value
+
+    beside = Beside(exact)
+    box, chart_slot = st.container(), st.empty()
+    drawn: list[int] = []
+
+    def draw_partial(parts: list[pd.DataFrame | None]) -> None:
+        """A long sweep's short lengths, drawn as soon as they are done (only the first time)."""
+        if drawn:  # each draw re-sends the whole figure: once is enough
+            return
+        done = [s.measured(EMPTY_SWEEP if p is None else p) for s, p in zip(series, parts, strict=True)]
+        n_done = max((int(f["n"].max()) for f in done if len(f)), default=0)
+        th_now = [s.in_range(t) for s, (t, _) in zip(series, beside.result()[0], strict=True)]
+        chart_slot.plotly_chart(mark_partial(main_chart(series, done, th_now, c), n_done))
+        drawn.append(n_done)
+
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
-                        labels=[s.label for s in series])
+                        labels=[s.label for s in series], where=box, partial=draw_partial)
+    with st.spinner("Computing the exact expectations (quadrature)…"):
+        th, given_frame = beside.result()
+    theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
     if result is None:
-        stale_charts()
+        stale_charts(chart_slot)
     else:
-        with st.spinner("Computing the exact expectations (quadrature)…"), \
-                heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step"):  # ui.admission
-            th = [theory_for(s) for s in series]
-        theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         frames = [s.measured(df) for s, df in zip(series, result.frames, strict=True)]
-        given = entropy_theory_given_queries(series[0].spec, int(frames[0]["n"].iloc[-1]), ctx.device)
         fig = main_chart(series, frames, theories, c)
         st.session_state[LAST_KEY] = (fig, ", ".join(s.label for s in series))
-        st.plotly_chart(fig, key="chart_entropy")
-        metrics(series[0], frames[0], theories[0], given.value)
+        chart_slot.plotly_chart(fig, key="chart_entropy")
+        metrics(series[0], frames[0], theories[0], given_frame)
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)

@@ -340,3 +340,84 @@ def test_cuda_sweep_equals_its_reference_and_the_cpu_statistics(method: str) -> 
     for c in ("entropy", "max_weight"):
         se = np.hypot(got[f"{c}_sem"], cpu[f"{c}_sem"]) * math.sqrt(2)
         assert np.all(np.abs(got[c] - cpu[c]) < Z * se)
+
+
+# --------------------------------------------------------------------------- shared draws
+
+
+def _set_specs() -> list[SweepSpec]:
+    base = dict(lengths=(16, 3000, 70000, 140001), d=32, queries=6, seed=21)
+    return [SweepSpec(temperature=0.5, **base), SweepSpec(temperature=2.0, **base),
+            SweepSpec(scale_rule="ssmax", **base),  # one pass per length, all on the same draws
+            SweepSpec(normalizer="sigmoid", **base), SweepSpec(normalizer="softmax1", **base),
+            SweepSpec(**{**base, "lengths": (50, 9000)}),  # shorter: its blocks end early
+            SweepSpec(method="vectors", **base), SweepSpec(method="vectors", temperature=3.0, **base),
+            SweepSpec(**{**base, "seed": 22})]  # another stream
+
+
+def test_a_sweep_set_equals_each_sweep_alone() -> None:
+    specs = _set_specs()
+    together = sw.run_sweep_set(specs, device="cpu")
+    assert len(together) == len(specs)
+    for spec, got in zip(specs, together, strict=True):
+        pd.testing.assert_frame_equal(got, run_sweep(spec, device="cpu"))  # the same draws, to the bit
+    # and the shared streams really are the reference's draws, rescaled per curve
+    _close(together[1], reference_sweep(specs[1], "cpu"))
+    _close(together[3], reference_sweep(specs[3], "cpu"))
+
+
+def test_a_sweep_set_draws_each_stream_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int, int]] = []
+    original = sw_rng.unit_generator
+
+    def spy(spec, lane, group, device):  # noqa: ANN001, ANN202
+        seen.append((spec.seed, lane, group))
+        return original(spec, lane, group, device)
+
+    monkeypatch.setattr(sw_engine, "unit_generator", spy)
+    specs = _set_specs()[:5]  # one stream: temperatures, SSMax's 4 passes, sigmoid, softmax1
+    sw.run_sweep_set(specs, device="cpu")
+    blocks = -(-140001 // sw.block_keys(specs[0]))
+    assert len(seen) == len(set(seen)) == blocks * 2  # each (lane, row group) generator made once
+    seen.clear()
+    for s in specs:
+        run_sweep(s, device="cpu")
+    assert len(seen) == blocks * 2 * len(specs)  # alone: each spec draws the stream again (its passes share it)
+
+
+def test_partial_results_are_prefixes_of_the_final_ones() -> None:
+    specs = [SweepSpec(lengths=(16, 1000, 70000, 300000, 1 << 20), queries=4, temperature=t, seed=3)
+             for t in (0.5, 1.0)] + [SweepSpec(lengths=(16, 5000), queries=4, seed=9)]
+    seen: list[list[pd.DataFrame | None]] = []
+    final = sw.run_sweep_set(specs, device="cpu", partial=seen.append)
+    assert len(seen) == 2  # after 1/16 and 1/4 of the 16 blocks of the longest stream
+    for frames in seen:
+        assert len(frames) == len(specs)
+        for f, full in zip(frames, final, strict=True):
+            if f is not None:
+                assert 0 < len(f) <= len(full)
+                pd.testing.assert_frame_equal(f, full.iloc[: len(f)])
+    first = seen[0][0]
+    assert first is not None and list(first["n"]) == [16, 1000]  # 2^16 keys done: n <= 65536
+    assert list(seen[1][0]["n"]) == [16, 1000, 70000]  # 4 blocks: n <= 262144
+    assert seen[0][2] is None and seen[1][2] is None  # the other stream (seed 9) runs afterwards
+    assert final[0].equals(run_sweep(specs[0], device="cpu"))
+
+
+def test_a_cancelled_sweep_set_stops() -> None:
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(SweepCancelled):
+        sw.run_sweep_set(_set_specs()[:2], device="cpu", cancel=ev)
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "softmax1", "sigmoid"])
+@pytest.mark.parametrize(("rule", "temperature"), [("sqrt_d", 1.0), ("none", 0.25)])
+def test_many_lengths_in_one_block_equal_the_reference(normalizer: str, rule: str, temperature: float) -> None:
+    # dozens of checkpoints inside the first block: the segmented reduction (Reducer.add_segments),
+    # with unscaled d = 256 at tau = 0.25 pushing shifted logits below EXP_FLOOR
+    lengths = tuple(sorted({int(round(2 ** (k / 4))) for k in range(0, 57)}))  # 1 .. 16384, 4 per doubling
+    spec = SweepSpec(lengths=lengths, d=256, queries=5, normalizer=normalizer, scale_rule=rule,
+                     temperature=temperature, seed=12)
+    assert len(lengths) > 3 * sw_engine.MANY_SEGMENTS and max(lengths) <= sw.block_keys(spec)
+    _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))

@@ -203,7 +203,7 @@ def test_given_queries_with_equal_rows_is_the_fixed_sigma_expectation() -> None:
 
 
 def test_the_default_view_lies_on_its_exact_value_given_its_queries() -> None:
-    # The Entropy page's default first curve (tau = 0.5, d = 64, 64 rows, seed 0) at n = 2^20: the
+    # The Entropy page's first curve (tau = 0.5, d = 64, seed 0) with 64 query rows at n = 2^20: the
     # unconditional expectation (11.863) lies outside the measured 11.961 +- 2 s.e.; seed 0's queries
     # have rms |q|/sqrt(d) = 0.975, and the expectation given them lies on the measurement.
     spec = SweepSpec(lengths=(1 << 20,), d=64, queries=64, temperature=0.5, seed=0)

@@ -25,7 +25,7 @@ def _oom(*_a, **_k):
 
 def test_page_turns_a_gpu_out_of_memory_into_a_plain_message(monkeypatch):
     freed = []
-    monkeypatch.setattr(ui.sweep, "run_sweep", _oom)
+    monkeypatch.setattr(ui.sweep, "run_sweep_set", _oom)
     monkeypatch.setattr("ui.page.free_gpu_memory", lambda: freed.append(1))
     at = run_app(ENTROPY, seed="4242", **SMALL)
     assert not at.exception

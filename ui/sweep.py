@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +28,14 @@ import pandas as pd
 import streamlit as st
 
 from attncore.budget import check_limit
-from attncore.sweeps import SweepPlan, SweepSpec, check_sweep, max_sweep_work, plan, run_sweep
+from attncore.sweeps import SweepPlan, SweepSpec, check_sweep, max_sweep_work, plan, run_sweep, run_sweep_set
 from ui.admission import heavy
 
-__all__ = ["AUTO_RUN_S", "SweepResult", "estimate_seconds", "run_sweeps"]
+__all__ = ["AUTO_RUN_S", "PARTIAL_AFTER_S", "SweepResult", "estimate_seconds", "run_sweeps"]
 
 AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
 AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
+PARTIAL_AFTER_S = AUTO_RUN_S  # sweeps estimated longer than this draw their short lengths first
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
 SWEEP_BYTES = 256 * 1024**2  # scratch of one running sweep (per-worker blocks), for admission
 _LEARN_WORK = 1 << 26  # sweeps smaller than this say little about the rate
@@ -116,8 +117,15 @@ def _fmt_s(seconds: float) -> str:
 
 
 def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Sequence[str] | None = None,
-               where: Any = st) -> SweepResult | None:
+               where: Any = st, partial: Callable[[list[pd.DataFrame | None]], None] | None = None
+               ) -> SweepResult | None:
     """Results of every spec, computing the missing ones with progress and a Stop button.
+
+    The missing ones run together (:func:`attncore.sweeps.run_sweep_set`: curves on the same
+    draws share them). ``partial(frames)``, if given, is called while a sweep estimated over
+    :data:`PARTIAL_AFTER_S` and larger than the default view runs, with one frame per spec
+    (stored ones whole, running ones with the lengths finished so far, None where there is
+    none yet), so a page can draw the short lengths before the long ones finish.
 
     Returns None when the job waits for the Run button or was stopped (a message and the
     button are shown). Raises the specs' own input/limit errors before anything runs.
@@ -153,7 +161,10 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
                         icon=":material/play_arrow:",
                         on_click=lambda: st.session_state.__setitem__(flag_run, True))
             return None
-        _compute(specs, missing, costs.work, labels, device, key, est, store, slot)
+        known = [None if v is None else v[0] for v in found.values()]
+        # a partial view costs a chart build and a browser redraw: worth it only for long sweeps
+        _compute(specs, missing, costs.work, labels, device, key, est, store, slot,
+                 partial if est > PARTIAL_AFTER_S and total > AUTO_RUN_WORK else None, known)
     frames, seconds = [], 0.0
     for i, s in enumerate(specs):
         df, sec = store.get((s, device)) or found[i]  # type: ignore[misc]
@@ -163,32 +174,43 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
 
 
 def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int], labels: Sequence[str],
-             device: str, key: str, est: float, store: _Store, box: Any) -> None:
-    """Run the missing sweeps (``work[j]`` units for ``specs[missing[j]]``) under one progress bar."""
+             device: str, key: str, est: float, store: _Store, box: Any,
+             partial: Callable[[list[pd.DataFrame | None]], None] | None = None,
+             known: list[pd.DataFrame | None] | None = None) -> None:
+    """Run the missing sweeps (``work[j]`` units for ``specs[missing[j]]``) together, one progress bar."""
     total = max(1, sum(work))
+    names = ", ".join(labels[i] for i in missing)
+    what = f"{len(missing)} curves ({names})" if len(missing) > 1 else names
     bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
     stop_slot = box.empty()
     # the same key as the Run button: one widget that changes its label, so the browser swaps it
     # in place instead of keeping a stale Run button on screen for the whole sweep
     stop_slot.button("Stop", key=f"{key}_btn", icon=":material/stop:",
                      on_click=lambda: st.session_state.__setitem__(f"{key}__stopped", True))
-    done = 0
+
+    def progress(frac: float, msg: str) -> bool:
+        bar.progress(min(1.0, frac), text=f"{what}: {msg}")
+        return True
+
+    def on_partial(frames: list[pd.DataFrame | None]) -> None:
+        if partial is None:
+            return
+        shown = list(known) if known is not None else [None] * len(specs)
+        for i, f in zip(missing, frames, strict=True):
+            shown[i] = f
+        partial(shown)
+
+    todo = [specs[i] for i in missing]
     try:
-        for j, i in enumerate(missing):
-            name = labels[i]
-
-            def progress(frac: float, msg: str, j: int = j, name: str = name, done: int = done) -> bool:
-                overall = (done + frac * work[j]) / total
-                bar.progress(min(1.0, overall), text=f"Curve {j + 1} of {len(missing)} ({name}): {msg}")
-                return True
-
-            with heavy(SWEEP_BYTES, seconds=est, label="this sweep", where=box):  # queue (ui.admission)
-                t0 = time.perf_counter()
-                df = run_sweep(specs[i], device=device, progress=progress)
-                sec = time.perf_counter() - t0
-            store.put((specs[i], device), (df, sec))
-            _learn(specs[i], device, work[j], sec)
-            done += work[j]
+        with heavy(SWEEP_BYTES, seconds=est, label="this sweep", where=box):  # queue (ui.admission)
+            t0 = time.perf_counter()
+            frames = run_sweep_set(todo, device=device, progress=progress,
+                                   partial=on_partial if partial is not None else None)
+            sec = time.perf_counter() - t0
+        for j, (i, df) in enumerate(zip(missing, frames, strict=True)):
+            share = sec * work[j] / total  # curves on shared draws split the time by their work
+            store.put((specs[i], device), (df, share))
+            _learn(specs[i], device, work[j], share)
     finally:
         bar.empty()
         stop_slot.empty()

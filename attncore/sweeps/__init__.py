@@ -54,7 +54,14 @@ from attncore.scale_rules import (
     llama4_multiplier,
     logit_multiplier,
 )
-from attncore.sweeps.engine import Progress, SweepCancelled, entropy_vs_length, run_sweep
+from attncore.sweeps.engine import (
+    Partial,
+    Progress,
+    SweepCancelled,
+    entropy_vs_length,
+    run_sweep,
+    run_sweep_set,
+)
 from attncore.sweeps.fused import (
     ENGINE_ENV,
     ENGINES,
@@ -101,6 +108,7 @@ __all__ = [
     "SCALE_RULES",
     "SWEEP_DTYPES",
     "SWEEP_NORMALIZERS",
+    "Partial",
     "Progress",
     "SweepCancelled",
     "SweepPlan",
@@ -118,5 +126,6 @@ __all__ = [
     "query_norms",
     "reference_sweep",
     "run_sweep",
+    "run_sweep_set",
     "sweep_work",
 ]

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor
 
 from attncore.budget import fmt_count, oom_to_limit
 from attncore.device import resolve_device
@@ -33,9 +32,13 @@ from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
 from attncore.threads import single_threaded
 
-__all__ = ["Progress", "SweepCancelled", "entropy_vs_length", "run_sweep"]
+__all__ = ["Partial", "Progress", "SweepCancelled", "entropy_vs_length", "run_sweep", "run_sweep_set",
+           "stream_key"]
 
 Progress = Callable[[float, str], "bool | None"]
+
+
+MANY_SEGMENTS = 3  # a tile split by more lengths than this is reduced by segmented calls
 
 
 class SweepCancelled(Cancelled):
@@ -45,14 +48,24 @@ class SweepCancelled(Cancelled):
 # --------------------------------------------------------------------------- workers
 
 
-@dataclass
-class _PassJob:
-    """One streaming pass: keys [0, n_max) in blocks, snapshots at ``checkpoints``."""
+@dataclass(frozen=True)
+class _Job:
+    """One streaming pass of one spec: keys [0, n_max) at one logit factor, snapshots at ``checkpoints``.
 
+    Every job of a :class:`_Engine` reads the same random draws (the same z tiles, keys and
+    values): a spec's passes (one per distinct factor, e.g. SSMax's per-n scale) and specs that
+    differ only in the factor on ``q . k`` or in the normaliser share one stream.
+    """
+
+    spec_i: int  # which spec of the engine's list
     factor: float
     checkpoints: tuple[int, ...]
-    n_blocks: int
     bias: float  # sigmoid's -log n bias (0 for the softmax family)
+    sigmoid: bool
+
+    @property
+    def n_max(self) -> int:
+        return self.checkpoints[-1]
 
 
 @dataclass
@@ -76,85 +89,189 @@ def _segments(lo: int, hi: int, checkpoints: Sequence[int]) -> list[tuple[int, i
     return out
 
 
-class _Engine:
-    """Runs passes for one spec on one device; the accumulators live per lane and segment."""
+def stream_key(spec: SweepSpec) -> tuple:
+    """Specs with equal keys draw the same random numbers and can share one streaming run.
 
-    def __init__(self, spec: SweepSpec, device: torch.device, workers: int):
-        self.spec = spec
+    The draws depend on the method, seed, sizes and sample dtype, not on the scale rule,
+    temperature or normaliser (those only set each row's factor and its reduction).
+    """
+    vec = spec.method == "vectors"
+    return (spec.method, spec.seed, spec.d, spec.queries, spec.dtype, spec.value_dim if vec else 0)
+
+
+def _stages(n_blocks: int, staged: bool) -> list[int]:
+    """Block counts at which a run stops to report finished lengths (the last is ``n_blocks``).
+
+    Staged runs report after about 1/16 and 1/4 of the blocks, so a page can draw the short
+    lengths while the long ones stream; unstaged runs have no barrier.
+    """
+    if not staged:
+        return [n_blocks]
+    ends = sorted({max(1, -(-n_blocks // 16)), max(1, -(-n_blocks // 4)), n_blocks})
+    return [e for e in ends if e <= n_blocks]
+
+
+class _Engine:
+    """Streams the shared draws of ``specs`` (one :func:`stream_key`) once, reducing every job.
+
+    The accumulators live per (job, lane, segment); a (lane, row group) unit keeps its
+    generator across stages, so staging changes nothing in the numbers.
+    """
+
+    def __init__(self, specs: Sequence[SweepSpec], device: torch.device, workers: int):
+        base = specs[0]
+        if any(stream_key(s) != stream_key(base) for s in specs):
+            raise ValueError("specs of one engine must share their draws (stream_key).")
+        self.specs = list(specs)
+        self.spec = base
         self.device = device
-        self.dtype = SWEEP_DTYPES[spec.dtype]
-        self.block, self.rt = plan_blocks(spec, device)
+        self.dtype = SWEEP_DTYPES[base.dtype]
+        self.block, self.rt = plan_blocks(base, device)
         self.workers = workers
-        self.sigmoid = spec.normalizer == "sigmoid"
-        self.dv = spec.value_dim if spec.method == "vectors" else None
-        self.q = draw_queries(spec, device, self.dtype)  # (L, d)
+        self.vectors = base.method == "vectors"
+        self.dv = base.value_dim if self.vectors else None
+        self.q = draw_queries(base, device, self.dtype)  # (L, d)
         self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (L,)
         self.fix_tail = self.dtype == torch.float32
+        self.jobs: list[_Job] = []
+        for i, s in enumerate(self.specs):
+            for factor, lens in s.passes():
+                bias = -math.log(max(lens)) if s.normalizer == "sigmoid" else 0.0
+                self.jobs.append(_Job(i, factor, lens, bias, s.normalizer == "sigmoid"))
+        self.n_max = max(j.n_max for j in self.jobs)
+        self.n_blocks = -(-self.n_max // self.block)
+        self.groups = row_groups(base)
+        self.gens: dict[tuple[int, int], torch.Generator] = {}
 
-    # (lane, row group) units of one pass, pulled one at a time; each unit's blocks in order
-    def _run_units(self, job: _PassJob, next_unit: Callable[[], tuple[int, int] | None],
-                   accs: dict[tuple[int, int], Acc], shared: _Shared, wid: int) -> None:
+    def unit_work(self, b: int, rows: int) -> int:
+        """Work units of block b for ``rows`` query rows: the draws plus one reduction per job."""
+        lo = b * self.block
+        live = sum(1 for j in self.jobs if j.n_max > lo)
+        per_key = units_per_key(self.spec)
+        return self.block * per_key * rows // self.spec.queries * (1 + live) // 2
+
+    @property
+    def total_work(self) -> int:
+        return max(1, sum(self.unit_work(b, self.spec.queries) for b in range(self.n_blocks)))
+
+    # (lane, row group) units of one stage, pulled one at a time; each unit's blocks in order
+    def _run_units(self, b_lo: int, b_hi: int, next_unit: Callable[[], tuple[int, int] | None],
+                   accs: dict[tuple[int, int, int], Acc], shared: _Shared, wid: int) -> None:
         spec, dev, dt = self.spec, self.device, self.dtype
         torch.set_flush_denormal(True)
         K = self.block
-        n_max = job.checkpoints[-1]
-        groups = row_groups(spec)
         red = Reducer(spec, self.rt, K, dev, dt)
-        if spec.method == "vectors":
+        z_buf = torch.empty(self.rt, K, device=dev, dtype=dt)
+        one = torch.ones(self.rt, dtype=torch.float64, device=dev)
+        # normal_ never returns below -5.77 std in float32 (24-bit Box-Muller), -8.6 in float64
+        low_z = 5.8 if dt == torch.float32 else 8.7
+        if self.vectors:
             keys = torch.empty(K, spec.d, device=dev, dtype=dt)
             vals = torch.empty(K, spec.value_dim, device=dev, dtype=dt)
-            qf = (self.q.to(torch.float64) * job.factor).to(dt)  # (L, d)
-        else:
-            std = self.q_norm * job.factor  # (L,) float64
-            # normal_ never returns below -5.77 std in float32 (24-bit Box-Muller), -8.6 in float64
-            low = (5.8 if dt == torch.float32 else 8.7) * std
+            qk = torch.empty(spec.queries, K, device=dev, dtype=dt)
+            q = self.q
+        stds = [self.q_norm * j.factor for j in self.jobs]  # (L,) float64 per job
         while (unit := next_unit()) is not None:
             lane, gi = unit
-            g = unit_generator(spec, lane, gi, dev)
-            r_lo, r_hi = groups[gi]
-            unit_work = self.block_units * (r_hi - r_lo) // spec.queries
-            for b in range(lane, job.n_blocks, LANES):
+            g = self.gens.get(unit)
+            if g is None:
+                g = self.gens[unit] = unit_generator(spec, lane, gi, dev)
+            r_lo, r_hi = self.groups[gi]
+            first = lane + ((b_lo - lane + LANES - 1) // LANES) * LANES if b_lo > lane else lane
+            for b in range(first, b_hi, LANES):
                 if shared.cancel.is_set():
                     return
-                lo, hi = b * K, min((b + 1) * K, n_max)
-                segs = _segments(lo, hi, job.checkpoints)
-                whole = len(segs) == 1 and segs[0][1] - segs[0][0] == K
-                if spec.method == "vectors":
+                lo = b * K
+                live = [(ji, j) for ji, j in enumerate(self.jobs) if j.n_max > lo]
+                if self.vectors:
                     keys.normal_(generator=g)
                     vals.normal_(generator=g)
+                    torch.matmul(q, keys.T, out=qk)  # (L, K): q . k, scaled per job below
                 for r0 in range(r_lo, r_hi, self.rt):
                     rt = min(r_hi, r0 + self.rt) - r0
                     x_full = red.x[:rt]
-                    floor_needed = True
-                    if spec.method == "vectors":
-                        torch.matmul(qf[r0: r0 + rt], keys.T, out=x_full)  # (rt, K)
-                        mx = None
-                    else:
-                        mx = fill_logit_tile(x_full, std[r0: r0 + rt], g, self.fix_tail)
-                        # the widest shifted logit of the tile is at least -(max + low)
-                        widest = mx.to(torch.float64) + low[r0: r0 + rt]
-                        floor_needed = bool((widest > -EXP_FLOOR - 1).any())
-                    for a, e, s in segs:
-                        m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
-                        v = None if spec.method == "logits" else vals[a - lo: e - lo]
-                        red.add(s, a - lo, e - lo, rt, m, v, job.bias, r0, floor_needed=floor_needed)
-                for _, _, s in segs:
-                    red.flush(s, accs[(lane, s)], slice(r_lo, r_hi))
-                shared.done[wid] += unit_work
+                    if not self.vectors:
+                        z = z_buf[:rt]
+                        zmax = fill_logit_tile(z, one[:rt], g, self.fix_tail)  # unit-std draws, row maxima
+                    for ji, job in live:
+                        hi = min((b + 1) * K, job.n_max)
+                        segs = _segments(lo, hi, job.checkpoints)
+                        whole = len(segs) == 1 and segs[0][1] - segs[0][0] == K
+                        floor_needed = True
+                        if self.vectors:
+                            torch.mul(qk[r0: r0 + rt], job.factor, out=x_full)  # (rt, K)
+                            mx = None
+                        else:
+                            std = stds[ji][r0: r0 + rt]
+                            s32 = std.to(dt)
+                            torch.mul(z, s32[:, None], out=x_full)
+                            mx = zmax * s32  # std > 0: the max of the products is the product of the max
+                            # the widest shifted logit of the tile is at least -(max + low) std
+                            widest = (zmax.to(torch.float64) + low_z) * std
+                            floor_needed = bool((widest > -EXP_FLOOR - 1).any())
+                        if len(segs) > MANY_SEGMENTS and not self.vectors:
+                            red.add_segments([(ji, s) for _, _, s in segs],
+                                             [(a - lo, e - lo) for a, e, _ in segs], rt, job.bias, r0,
+                                             floor_needed=floor_needed, sigmoid=job.sigmoid)
+                            continue
+                        for a, e, s in segs:
+                            m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
+                            v = vals[a - lo: e - lo] if self.vectors else None
+                            red.add((ji, s), a - lo, e - lo, rt, m, v, job.bias, r0,
+                                    floor_needed=floor_needed, sigmoid=job.sigmoid)
+                for ji, job in live:
+                    for _, _, s in _segments(lo, min((b + 1) * K, job.n_max), job.checkpoints):
+                        red.flush((ji, s), accs[(ji, lane, s)], slice(r_lo, r_hi), job.sigmoid)
+                shared.done[wid] += self.unit_work(b, r_hi - r_lo)
 
-    @property
-    def block_units(self) -> int:
-        """Work units of one block (see :func:`sweep_work`)."""
-        return self.block * units_per_key(self.spec)
+    def run(self, shared: _Shared, pool: ThreadPoolExecutor, poll: Callable[[], None],
+            partial: Callable[[list[list[dict]]], None] | None = None) -> list[list[dict]]:
+        """Stream every job; return per spec the summary records (one per length).
 
-    def run_pass(self, job: _PassJob, shared: _Shared, pool: ThreadPoolExecutor,
-                 poll: Callable[[], None]) -> list[dict[str, Tensor]]:
-        """Stream one pass; return per-row stats at each checkpoint."""
+        ``partial(records)`` is called after each stage but the last with the records of the
+        lengths finished so far.
+        """
         L = self.spec.queries
-        lanes_used = sorted({b % LANES for b in range(job.n_blocks)})
-        accs = {(lane, s): new_acc(L, self.dv, self.device, self.sigmoid)
-                for lane in lanes_used for s in range(len(job.checkpoints))}
-        units = [(lane, gi) for lane in lanes_used for gi in range(len(row_groups(self.spec)))]
+        lanes_used = sorted({b % LANES for b in range(self.n_blocks)})
+        # sums only where a lane's blocks meet a segment (most of a block's many short lengths
+        # lie in lane 0's first block)
+        accs = {}
+        for ji, j in enumerate(self.jobs):
+            for b in range(-(-j.n_max // self.block)):
+                for _, _, s in _segments(b * self.block, min((b + 1) * self.block, j.n_max), j.checkpoints):
+                    if (ji, b % LANES, s) not in accs:
+                        accs[(ji, b % LANES, s)] = new_acc(L, self.dv, self.device, j.sigmoid)
+        totals = [new_acc(L, self.dv, self.device, j.sigmoid) for j in self.jobs]
+        next_s = [0] * len(self.jobs)
+        records: list[list[dict]] = [[] for _ in self.specs]
+        q_norm = self.q_norm.cpu()
+        stages = _stages(self.n_blocks, partial is not None)
+        b_lo = 0
+        for k, b_hi in enumerate(stages):
+            units = [(lane, gi) for lane in lanes_used for gi in range(len(self.groups))
+                     if any(b_lo <= b < b_hi for b in range(lane, self.n_blocks, LANES))]
+            self._run_stage(b_lo, b_hi, units, accs, shared, pool, poll)
+            done_keys = b_hi * self.block
+            # merge lanes (in lane order) per segment, then prefix over segments, per job
+            for ji, job in enumerate(self.jobs):
+                spec = self.specs[job.spec_i]
+                while next_s[ji] < len(job.checkpoints) and job.checkpoints[next_s[ji]] <= done_keys:
+                    s = next_s[ji]
+                    n = job.checkpoints[s]
+                    for lane in lanes_used:
+                        if (ji, lane, s) in accs:
+                            merge_into(totals[ji], accs[(ji, lane, s)], job.sigmoid)
+                    rows = {key: v.detach().to("cpu") for key, v in row_stats(totals[ji], n, spec).items()}
+                    records[job.spec_i].append(summarise(n, rows, spec, job.factor, q_norm))
+                    next_s[ji] += 1
+            if partial is not None and k < len(stages) - 1:
+                partial(records)
+            b_lo = b_hi
+        return records
+
+    def _run_stage(self, b_lo: int, b_hi: int, units: list[tuple[int, int]],
+                   accs: dict[tuple[int, int, int], Acc], shared: _Shared, pool: ThreadPoolExecutor,
+                   poll: Callable[[], None]) -> None:
         w = max(1, min(self.workers, len(units)))
         # Workers pull units as they finish (the two vCPUs here run normal_ at different
         # speeds, so a fixed split left one idle). A unit's numbers do not depend on who runs
@@ -165,7 +282,7 @@ class _Engine:
             with lock:
                 return queue.pop() if queue else None
 
-        futures: list[Future] = [pool.submit(self._run_units, job, next_unit, accs, shared, i)
+        futures: list[Future] = [pool.submit(self._run_units, b_lo, b_hi, next_unit, accs, shared, i)
                                  for i in range(w)]
         pending = set(futures)
         try:
@@ -180,14 +297,6 @@ class _Engine:
             raise
         if shared.cancel.is_set():
             raise SweepCancelled("the sweep was stopped.")
-        # merge lanes (in lane order) per segment, then prefix over segments
-        total = new_acc(L, self.dv, self.device, self.sigmoid)
-        out = []
-        for s, n in enumerate(job.checkpoints):
-            for lane in lanes_used:
-                merge_into(total, accs[(lane, s)], self.sigmoid)
-            out.append({k: v.detach().to("cpu") for k, v in row_stats(total, n, self.spec).items()})
-        return out
 
 
 
@@ -277,30 +386,81 @@ def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, prog
               workers: int | None = None, cancel: threading.Event | None = None,
               engine: str | None = None) -> pd.DataFrame:
     """:func:`entropy_vs_length` for a ready :class:`SweepSpec` (``engine`` as there)."""
+    return run_sweep_set([spec], device=device, progress=progress, workers=workers, cancel=cancel,
+                         engine=engine)[0]
+
+
+Partial = Callable[[list["pd.DataFrame | None"]], None]
+
+
+def run_sweep_set(specs: Sequence[SweepSpec], *, device: str | torch.device | None = None,
+                  progress: Progress | None = None, workers: int | None = None,
+                  cancel: threading.Event | None = None, engine: str | None = None,
+                  partial: Partial | None = None) -> list[pd.DataFrame]:
+    """Several sweeps at once; specs that draw the same random numbers share one stream.
+
+    Specs with equal :func:`stream_key` (the same method, seed, d, query rows, value dim and
+    dtype: e.g. curves that differ only in temperature, scale rule or normaliser) are run by
+    one streaming pass over their common draws, each reduced with its own factor, so the
+    random numbers (about half of a CPU sweep's time) are drawn once. Each result equals
+    :func:`run_sweep` of that spec alone (the same draws; ``run_sweep`` is this with one spec).
+
+    Args:
+        specs: the sweeps. device, progress, workers, cancel, engine: as :func:`entropy_vs_length`
+            (``progress`` covers all of them).
+        partial: if given, called from the calling thread as the torch engine finishes the
+            short lengths (after about 1/16 and 1/4 of the keys), with one frame per spec of
+            the lengths done so far (None where a spec has none yet); the final frames are the
+            return value.
+
+    Returns:
+        One DataFrame per spec, in order, as :func:`entropy_vs_length` returns.
+    """
     from attncore.sweeps.fused import choose_engine, run_fused_sweep  # fused imports this module
 
     dev = resolve_device(device)
-    if choose_engine(engine, dev, spec.dtype) == "fused":
-        return run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel)
-    spec.validate()
-    if dev.type != "cpu":
-        return oom_to_limit(lambda: _run_sweep(spec, dev, 1, progress, cancel, _gpu_worker_init),
-                            "this sweep", "Lower the query rows or d.")
-    with _THREADS_LOCK, single_threaded() as prev_threads:  # one CPU sweep at a time; count restored
-        n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
-        return _run_sweep(spec, dev, n_workers, progress, cancel, _worker_init)
+    specs = list(specs)
+    out: list[pd.DataFrame | None] = [None] * len(specs)
+    groups: dict[tuple, list[int]] = {}
+    for i, spec in enumerate(specs):
+        if choose_engine(engine, dev, spec.dtype) == "fused":
+            out[i] = run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel)
+            continue
+        spec.validate()
+        groups.setdefault(stream_key(spec), []).append(i)
+    for idx in groups.values():
+        sub = [specs[i] for i in idx]
+
+        def on_partial(frames: list[pd.DataFrame | None], idx: list[int] = idx) -> None:
+            if partial is not None:
+                shown = list(out)
+                for i, f in zip(idx, frames, strict=True):
+                    shown[i] = f
+                partial(shown)
+
+        cb = on_partial if partial is not None else None
+        if dev.type != "cpu":
+            frames = oom_to_limit(lambda sub=sub, cb=cb: _run_set(sub, dev, 1, progress, cancel,
+                                                                 _gpu_worker_init, cb),
+                                  "this sweep", "Lower the query rows or d.")
+        else:
+            with _THREADS_LOCK, single_threaded() as prev_threads:  # one CPU sweep at a time; count restored
+                n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
+                frames = _run_set(sub, dev, n_workers, progress, cancel, _worker_init, cb)
+        for i, f in zip(idx, frames, strict=True):
+            out[i] = f
+    return [f for f in out if f is not None]
 
 
-def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progress | None,
-               cancel: threading.Event | None, init: Callable[[], None]) -> pd.DataFrame:
-    """The torch engine on ``workers`` threads started with ``init`` (thread settings are the caller's)."""
-    engine = _Engine(spec, dev, workers)
+def _run_set(specs: list[SweepSpec], dev: torch.device, workers: int, progress: Progress | None,
+             cancel: threading.Event | None, init: Callable[[], None],
+             partial: Callable[[list[pd.DataFrame | None]], None] | None) -> list[pd.DataFrame]:
+    """The torch engine over specs sharing one stream, on ``workers`` threads started with ``init``."""
+    engine = _Engine(specs, dev, workers)
     shared = _Shared(done=[0] * workers)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
-    total_units = max(1, sum(-(-max(lens) // engine.block) * engine.block_units
-                             for _, lens in spec.passes()))
-    finished_units = 0
+    total_units = engine.total_work
     t0 = time.perf_counter()
     last = [0.0]
 
@@ -313,27 +473,20 @@ def _run_sweep(spec: SweepSpec, dev: torch.device, workers: int, progress: Progr
         if now - last[0] < 0.1:
             return
         last[0] = now
-        frac = min(1.0, (finished_units + sum(shared.done)) / total_units)
+        frac = min(1.0, sum(shared.done) / total_units)
         eta = (now - t0) * (1 - frac) / frac if frac > 0.02 else float("nan")
         msg = f"{frac:.0%} of {fmt_count(total_units)} random numbers" + \
             (f", about {eta:.0f} s left" if math.isfinite(eta) else "")
         if progress(frac, msg) is False:
             shared.cancel.set()
 
-    records: list[dict] = []
+    def on_stage(records: list[list[dict]]) -> None:
+        if partial is not None:
+            partial([frame(r) if r else None for r in records])
+
     with ThreadPoolExecutor(max_workers=workers, initializer=init,
                             thread_name_prefix="attncore-sweep") as pool:
-        for factor, lens in spec.passes():
-            n_blocks = -(-max(lens) // engine.block)
-            bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-            job = _PassJob(factor=factor, checkpoints=lens, n_blocks=n_blocks, bias=bias)
-            shared.done = [0] * workers
-            stats = engine.run_pass(job, shared, pool, poll)
-            finished_units += n_blocks * engine.block_units
-            for n, rows in zip(lens, stats, strict=True):
-                records.append(summarise(n, rows, spec, factor, engine.q_norm.cpu()))
+        records = engine.run(shared, pool, poll, on_stage if partial is not None else None)
     if progress is not None:
         progress(1.0, "done")
-    return frame(records)
-
-
+    return [frame(r) for r in records]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attncore.sweeps import SCALE_RULES, SWEEP_NORMALIZERS, SweepSpec
+from attncore.sweeps import COLUMNS, SCALE_RULES, SWEEP_NORMALIZERS, SweepSpec
 from attncore.theory import (
     fully_scaled_multiplier,
     margin_for_half_weight,
@@ -261,6 +261,18 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
     fig = figures.panel_grid(panels, legend=legend, height=2 * 340 + 70)
     fig.update_layout(meta={"view": "entropy-panels"})
     return fig
+
+
+EMPTY_SWEEP = pd.DataFrame({c: pd.Series(dtype="int64" if c == "n" else "float64") for c in COLUMNS})
+"""A sweep frame with no lengths yet (a curve whose sweep has not reported any)."""
+
+
+def mark_partial(fig: go.Figure, n_done: int) -> go.Figure:
+    """The panels while a sweep streams: measured up to ``n_done`` so far (``meta.partial``)."""
+    fig.add_annotation(text=f"measuring… n ≤ {n_label(n_done)} so far", xref="paper", yref="paper",
+                       x=1.0, y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
+                       font={"size": 14, "color": PALETTE[7]})
+    return fig.update_layout(meta={**(fig.layout.meta or {}), "partial": True, "n_done": int(n_done)})
 
 
 def mark_stale(fig: go.Figure) -> go.Figure:
