@@ -70,7 +70,7 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_
     && pip check
 
 # The app runs from the source tree; attncore is imported from /app.
-COPY pyproject.toml app.py ./
+COPY pyproject.toml app.py serve.py ./
 COPY .streamlit/ ./.streamlit/
 COPY attncore/ ./attncore/
 COPY ui/ ./ui/
@@ -83,4 +83,4 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; r = urllib.request.urlopen('http://localhost:8501/_stcore/health', timeout=5); sys.exit(0 if r.status == 200 else 1)"]
 
-CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
+CMD ["python", "serve.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

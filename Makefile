@@ -33,7 +33,7 @@ $(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok
 	@touch $@
 
 run: $(VENV)/.app-ok
-	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
+	HF_HUB_OFFLINE=1 $(PY) serve.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
 
 test: $(VENV)/.dev-ok
 	@bash scripts/ensure-chromium

@@ -90,7 +90,7 @@ class Server:
         self.port = _free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", HOST,
+            [sys.executable, "serve.py", "--server.address", HOST,  # streamlit run app.py, warmed
              "--server.port", str(self.port), "--server.headless", "true"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )

@@ -48,14 +48,15 @@ def free_port() -> int:
 
 @contextmanager
 def streamlit_server(log_name: str, *, start_timeout_s: float = 120.0) -> Iterator[str]:
-    """`streamlit run app.py` on a free loopback port, its output in test-artifacts/<log_name>;
+    """`python serve.py` (`streamlit run app.py`, warmed) on a free loopback port, its output in
+    test-artifacts/<log_name>;
     yields the base URL once /_stcore/health answers, stops the server on exit."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     ARTIFACTS.mkdir(exist_ok=True)
     with open(ARTIFACTS / log_name, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+            [sys.executable, "serve.py", "--server.port", str(port),
              "--server.headless", "true", "--server.address", HOST, "--server.fileWatcherType", "none"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://{HOST}:{port}"

@@ -35,9 +35,11 @@ __all__ = ["AUTO_RUN_S", "PARTIAL_AFTER_S", "SweepResult", "estimate_seconds", "
 
 AUTO_RUN_S = 4.0  # longer jobs wait for the Run button...
 AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view (3 curves, 64 rows, 2^20)
+QUIET_S = 1.5  # sweeps estimated shorter than this run without a progress bar or Stop button
 PARTIAL_AFTER_S = AUTO_RUN_S  # sweeps estimated longer than this draw their short lengths first
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
 SWEEP_BYTES = 256 * 1024**2  # scratch of one running sweep (per-worker blocks), for admission
+FIRST_RATE = 1e-8  # seconds per work unit assumed before a rate is measured (2-core CPU, logits)
 _LEARN_WORK = 1 << 26  # sweeps smaller than this say little about the rate
 
 
@@ -147,7 +149,12 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
         flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
         stopped = bool(st.session_state.pop(flag_stop, False))
         run_now = bool(st.session_state.pop(flag_run, False))
-        est = estimate_seconds(todo, device, costs)
+        if total <= AUTO_RUN_WORK and any((device, t.method) not in _rates() for t in todo):
+            # it runs at once whatever it costs: no calibration probe for a first small sweep
+            # (its figure only picks the progress display); the run itself then measures the rate
+            est = total * FIRST_RATE
+        else:
+            est = estimate_seconds(todo, device, costs)
         # one slot for "waiting" and "running": the progress bar and the Stop button take the places
         # of the message and the Run button, so no stale copy of either stays on screen
         slot = where.container()
@@ -181,15 +188,18 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int]
     total = max(1, sum(work))
     names = ", ".join(labels[i] for i in missing)
     what = f"{len(missing)} curves ({names})" if len(missing) > 1 else names
-    bar = box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
+    quiet = est <= QUIET_S  # a short sweep: no bar (its redraws every 0.1 s cost the browser more)
+    bar = None if quiet else box.progress(0.0, text=f"Sweeping… about {_fmt_s(est)}")
     stop_slot = box.empty()
-    # the same key as the Run button: one widget that changes its label, so the browser swaps it
-    # in place instead of keeping a stale Run button on screen for the whole sweep
-    stop_slot.button("Stop", key=f"{key}_btn", icon=":material/stop:",
-                     on_click=lambda: st.session_state.__setitem__(f"{key}__stopped", True))
+    if not quiet:
+        # the same key as the Run button: one widget that changes its label, so the browser swaps it
+        # in place instead of keeping a stale Run button on screen for the whole sweep
+        stop_slot.button("Stop", key=f"{key}_btn", icon=":material/stop:",
+                         on_click=lambda: st.session_state.__setitem__(f"{key}__stopped", True))
 
     def progress(frac: float, msg: str) -> bool:
-        bar.progress(min(1.0, frac), text=f"{what}: {msg}")
+        if bar is not None:
+            bar.progress(min(1.0, frac), text=f"{what}: {msg}")
         return True
 
     def on_partial(frames: list[pd.DataFrame | None]) -> None:
@@ -210,7 +220,12 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int]
         for j, (i, df) in enumerate(zip(missing, frames, strict=True)):
             share = sec * work[j] / total  # curves on shared draws split the time by their work
             store.put((specs[i], device), (df, share))
-            _learn(specs[i], device, work[j], share)
+        if len({s.method for s in todo}) == 1:
+            _learn(todo[0], device, total, sec)  # the set as one: sharing makes it cheaper than its parts
+        else:
+            for j, i in enumerate(missing):
+                _learn(specs[i], device, work[j], sec * work[j] / total)
     finally:
-        bar.empty()
+        if bar is not None:
+            bar.empty()
         stop_slot.empty()

@@ -1,0 +1,54 @@
+"""Serve Attention Lab: ``streamlit run app.py`` with the heavy imports done before the first visit.
+
+    python serve.py [streamlit run options]      # e.g. --server.port 8501 --server.headless true
+
+``make run``, the container's CMD and the browser tests start the app this way. A plain
+``streamlit run app.py`` works too; it only leaves the first visitor of a new server to pay
+for importing torch, pandas and attncore (about 2 s on a 2-core machine) inside their first
+page load. Nothing here touches Streamlit's caches: modules that define cached functions
+(``ui.cached``) are imported by the first script run, inside the server's runtime.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def warm() -> float:
+    """Import the compute stack and run the first calls that initialise lazily; seconds taken."""
+    t0 = time.perf_counter()
+    import pandas  # noqa: F401
+    import plotly.graph_objects as go
+    import torch
+
+    import attncore  # noqa: F401
+    import attncore.kernels
+    import attncore.row_theory  # noqa: F401
+    import attncore.sweeps
+    import attncore.training  # noqa: F401
+
+    a = torch.ones(64, 64)
+    (a @ a).sum()  # torch's thread pool and matmul kernels
+    torch.nn.functional.scaled_dot_product_attention(a[None, None], a[None, None], a[None, None])
+    attncore.sweeps.run_sweep(attncore.sweeps.SweepSpec(lengths=(64,), queries=2), device="cpu")
+    go.Figure([go.Scatter(x=[0], y=[0]), go.Heatmap(z=[[0.0]]), go.Bar(x=[0], y=[0])]).to_plotly_json()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> int:
+    """Warm up, then hand over to ``streamlit run app.py <argv>`` in this process."""
+    from streamlit.web import cli
+
+    seconds = warm()
+    print(f"Attention Lab: compute stack loaded in {seconds:.1f} s; starting the server.", flush=True)
+    sys.argv = ["streamlit", "run", "app.py", *argv]
+    try:
+        cli.main()
+    except SystemExit as exc:  # click ends the process through SystemExit
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

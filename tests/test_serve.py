@@ -1,0 +1,38 @@
+"""serve.py: the launcher warms the compute stack, then is exactly `streamlit run app.py <options>`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import serve
+
+
+def test_main_hands_its_options_to_streamlit_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit.web.cli as cli
+
+    seen: list[list[str]] = []
+    warmed: list[bool] = []
+
+    def fake_main() -> None:
+        seen.append(list(sys.argv))
+        raise SystemExit(3)
+
+    monkeypatch.setattr(cli, "main", fake_main)
+    monkeypatch.setattr(serve, "warm", lambda: warmed.append(True) or 0.1)
+    monkeypatch.setattr(sys, "argv", ["serve.py"])
+    assert serve.main(["--server.port", "8600", "--server.headless=true"]) == 3  # click's exit code
+    assert warmed == [True]  # before the server starts
+    assert seen == [["streamlit", "run", "app.py", "--server.port", "8600", "--server.headless=true"]]
+
+
+def test_warm_loads_the_compute_stack_but_no_cached_page_code() -> None:
+    seconds = serve.warm()
+    assert seconds >= 0
+    for name in ("torch", "pandas", "plotly.graph_objects", "attncore.sweeps", "attncore.kernels"):
+        assert name in sys.modules
+    # modules that define st.cache_data functions must be imported inside the server's runtime
+    src = Path(serve.__file__).read_text()
+    assert "import ui" not in src and "from ui" not in src
