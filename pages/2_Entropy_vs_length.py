@@ -362,13 +362,14 @@ def body(ctx: PageContext) -> None:
     n_first = max(series[0].shown or series[0].spec.lengths)
     theory_slot = st.empty()
 
-    def exact() -> tuple[list[tuple[pd.DataFrame, float]], pd.DataFrame]:
+    def exact() -> list[tuple[pd.DataFrame, float]]:
         with heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step",
                    where=theory_slot):  # ui.admission
-            curves = [theory_for(s) for s in series]
-            return curves, entropy_theory_given_queries(series[0].spec, n_first, ctx.device).value
+            return [theory_for(s) for s in series]
 
     beside = Beside(exact)
+    # the metrics' "given these queries" values: needed only below the chart
+    given_beside = Beside(lambda: entropy_theory_given_queries(series[0].spec, n_first, ctx.device).value)
     box, chart_slot = st.container(), st.empty()
     drawn: list[int] = []
 
@@ -378,14 +379,14 @@ def body(ctx: PageContext) -> None:
             return
         done = [s.measured(EMPTY_SWEEP if p is None else p) for s, p in zip(series, parts, strict=True)]
         n_done = max((int(f["n"].max()) for f in done if len(f)), default=0)
-        th_now = [s.in_range(t) for s, (t, _) in zip(series, beside.result()[0], strict=True)]
+        th_now = [s.in_range(t) for s, (t, _) in zip(series, beside.result(), strict=True)]
         chart_slot.plotly_chart(mark_partial(main_chart(series, done, th_now, c), n_done))
         drawn.append(n_done)
 
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series], where=box, partial=draw_partial)
     with st.spinner("Computing the exact expectations (quadrature)…"):
-        th, given_frame = beside.result()
+        th = beside.result()
     theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
     if result is None:
         stale_charts(chart_slot)
@@ -394,7 +395,7 @@ def body(ctx: PageContext) -> None:
         fig = main_chart(series, frames, theories, c)
         st.session_state[LAST_KEY] = (fig, ", ".join(s.label for s in series))
         chart_slot.plotly_chart(fig, key="chart_entropy")
-        metrics(series[0], frames[0], theories[0], given_frame)
+        metrics(series[0], frames[0], theories[0], given_beside.result())
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)
