@@ -24,7 +24,9 @@ Before the table it measures every Gaussian source at hand, per thread (torch ``
 numpy's ``standard_normal`` on PCG64 and SFC64, and a vectorised counter-based generator
 written in torch ops: a lowbias32 hash of a counter fed to Box-Muller), to show which one
 bounds the engine. After the table it sets the issue's absolute targets against the floor:
-the best any engine could do here with the fastest source.
+the best any engine could do here with the fastest source. Last, the shared draws: the Entropy
+page's default comparison run as one set against its curves one by one (``--shared-only``: that
+alone).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import numpy as np
 import torch
 
 from attncore.kernels import proc_status_kib, reset_peak_rss
-from attncore.sweeps import SweepSpec, run_sweep
+from attncore.sweeps import SweepSpec, run_sweep, run_sweep_set
 from attncore.sweeps.spec import plan_blocks
 
 Q, D, DV = 64, 128, 16
@@ -256,10 +258,41 @@ TARGETS = {"floor": 0.7, "logits_2^24_s": 5.0, "vectors_2^24_s": 11.0, "naive_ra
            "peak_mb": 150.0}
 
 
+def shared_draws(reps: int = 3) -> None:
+    """The Entropy page's default comparison: curves on the same draws in one run, against one by one.
+
+    Three temperatures (0.5, 1, 2) x 32 query rows x n = 2^4 .. 2^20 at four lengths per
+    doubling (the page sweeps that superset), and the same with SSMax (one pass per length,
+    all on the same draws). Ours: :func:`run_sweep_set`; baseline: :func:`run_sweep` per curve;
+    the numbers are identical (checked here), the time is not. Best of ``reps``, alternating.
+    """
+    lengths = tuple(sorted({int(round(2.0 ** (k / 4))) for k in range(16, 81)}))
+    print("shared draws (the Entropy page's default comparison, 32 query rows, n = 2^4 .. 2^20, "
+          f"{len(lengths)} lengths):")
+    cases = {"3 temperatures, 1/sqrt(d)": [SweepSpec(lengths=lengths, queries=32, temperature=t)
+                                          for t in (0.5, 1.0, 2.0)],
+             "1/sqrt(d), SSMax, Llama 4 rules": [SweepSpec(lengths=lengths, queries=32, scale_rule=r)
+                                                 for r in ("sqrt_d", "ssmax", "llama4")]}
+    for name, specs in cases.items():
+        best_set = best_one = math.inf
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            together = run_sweep_set(specs, device="cpu")
+            best_set = min(best_set, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            alone = [run_sweep(s, device="cpu") for s in specs]
+            best_one = min(best_one, time.perf_counter() - t0)
+        same = all(a.equals(b) for a, b in zip(together, alone, strict=True))
+        print(f"  {name:<34} together {best_set:6.2f} s   one by one {best_one:6.2f} s   "
+              f"ratio {best_one / best_set:4.2f}x   identical numbers: {same}   "
+              f"load {os.getloadavg()[0]:.2f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="stop at n = 2^20")
     ap.add_argument("--max-exp", type=int, default=None, help="largest n = 2^K (default 24; 30 on cuda)")
+    ap.add_argument("--shared-only", action="store_true", help="only the shared-draws comparison")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="cuda: the fused kernels against the torch engine, the materialised reference "
                          "and the fused floor on the GPU (bench/entropy_cuda.py)")
@@ -268,6 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         from bench.entropy_cuda import main as main_cuda
 
         main_cuda(["--max-exp", str(args.max_exp or 30)])
+        return
+    if args.shared_only:
+        shared_draws()
         return
     args.max_exp = 24 if args.max_exp is None else args.max_exp
     top = min(args.max_exp, 20 if args.quick else 24)
@@ -320,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"largest peak above the post-import RSS: {peak_max:.0f} MB; load average after: "
           f"{os.getloadavg()[0]:.2f}")
     _targets(results, naive_at, peak_max, top)
+    shared_draws()
 
 
 def _targets(results: dict[tuple[int, str], tuple[float, float]], naive_at: dict[int, float],
