@@ -202,7 +202,10 @@ def how_it_is_computed(engine: str = "torch") -> None:
                 "beyond the largest of 2³⁰ keys, so nothing is redrawn.")
     else:
         tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
-                "samples above 5σ are redrawn from the exact tail.")
+                "samples above 5σ are redrawn from the exact tail. Curves that differ only in temperature, "
+                "scale rule or normaliser read one stream of draws, each with its own factor: a comparison "
+                "draws its random numbers once. A long sweep draws its short lengths first, marked "
+                "\"measuring…\", while the long ones stream.")
     with st.expander("How attncore computes this", expanded=False):
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
