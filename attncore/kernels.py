@@ -6,7 +6,8 @@ reason torch gives when a backend refuses (the warnings it emits, else its error
 the backend the default dispatch picks (``torch._fused_sdp_choice`` where torch exposes it,
 checked against the outputs), and for every backend that ran measures the time (median of
 repeats; CUDA events on a GPU), the peak extra memory (``torch.cuda.max_memory_allocated``
-on CUDA; on the CPU the peak resident-set increase measured in a fresh subprocess) and the
+on CUDA; on the CPU the peak resident-set increase measured in a fresh process, forked from a
+long-lived helper that has imported torch: :func:`warm_memory_measurement`) and the
 largest difference from attncore's float64 reference, fully masked query rows included.
 Two materialised baselines run beside them: :func:`attncore.attention` with its weights,
 and softmax(QK^T/sqrt(E))V written the notebook way (:func:`notebook_attention`).
@@ -642,7 +643,7 @@ def probe(
             once the backends have spent ``max_seconds`` each on average).
         budget_bytes: memory budget for the materialised paths (default
             :func:`default_budget_bytes`).
-        measure_memory: measure peak memory (CUDA: in process; CPU: a fresh subprocess).
+        measure_memory: measure peak memory (CUDA: in process; CPU: a fresh forked process).
         compare: compute the max error against the float64 reference.
         progress: called with (fraction of this size done, what runs next).
 
@@ -820,8 +821,8 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def _memory_worker(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run in a fresh process: peak RSS increase of each (L, S, name) job, in order.
+def _memory_jobs(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """In a fresh process: the peak RSS increase of each (L, S, name) job, in order, as it is measured.
 
     Where the peak mark cannot be reset only the first job is measured (the parent starts a
     new process for the rest).
@@ -831,7 +832,7 @@ def _memory_worker(payload: dict[str, Any]) -> list[dict[str, Any]]:
     libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
     device = torch.device("cpu")
     warmed: set[str] = set()
-    results: list[dict[str, Any]] = []
+    measured = False
     inputs: dict[tuple[int, int], KernelInputs] = {}
     for L, S, name in payload["jobs"]:
         if name not in warmed:  # thread pools, lazy init: paid at a tiny size, not counted
@@ -846,7 +847,7 @@ def _memory_worker(payload: dict[str, Any]) -> list[dict[str, Any]]:
         if libc is not None:
             libc.malloc_trim(0)
         reset = reset_peak_rss()
-        if not reset and results:
+        if not reset and measured:
             break
         base = proc_status_kib("VmRSS")
         if not reset:
@@ -855,46 +856,177 @@ def _memory_worker(payload: dict[str, Any]) -> list[dict[str, Any]]:
             out = _run_once(name, x, spec, device)
             peak = max(0, proc_status_kib("VmHWM") - base) * 1024
             del out
-            results.append({"job": [L, S, name], "bytes": peak})
+            yield {"job": [L, S, name], "bytes": peak}
         except Exception as exc:
-            results.append({"job": [L, S, name], "error": _clean(str(exc))[:200]})
-        print(json.dumps(results[-1]), flush=True)  # one line per job: a timeout keeps what was done
+            yield {"job": [L, S, name], "error": _clean(str(exc))[:200]}
+        measured = True
         if not reset:
             break
-    return results
+
+
+# The measuring processes are forked from a long-lived helper process that imported torch and
+# this module once (about 2 s) and never ran an operation: each measurement still starts in a
+# fresh process (a fork of it), without paying for the imports again.
+_HELPER_LOCK = threading.Lock()
+_helper: subprocess.Popen[bytes] | None = None
+
+
+def _helper_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "MALLOC_MMAP_THRESHOLD_": "65536", "ATTNCORE_DEVICE": "cpu"}
+
+
+def _start_helper() -> subprocess.Popen[bytes]:
+    """The measuring helper (``python -m attncore.kernels --serve``), started if not running."""
+    global _helper
+    if _helper is None or _helper.poll() is not None:
+        root = str(Path(__file__).resolve().parents[1])
+        _helper = subprocess.Popen([sys.executable, "-m", "attncore.kernels", "--serve"], cwd=root,
+                                   env=_helper_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
+    return _helper
+
+
+def warm_memory_measurement() -> None:
+    """Start the measuring helper now (a server does it at start-up, off the first visitor's clock)."""
+    with _HELPER_LOCK:
+        _start_helper()
+
+
+def _stop_helper() -> None:
+    global _helper
+    if _helper is not None:
+        with contextlib.suppress(OSError):
+            _helper.kill()
+        with contextlib.suppress(Exception):
+            _helper.wait(timeout=5)
+    _helper = None
+
+
+def _serve() -> None:
+    """``python -m attncore.kernels --serve``: one JSON payload per stdin line; for each, fork a
+    process that measures its jobs (one JSON line per job on stdout), then say ``{"exit": code}``.
+
+    Before the first payload it says ``{"ready": true}``. Nothing but imports happens before a fork
+    (no torch thread pool exists yet), so forking is safe.
+    """
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        payload = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the measuring process
+            code = 0
+            try:
+                gc.freeze()  # the inherited heap (torch, this module) is not garbage: cheap gc.collect()
+                for item in _memory_jobs(payload):
+                    out.write(json.dumps(item) + "\n")
+                    out.flush()
+            except BaseException:  # noqa: BLE001 - reported as its exit code
+                code = 1
+            finally:
+                os._exit(code)
+        out.write(json.dumps({"pid": pid}) + "\n")
+        out.flush()
+        _, status = os.waitpid(pid, 0)
+        out.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
+        out.flush()
+
+
+def _read_lines(proc: subprocess.Popen[bytes], deadline: float, buf: bytearray) -> Iterator[dict[str, Any]]:
+    """JSON lines from the helper's stdout until the deadline (select: never blocks past it)."""
+    import select
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            if line.strip():
+                yield json.loads(line)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        ready, _, _ = select.select([fd], [], [], min(left, 0.25))
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # the helper is gone
+                return
+            buf += chunk
+
+
+def _measure_in_child(payload: dict[str, Any], deadline: float) -> tuple[list[dict[str, Any]], str | None]:
+    """One measuring process forked by the helper: the results it gave before it ended or the
+    deadline, and why it stopped early (None: it finished)."""
+    with _HELPER_LOCK:
+        proc = _start_helper()
+        assert proc.stdin is not None
+        buf = bytearray()
+        done: list[dict[str, Any]] = []
+        pid: int | None = None
+        ready = False
+        try:
+            proc.stdin.write((json.dumps(payload) + "\n").encode())
+            proc.stdin.flush()
+        except OSError:
+            _stop_helper()
+            return [], "could not be started"
+        for msg in _read_lines(proc, deadline, buf):
+            if "ready" in msg:
+                ready = True
+            elif "pid" in msg:
+                pid = int(msg["pid"])
+            elif "exit" in msg:
+                code = int(msg["exit"])
+                return done, None if code == 0 else f"failed (exit code {code})"
+            else:
+                done.append(msg)
+        # the deadline passed (or the helper died): stop the measuring process, keep the helper if it answers
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+            for msg in _read_lines(proc, time.monotonic() + 5, buf):
+                if "exit" in msg:
+                    break
+                if "pid" not in msg and "ready" not in msg:
+                    done.append(msg)
+            else:
+                _stop_helper()
+        else:
+            _stop_helper()  # still importing, or gone: the next measurement starts a new one
+        if time.monotonic() < deadline:
+            return done, "failed (the measuring helper stopped)"
+        return done, "passed its time limit" if ready or pid is not None else \
+            "passed its time limit before it was ready"
 
 
 def _cpu_memory(
     spec: KernelSpec, jobs: list[tuple[int, int, str]], timeout: float
 ) -> tuple[dict[tuple[int, int, str], float], str]:
-    """Peak RSS increase per job, measured in fresh subprocesses within ``timeout`` seconds."""
+    """Peak RSS increase per job, measured in fresh (forked) processes within ``timeout`` seconds."""
     found: dict[tuple[int, int, str], float] = {}
     problems: list[str] = []
     deadline = time.monotonic() + timeout
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "MALLOC_MMAP_THRESHOLD_": "65536", "ATTNCORE_DEVICE": "cpu"}
     todo = list(jobs)
     spec_fields = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
     while todo:
         left = deadline - time.monotonic()
-        if left <= 1:
-            problems.append(f"time limit ({timeout:.0f} s) reached before {len(todo)} measurement(s)")
+        if left <= 0.05:
+            problems.append(f"time limit ({timeout:.3g} s) reached before {len(todo)} measurement(s)")
             break
-        payload = json.dumps({"spec": spec_fields, "jobs": todo, "threads": torch.get_num_threads()})
-        stop = None
+        payload = {"spec": spec_fields, "jobs": todo, "threads": torch.get_num_threads()}
         try:
-            proc = subprocess.run([sys.executable, "-m", "attncore.kernels"], input=payload, env=env,
-                                  capture_output=True, text=True, timeout=left, cwd=root)
-            stdout = proc.stdout
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-                stop = f"the measuring process failed ({last[:160]})"
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout or ""
-            stdout = out.decode() if isinstance(out, bytes) else out
-            stop = f"the measuring process passed its time limit ({timeout:.0f} s)"
-        done = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+            done, why = _measure_in_child(payload, deadline)
+        except OSError as exc:  # could not start a process at all
+            done, why = [], f"could not start ({_clean(str(exc))[:120]})"
+        stop = None if why is None else f"the measuring process {why}"
+        if why == "passed its time limit":
+            stop = f"the measuring process passed its time limit ({timeout:.3g} s)"
         if not done and stop is None:
             stop = "the measuring process returned nothing"
         for item in done:
@@ -908,7 +1040,8 @@ def _cpu_memory(
             problems.append(stop + (f"; {len(todo)} measurement(s) left" if todo else ""))
             break
     note = ("peak resident-set increase over the call, measured in a fresh Python process "
-            "(Linux's peak mark reset before each call; inputs and mask allocated before it)")
+            "(forked from a helper that imported torch and attncore and ran nothing; Linux's peak mark "
+            "reset before each call; inputs and mask allocated before it)")
     if problems:
         note += "; not measured: " + "; ".join(problems)
     return found, note
@@ -956,7 +1089,7 @@ def measure_memory(sizes: Sequence[SizeResult], spec: KernelSpec,
                    device: torch.device | str) -> tuple[list[SizeResult], str]:
     """Fill ``peak_bytes`` of every row that ran; returns the sizes and how memory was measured.
 
-    CUDA: already measured in process by :func:`probe`. CPU: one fresh subprocess measures
+    CUDA: already measured in process by :func:`probe`. CPU: one fresh (forked) process measures
     every (size, backend) in turn (bounded in time; what it could not measure stays None).
     """
     return _with_memory(list(sizes), spec, torch.device(device))
@@ -1029,7 +1162,9 @@ def sweep(
 
 
 def _main() -> None:
-    _memory_worker(json.loads(sys.stdin.read()))
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -m attncore.kernels --serve  (the memory-measuring helper)")
+    _serve()
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     lo = widgets.select_slider(P_TMIN, "Smallest T (= L = S)", where=where)
     hi = widgets.select_slider(P_TMAX, "Largest T", where=where)
     mem = widgets.toggle(P_MEM, "Measure peak memory", where=where,
-                         help="On the CPU a fresh Python process measures it (a few seconds).")
+                         help="On the CPU a fresh Python process (forked, torch already loaded) measures "
+                              "each call.")
     lo, hi = min(lo, hi), max(lo, hi)
     lengths = tuple(t for t in POW2 if lo <= t <= hi)
     return heads, groups, dim, mask, float(drop), lengths, bool(mem)
@@ -114,35 +115,43 @@ def spec_from_controls(ctx: PageContext) -> tuple[KernelSpec, tuple[int, ...], b
     return spec, lengths, mem
 
 
-def run_sweep(spec: KernelSpec, lengths: tuple[int, ...], mem: bool,
-              device: str) -> tuple[list[SizeResult], str, float]:
-    """Cached calls, one per length (a progress bar over them), then the memory pass."""
+def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str) -> tuple[list[SizeResult], float]:
+    """Cached calls, one per length (a progress bar over them): every backend timed, no memory yet."""
     bar = st.progress(0.0, text="Starting…")
     seconds, sizes = 0.0, []
     weights = [t * t for t in lengths]
     for i, t in enumerate(lengths):
-        bar.progress(sum(weights[:i]) / sum(weights) * (0.8 if mem else 1.0),
-                     text=f"T = {t}: trying every backend…")
+        bar.progress(sum(weights[:i]) / sum(weights), text=f"T = {t}: trying every backend…")
         res = cached.kernel_probe(spec, t, device)
         seconds += res.seconds
         sizes.append(res.value)
-    memory_note = "not measured (switch on “Measure peak memory”)"
-    if mem:
-        bar.progress(0.8, text="Measuring peak memory…")
-        m = cached.kernel_memory(spec, lengths, device)
-        sizes, memory_note = list(m.value[0]), m.value[1]
-        seconds += m.seconds
     bar.empty()
-    return sizes, memory_note, seconds
+    return sizes, seconds
 
 
-def charts_section(df: pd.DataFrame) -> None:
+def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], mem: bool,
+                   device: str) -> tuple[list[SizeResult] | None, str, float]:
+    """The time chart as soon as the backends are timed; the memory chart once memory is measured.
+
+    Returns the sizes with memory filled in (None when not measured), how memory was measured
+    and the seconds the measurement took when it was computed.
+    """
     st.markdown("##### 1 · Time and memory against T")
     c1, c2 = st.columns(2)
-    tfig, mfig = view.time_figure(df), view.memory_figure(df)
+    tfig = view.time_figure(df)
     c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
-    c2.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
-    st.caption(view.guide_caption(tfig, mfig))
+    mem_slot, caption_slot = c2.empty(), st.empty()
+    sizes, note, seconds = None, "not measured (switch on “Measure peak memory”)", 0.0
+    if mem:
+        mem_slot.info("Measuring peak memory: every call again, each in a fresh process…",
+                      icon=":material/memory:")
+        m = cached.kernel_memory(spec, lengths, device)
+        sizes, note, seconds = list(m.value[0]), m.value[1], m.seconds
+        df = view.backend_frame(sizes)
+    mfig = view.memory_figure(df)
+    mem_slot.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
+    caption_slot.caption(view.guide_caption(tfig, mfig))
+    return sizes, note, seconds
 
 
 def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
@@ -199,9 +208,12 @@ def body(ctx: PageContext) -> None:
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
     explain()
-    sizes, memory_note, seconds = run_sweep(spec, lengths, mem, ctx.device)
+    sizes, seconds = run_probes(spec, lengths, ctx.device)
+    measured, memory_note, mem_seconds = charts_section(view.backend_frame(sizes), spec, lengths, mem,
+                                                        ctx.device)
+    sizes = measured or sizes
+    seconds += mem_seconds
     df = view.backend_frame(sizes)
-    charts_section(df)
     table_section(sizes, df, spec, lengths, memory_note, budget, ctx.device)
     claims_section(df, sizes, spec)
     explain_more()

@@ -279,3 +279,66 @@ def test_peak_rss_helpers_see_an_allocation() -> None:
     assert 48 << 10 <= grown <= 256 << 10, grown  # KiB
     with pytest.raises(OSError):
         proc_status_kib("NoSuchField")
+
+
+# ---------------------------------------------------------------------------- the measuring helper
+
+
+def _payload(jobs: list[tuple[int, int, str]]) -> dict:
+    return {"spec": {k: getattr(SMALL, k) for k in SMALL.__dataclass_fields__}, "jobs": jobs, "threads": 1}
+
+
+def test_importing_attncore_runs_no_torch_operation() -> None:
+    """The measuring helper forks after importing attncore: an import-time torch op would start
+    torch's thread pool, and a fork made after that hangs in its first parallel op."""
+    code = ("import torch\nfrom torch.overrides import TorchFunctionMode\ncalls = []\n"
+            "class M(TorchFunctionMode):\n"
+            "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+            "        calls.append(getattr(func, '__name__', str(func)))\n"
+            "        return func(*args, **(kwargs or {}))\n"
+            "with M():\n    import attncore, attncore.kernels, attncore.sweeps, attncore.training\n"
+            "print(calls)\n")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1], check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]", out
+
+
+def test_memory_helper_measures_in_forked_processes_and_survives_a_timeout() -> None:
+    import time
+
+    from attncore import kernels as K
+
+    K.warm_memory_measurement()
+    jobs = [(64, 64, "math"), (64, 64, "flash"), (512, 512, "math"), (512, 512, "flash")]
+    done, why = K._measure_in_child(_payload(jobs), time.monotonic() + 60)
+    assert why is None and [d["job"] for d in done] == [list(j) for j in jobs]
+    got = {tuple(d["job"]): d["bytes"] for d in done}
+    # the materialised path holds H x T x T scores (4 x 512 x 512 float32 = 4 MiB); flash does not
+    assert got[(512, 512, "math")] >= 4 << 20 > got[(512, 512, "flash")]
+    pid_before = K._helper.pid if K._helper is not None else None
+    # a deadline no measuring process can meet: it is killed, the helper stays and answers again
+    done, why = K._measure_in_child(_payload([(1024, 1024, "math")] * 6), time.monotonic() + 0.02)
+    assert why is not None and "time limit" in why
+    done, why = K._measure_in_child(_payload(jobs[:1]), time.monotonic() + 60)
+    assert why is None and len(done) == 1 and K._helper is not None and K._helper.pid == pid_before
+
+
+def test_memory_helper_is_restarted_when_it_died() -> None:
+    import time
+
+    from attncore import kernels as K
+
+    K.warm_memory_measurement()
+    assert K._helper is not None
+    K._helper.kill()
+    K._helper.wait(timeout=10)
+    found, note = K._cpu_memory(SMALL, [(64, 64, "math")], timeout=60)
+    assert set(found) == {(64, 64, "math")} and found[(64, 64, "math")] > 0, note
+    assert K._helper is not None and K._helper.poll() is None
+    t0 = time.monotonic()
+    K._stop_helper()
+    assert K._helper is None and time.monotonic() - t0 < 10

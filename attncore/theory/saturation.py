@@ -3,6 +3,7 @@ limits, the unscaled large-d limit, and the logit at which exp overflows in each
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import lru_cache
 
@@ -74,7 +75,12 @@ def uniform_row_jacobian_norm(n: ArrayLike) -> NDArray[np.float64] | float:
     return _scalar(np.sqrt(n_arr - 1.0) / n_arr)
 
 
-_GRID = torch.linspace(-12.0, 12.0, 48001, dtype=torch.float64)
+@functools.cache
+def _grid() -> torch.Tensor:
+    """The z grid of the quadratures below, built on first use: nothing runs torch at import (an
+    import-time op starts torch's thread pool, and a process forked after that hangs in its first
+    parallel op: the Kernels page forks its memory-measuring processes from an importer)."""
+    return torch.linspace(-12.0, 12.0, 48001, dtype=torch.float64)
 
 
 @lru_cache(maxsize=256)
@@ -86,16 +92,18 @@ def top2_gap_density_at_zero(n: int) -> float:
     """
     if n < 2:
         raise ValueError("a gap needs n >= 2.")
-    phi = torch.exp(-0.5 * _GRID**2) / math.sqrt(2.0 * math.pi)
-    integrand = phi**2 * torch.special.ndtr(_GRID) ** (n - 2)
-    return float(n * (n - 1) * torch.trapezoid(integrand, _GRID))
+    grid = _grid()
+    phi = torch.exp(-0.5 * grid**2) / math.sqrt(2.0 * math.pi)
+    integrand = phi**2 * torch.special.ndtr(grid) ** (n - 2)
+    return float(n * (n - 1) * torch.trapezoid(integrand, grid))
 
 
 @lru_cache(maxsize=256)
 def expected_max_normal(n: int) -> float:
     r"""``E[max of n iid N(0, 1)]`` = :math:`n \int x\,\varphi(x)\,\Phi(x)^{n-1}\,dx` (0 for n = 1)."""
-    phi = torch.exp(-0.5 * _GRID**2) / math.sqrt(2.0 * math.pi)
-    return float(n * torch.trapezoid(_GRID * phi * torch.special.ndtr(_GRID) ** (n - 1), _GRID))
+    grid = _grid()
+    phi = torch.exp(-0.5 * grid**2) / math.sqrt(2.0 * math.pi)
+    return float(n * torch.trapezoid(grid * phi * torch.special.ndtr(grid) ** (n - 1), grid))
 
 
 def jacobian_norm_small_scale(sigma: ArrayLike, n: int) -> NDArray[np.float64] | float:
