@@ -1,14 +1,17 @@
-"""The threaded streaming engine: :func:`entropy_vs_length` / :func:`run_sweep`.
+"""The threaded streaming engine: :func:`entropy_vs_length` / :func:`run_sweep` / :func:`run_sweep_set`.
 
 Shapes (see the package legend): ``L`` query rows, ``n`` keys a row sees, ``d`` query/key
 dim, ``Ev`` value dim, ``K`` keys per block, ``Lt`` rows per logit tile. The largest tensors
 held are one block: logits ``(Lt, K)`` or ``(L, K)``, keys ``(K, d)``, values ``(K, Ev)``.
 
-A sweep is a few passes (:meth:`SweepSpec.passes`); a pass streams keys ``[0, n_max)`` in
-blocks, workers pull (lane, row group) units from a queue (:mod:`attncore.sweeps.rng`),
-reduce every tile into per-lane, per-segment sums (:mod:`attncore.sweeps.reduce`), and the
-lanes are merged in lane order at every requested length, so results do not depend on
-the number of workers.
+A sweep is a few passes (:meth:`SweepSpec.passes`: one per logit factor). Every pass of every
+spec that draws the same random numbers (:func:`stream_key`) is a *job* of one stream: keys
+``[0, n_max)`` are drawn once, in blocks, and each job reduces them with its own factor.
+Workers pull (lane, row group) units from a queue (:mod:`attncore.sweeps.rng`), reduce every
+tile into per-job, per-lane, per-segment sums (:mod:`attncore.sweeps.reduce`), and the lanes
+are merged in lane order at every requested length, so results do not depend on the number
+of workers, on staging (a run may stop after the first blocks to report the short lengths)
+or on which other specs shared the stream.
 """
 
 from __future__ import annotations
