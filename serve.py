@@ -4,9 +4,12 @@
 
 ``make run``, the container's CMD and the browser tests start the app this way. A plain
 ``streamlit run app.py`` works too; it only leaves the first visitor of a new server to pay
-for importing torch, pandas and attncore (about 2 s on a 2-core machine) inside their first
-page load. Nothing here touches Streamlit's caches: modules that define cached functions
-(``ui.cached``) are imported by the first script run, inside the server's runtime.
+for importing torch, pandas and attncore (about 2 s on a 2-core machine) and the first
+real-text visitor for transformers' model code (about 3 s) inside their page loads. It also
+starts the Kernels page's memory-measuring helper
+(:func:`attncore.kernels.warm_memory_measurement`). Nothing here touches Streamlit's caches:
+modules that define cached functions (``ui.cached``) are imported by the first script run,
+inside the server's runtime.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def warm() -> float:
     torch.nn.functional.scaled_dot_product_attention(a[None, None], a[None, None], a[None, None])
     attncore.sweeps.run_sweep(attncore.sweeps.SweepSpec(lengths=(64,), queries=2), device="cpu")
     go.Figure([go.Scatter(x=[0], y=[0]), go.Heatmap(z=[[0.0]]), go.Bar(x=[0], y=[0])]).to_plotly_json()
+    # the real-text views' model code (about 3 s of imports; the weights still load on first use)
+    from transformers import AutoConfig, AutoModel, AutoTokenizer  # noqa: F401
+    from transformers.models.bert import modeling_bert  # noqa: F401
     attncore.kernels.warm_memory_measurement()  # the Kernels page's measuring helper starts importing
     return time.perf_counter() - t0
 

@@ -31,7 +31,8 @@ def test_main_hands_its_options_to_streamlit_run(monkeypatch: pytest.MonkeyPatch
 def test_warm_loads_the_compute_stack_but_no_cached_page_code() -> None:
     seconds = serve.warm()
     assert seconds >= 0
-    for name in ("torch", "pandas", "plotly.graph_objects", "attncore.sweeps", "attncore.kernels"):
+    for name in ("torch", "pandas", "plotly.graph_objects", "attncore.sweeps", "attncore.kernels",
+                 "transformers.models.bert.modeling_bert"):
         assert name in sys.modules
     # modules that define st.cache_data functions must be imported inside the server's runtime
     src = Path(serve.__file__).read_text()
