@@ -215,3 +215,23 @@ def test_the_default_view_lies_on_its_exact_value_given_its_queries() -> None:
     assert abs(got["entropy"] - free["entropy"]) > 2 * got["entropy_sem"]
     assert abs(got["entropy"] - given["entropy"]) < 0.5 * got["entropy_sem"]
     assert abs(got["output_std"] - given["output_std"]) < 2 * got["output_std_sem"]
+
+
+@pytest.mark.parametrize(("d", "rows", "tau", "normalizer", "rule"), [
+    (64, 32, 0.5, "softmax", "sqrt_d"),  # the Entropy page's default first curve
+    (48, 64, 1.0, "softmax1", "sqrt_d"),
+    (32, 40, 2.0, "sigmoid", "sqrt_d"),
+    (64, 24, 1.0, "softmax", "ssmax"),  # one factor per length: nodes per length group
+    (8, 64, 0.5, "softmax", "sqrt_d"),  # a spread too wide for the nodes: every row computed
+])
+def test_given_queries_by_chebyshev_nodes_equal_every_row_computed(d, rows, tau, normalizer, rule) -> None:
+    spec = SweepSpec(lengths=(16, 3000, 1 << 20), d=d, queries=rows, seed=7)
+    qn = query_norms(spec, "cpu").numpy()
+    kw = dict(d=d, temperature=tau, normalizer=normalizer, scale_rule=rule)
+    fast = sweep_theory_given_queries(spec.lengths, qn, **kw)
+    every = sweep_theory_given_queries(spec.lengths, qn, nodes=None, **kw)
+    for c in ("entropy", "max_weight", "sum_sq", "row_sum", "output_std"):
+        np.testing.assert_allclose(fast[c], every[c], rtol=1e-6, atol=1e-15, err_msg=c)
+    no_max = sweep_theory_given_queries(spec.lengths, qn, want_max=False, **kw)
+    assert no_max["max_weight"].isna().all() or normalizer == "sigmoid"  # sigmoid's comes with the rest
+    np.testing.assert_allclose(no_max["entropy"], every["entropy"], rtol=1e-6)
