@@ -16,7 +16,8 @@ import torch
 from attncore.errors import ResourceLimitError
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_ADDITIVE_OPS", "MAX_ATTENTION_CELLS", "MAX_BYTES_ENV", "check_bytes",
-           "check_limit", "fmt_bytes", "fmt_count", "free_gpu_memory", "max_bytes", "oom_to_limit"]
+           "check_limit", "env_bytes", "fmt_bytes", "fmt_count", "free_gpu_memory", "max_bytes",
+           "oom_to_limit"]
 
 T = TypeVar("T")
 
@@ -85,15 +86,21 @@ def max_bytes() -> int:
     Read on every call, so a test or a notebook can change it with the environment.
     A malformed value falls back to the default rather than disabling the budget.
     """
-    raw = os.environ.get(MAX_BYTES_ENV, "").strip().upper().removesuffix("B").removesuffix("I")
+    return env_bytes(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, minimum=1)
+
+
+def env_bytes(name: str, default: int, minimum: int = 0) -> int:
+    """Bytes from the environment variable ``name`` (a number, or with a K/M/G/T suffix, powers
+    of 1024); ``default`` when unset, malformed or below ``minimum``."""
+    raw = os.environ.get(name, "").strip().upper().removesuffix("B").removesuffix("I")
     if not raw:
-        return DEFAULT_MAX_BYTES
+        return default
     mult = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}.get(raw[-1], 1)
     try:
         value = float(raw[:-1] if mult > 1 else raw) * mult
     except ValueError:
-        return DEFAULT_MAX_BYTES
-    return int(value) if value >= 1 and value == value and value != float("inf") else DEFAULT_MAX_BYTES
+        return default
+    return int(value) if minimum <= value < float("inf") else default
 
 
 def check_bytes(nbytes: float, what: str, fix: str) -> None:

@@ -25,8 +25,11 @@ numpy's ``standard_normal`` on PCG64 and SFC64, and a vectorised counter-based g
 written in torch ops: a lowbias32 hash of a counter fed to Box-Muller), to show which one
 bounds the engine. After the table it sets the issue's absolute targets against the floor:
 the best any engine could do here with the fastest source. Last, the shared draws: the Entropy
-page's default comparison run as one set against its curves one by one (``--shared-only``: that
-alone).
+page's default comparison run as one set against its curves one by one, and the kept draws: that
+comparison after a change of d, reading the draws the previous sweep kept
+(:mod:`attncore.sweeps.draws`) against drawing them again (``--shared-only``: those two alone).
+Everything before the kept-draws lines runs with the store off (``ATTNCORE_DRAW_CACHE=0``), so
+every timed sweep draws its random numbers.
 """
 
 from __future__ import annotations
@@ -261,12 +264,12 @@ TARGETS = {"floor": 0.7, "logits_2^24_s": 5.0, "vectors_2^24_s": 11.0, "naive_ra
 def shared_draws(reps: int = 3) -> None:
     """The Entropy page's default comparison: curves on the same draws in one run, against one by one.
 
-    Three temperatures (0.5, 1, 2) x 32 query rows x n = 2^4 .. 2^20 at four lengths per
-    doubling (the page sweeps that superset), and the same with SSMax (one pass per length,
-    all on the same draws). Ours: :func:`run_sweep_set`; baseline: :func:`run_sweep` per curve;
+    Three temperatures (0.5, 1, 2) x 32 query rows x n = 2^4 .. 2^20, one length per doubling
+    (the page's default view), and the same with SSMax (one pass per length, all on the same
+    draws). Ours: :func:`run_sweep_set`; baseline: :func:`run_sweep` per curve;
     the numbers are identical (checked here), the time is not. Best of ``reps``, alternating.
     """
-    lengths = tuple(sorted({int(round(2.0 ** (k / 4))) for k in range(16, 81)}))
+    lengths = tuple(1 << e for e in range(4, 21))
     print("shared draws (the Entropy page's default comparison, 32 query rows, n = 2^4 .. 2^20, "
           f"{len(lengths)} lengths):")
     cases = {"3 temperatures, 1/sqrt(d)": [SweepSpec(lengths=lengths, queries=32, temperature=t)
@@ -288,6 +291,54 @@ def shared_draws(reps: int = 3) -> None:
               f"load {os.getloadavg()[0]:.2f}")
 
 
+def kept_draws(reps: int = 3) -> None:
+    """The head-dim slider: the default comparison at a new d, draws kept (ours) against drawn again.
+
+    Ours reads the z tiles the previous sweep on the same stream kept (the store on); the baseline
+    draws them again (the store off). Each timed call uses a d not swept before in that mode,
+    so no finished result is reused; the numbers are identical (checked).
+    """
+    from attncore.sweeps.draws import DRAW_CACHE_ENV, draw_store
+
+    lengths = tuple(1 << e for e in range(4, 21))
+    print("kept draws (the head-dim slider: the default comparison at a new d):")
+    specs_at = lambda d: [SweepSpec(lengths=lengths, queries=32, d=d, temperature=t)  # noqa: E731
+                          for t in (0.5, 1.0, 2.0)]
+    old = os.environ.get(DRAW_CACHE_ENV)
+    try:
+        os.environ.pop(DRAW_CACHE_ENV, None)
+        draw_store().clear()
+        run_sweep_set(specs_at(64), device="cpu")  # the page's first view: draws and keeps them
+        best_kept = best_fresh = math.inf
+        same = True
+        for d in (128, 256, 512)[:reps]:
+            os.environ.pop(DRAW_CACHE_ENV, None)
+            t0 = time.perf_counter()
+            kept = run_sweep_set(specs_at(d), device="cpu")
+            best_kept = min(best_kept, time.perf_counter() - t0)
+            os.environ[DRAW_CACHE_ENV] = "0"
+            t0 = time.perf_counter()
+            fresh = run_sweep_set(specs_at(d), device="cpu")
+            best_fresh = min(best_fresh, time.perf_counter() - t0)
+            same = same and all(a.equals(b) for a, b in zip(kept, fresh, strict=True))
+        print(f"  {'3 temperatures, d -> 2d':<34} kept {best_kept:6.2f} s   "
+              f"drawn again {best_fresh:6.2f} s   "
+              f"ratio {best_fresh / best_kept:4.2f}x   identical numbers: {same}   "
+              f"load {os.getloadavg()[0]:.2f}")
+    finally:
+        if old is None:
+            os.environ.pop(DRAW_CACHE_ENV, None)
+        else:
+            os.environ[DRAW_CACHE_ENV] = old
+
+
+def _store_off() -> None:
+    """Every timed sweep draws its numbers (the kept-draws lines measure the store)."""
+    from attncore.sweeps.draws import DRAW_CACHE_ENV
+
+    os.environ[DRAW_CACHE_ENV] = "0"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="stop at n = 2^20")
@@ -302,8 +353,10 @@ def main(argv: list[str] | None = None) -> None:
 
         main_cuda(["--max-exp", str(args.max_exp or 30)])
         return
+    _store_off()
     if args.shared_only:
         shared_draws()
+        kept_draws()
         return
     args.max_exp = 24 if args.max_exp is None else args.max_exp
     top = min(args.max_exp, 20 if args.quick else 24)
@@ -357,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{os.getloadavg()[0]:.2f}")
     _targets(results, naive_at, peak_max, top)
     shared_draws()
+    kept_draws()
 
 
 def _targets(results: dict[tuple[int, str], tuple[float, float]], naive_at: dict[int, float],

@@ -204,8 +204,9 @@ def how_it_is_computed(engine: str = "torch") -> None:
         tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
                 "samples above 5σ are redrawn from the exact tail. Curves that differ only in temperature, "
                 "scale rule or normaliser read one stream of draws, each with its own factor: a comparison "
-                "draws its random numbers once. A long sweep draws its short lengths first, marked "
-                "\"measuring…\", while the long ones stream.")
+                "draws its random numbers once, and the server keeps them for the next sweep (they do not "
+                "depend on d either), so moving d or τ only redoes the sums. A long sweep draws its short "
+                "lengths first, marked \"measuring…\", while the long ones stream.")
     with st.expander("How attncore computes this", expanded=False):
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
@@ -371,8 +372,6 @@ def body(ctx: PageContext) -> None:
             return [theory_for(s) for s in series]
 
     beside = Beside(exact)
-    # the metrics' "given these queries" values: needed only below the chart
-    given_beside = Beside(lambda: entropy_theory_given_queries(series[0].spec, n_first, ctx.device).value)
     box, chart_slot = st.container(), st.empty()
     drawn: list[int] = []
 
@@ -398,7 +397,9 @@ def body(ctx: PageContext) -> None:
         fig = main_chart(series, frames, theories, c)
         st.session_state[LAST_KEY] = (fig, ", ".join(s.label for s in series))
         chart_slot.plotly_chart(fig, key="chart_entropy")
-        metrics(series[0], frames[0], theories[0], given_beside.result())
+        # the metrics' "given these queries" values: needed only below the chart, so computed after it
+        given = entropy_theory_given_queries(series[0].spec, n_first, ctx.device).value
+        metrics(series[0], frames[0], theories[0], given)
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
         work = sum(s.spec.queries * max(s.spec.lengths) for s in series)

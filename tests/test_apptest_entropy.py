@@ -83,7 +83,7 @@ def check_charts(at: AppTest) -> None:
     for label, spec in specs_of(at):
         # the page may sweep a superset of the lengths in one pass and show the requested ones
         df = run_sweep(spec, device=page_device())
-        swept = sweep_spec(spec)
+        swept = sweep_spec(spec, int(at.session_state["ent_ppo"]))
         th = theory(replace(swept, seed=0, method="logits", queries=1, dtype="float32"))
         th = th[(th["n"] >= min(spec.lengths)) & (th["n"] <= max(spec.lengths))].reset_index(drop=True)
         for col, axis in AXES.items():

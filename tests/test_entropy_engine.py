@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -56,7 +57,7 @@ def test_streaming_equals_the_materialised_reference(method: str, normalizer: st
 @pytest.mark.parametrize("method", ["logits", "vectors"])
 @pytest.mark.parametrize("normalizer", ["softmax", "sigmoid"])
 def test_tall_row_tiles_equal_the_reference(method: str, normalizer: str) -> None:
-    # more than STACKED_ROWS rows per tile: the row-wise reduction path (vectors uses 64-row tiles)
+    # tall row tiles (70 rows; vectors uses 64-row tiles): the reductions do not depend on the tile height
     spec = SweepSpec(lengths=(3, 5000, 9000), d=16, queries=70, method=method, normalizer=normalizer,
                      scale_rule="llama4", seed=8)
     _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
@@ -375,6 +376,7 @@ def test_a_sweep_set_draws_each_stream_once(monkeypatch: pytest.MonkeyPatch) -> 
         return original(spec, lane, group, device)
 
     monkeypatch.setattr(sw_engine, "unit_generator", spy)
+    monkeypatch.setenv("ATTNCORE_DRAW_CACHE", "0")  # no draws kept between sweeps (see the next tests)
     specs = _set_specs()[:5]  # one stream: temperatures, SSMax's 4 passes, sigmoid, softmax1
     sw.run_sweep_set(specs, device="cpu")
     blocks = -(-140001 // sw.block_keys(specs[0]))
@@ -419,5 +421,93 @@ def test_many_lengths_in_one_block_equal_the_reference(normalizer: str, rule: st
     lengths = tuple(sorted({int(round(2 ** (k / 4))) for k in range(0, 57)}))  # 1 .. 16384, 4 per doubling
     spec = SweepSpec(lengths=lengths, d=256, queries=5, normalizer=normalizer, scale_rule=rule,
                      temperature=temperature, seed=12)
-    assert len(lengths) > 3 * sw_engine.MANY_SEGMENTS and max(lengths) <= sw.block_keys(spec)
+    assert sum(b - a <= sw_engine.SEGMENTED_KEYS for a, b in zip((0, *lengths[:-1]), lengths, strict=True)) > 16
+    assert max(lengths) <= sw.block_keys(spec)
     _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
+
+
+# ----------------------------------------------------------------------------- kept draws (sweeps.draws)
+
+
+def _count_generators(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    made: list[int] = []
+    original = sw_rng.unit_generator
+
+    def spy(spec, lane, group, device):  # noqa: ANN001, ANN202
+        made.append(lane)
+        return original(spec, lane, group, device)
+
+    monkeypatch.setattr(sw_engine, "unit_generator", spy)
+    return made
+
+
+def test_kept_draws_give_the_same_numbers_without_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore.sweeps.draws import draw_store
+
+    draw_store().clear()
+    made = _count_generators(monkeypatch)
+    lengths = (16, 300, 70000, 140001)
+    specs = [SweepSpec(lengths=lengths, d=d, queries=6, temperature=t, seed=21) for d, t in ((64, 1.0), (8, 0.5))]
+    first = sw.run_sweep(specs[0], device="cpu")  # draws and keeps the stream
+    assert made and draw_store().nbytes > 0
+    made.clear()
+    kept = [sw.run_sweep(s, device="cpu") for s in (specs[1], specs[0], replace(specs[0], lengths=(16, 5000)))]
+    assert made == []  # another d and temperature, the same spec again, a shorter n: no draw at all
+    monkeypatch.setenv("ATTNCORE_DRAW_CACHE", "0")
+    fresh = [sw.run_sweep(s, device="cpu") for s in (specs[1], specs[0], replace(specs[0], lengths=(16, 5000)))]
+    assert made  # the store is off: every sweep draws
+    for a, b in zip(kept, fresh, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)  # bit for bit
+    pd.testing.assert_frame_equal(first, fresh[1], check_exact=True)
+
+
+def test_kept_draws_serve_only_streams_they_cover(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore.sweeps.draws import draw_store
+
+    draw_store().clear()
+    made = _count_generators(monkeypatch)
+    short = SweepSpec(lengths=(16, 5000), queries=4, seed=22)
+    sw.run_sweep(short, device="cpu")
+    made.clear()
+    longer = replace(short, lengths=(16, 5000, 200000))  # more blocks than were kept: drawn again
+    got = sw.run_sweep(longer, device="cpu")
+    assert made
+    made.clear()
+    for other in (replace(short, seed=23), replace(short, queries=5), replace(short, dtype="float64")):
+        sw.run_sweep(other, device="cpu")  # another seed, row count or sample dtype: other draws
+        assert made
+        made.clear()
+    monkeypatch.setenv("ATTNCORE_DRAW_CACHE", "0")
+    pd.testing.assert_frame_equal(got, sw.run_sweep(longer, device="cpu"), check_exact=True)
+
+
+def test_the_draw_store_stays_within_its_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore.sweeps.draws import draw_store, stream_bytes
+
+    draw_store().clear()
+    one = stream_bytes(4, 3 * sw.block_keys(SweepSpec(lengths=(1,))), torch.float32)
+    monkeypatch.setenv("ATTNCORE_DRAW_CACHE", str(int(one * 2.5)))  # room for two such streams
+    for seed in range(4):
+        sw.run_sweep(SweepSpec(lengths=(16, 150000), queries=4, seed=100 + seed), device="cpu")
+        assert draw_store().nbytes <= one * 2.5
+    assert draw_store().nbytes == 2 * one
+    monkeypatch.setenv("ATTNCORE_DRAW_CACHE", str(one - 1))  # one stream no longer fits: not kept
+    draw_store().clear()
+    sw.run_sweep(SweepSpec(lengths=(16, 150000), queries=4, seed=200), device="cpu")
+    assert draw_store().nbytes == 0
+
+
+def test_a_stopped_sweep_keeps_no_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore.sweeps.draws import draw_store
+
+    draw_store().clear()
+    calls = []
+
+    def stop_soon(frac: float, msg: str) -> bool:
+        calls.append(frac)
+        return False
+
+    spec = SweepSpec(lengths=(16, 1 << 22), queries=64, seed=24)
+    with pytest.raises(SweepCancelled):
+        sw.run_sweep(spec, device="cpu", progress=stop_soon)
+    assert draw_store().nbytes == 0

@@ -40,7 +40,8 @@ Random numbers: float32 samples, float64 accumulation, in per-lane streams
 same draws.
 
 Modules: :mod:`~attncore.sweeps.spec` (what a sweep is, its cost, :func:`plan`),
-:mod:`~attncore.sweeps.rng`, :mod:`~attncore.sweeps.reduce`, :mod:`~attncore.sweeps.engine`,
+:mod:`~attncore.sweeps.rng`, :mod:`~attncore.sweeps.draws` (draws kept between sweeps),
+:mod:`~attncore.sweeps.reduce`, :mod:`~attncore.sweeps.engine`,
 :mod:`~attncore.sweeps.reference`, :mod:`~attncore.sweeps.fused` (Triton kernels that draw
 their random numbers in-kernel: the engine on CUDA, n up to 2^30; :func:`max_sweep_n` gives
 a device's cap, :func:`choose_engine` which engine runs where).

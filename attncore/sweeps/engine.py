@@ -11,7 +11,9 @@ Workers pull (lane, row group) units from a queue (:mod:`attncore.sweeps.rng`), 
 tile into per-job, per-lane, per-segment sums (:mod:`attncore.sweeps.reduce`), and the lanes
 are merged in lane order at every requested length, so results do not depend on the number
 of workers, on staging (a run may stop after the first blocks to report the short lengths)
-or on which other specs shared the stream.
+or on which other specs shared the stream. On a CPU the ``logits`` method's unit-variance draws
+are kept for the next sweep on the same stream (:mod:`attncore.sweeps.draws`): they do not depend
+on d, the temperature, the scale rule or the normaliser.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 from attncore.budget import fmt_count, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import Cancelled
+from attncore.sweeps.draws import Tiles, draw_store, stream_bytes
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
@@ -41,7 +44,10 @@ __all__ = ["Partial", "Progress", "SweepCancelled", "entropy_vs_length", "run_sw
 Progress = Callable[[float, str], "bool | None"]
 
 
-MANY_SEGMENTS = 3  # a tile split by more lengths than this is reduced by segmented calls
+# Leading segments of a tile no longer than this many keys are reduced together by a few segmented
+# calls (Reducer.add_segments); longer ones one by one. Block 0 holds every length up to K: at four
+# points per doubling, 36 of its 49 segments are this short and span only 4096 keys.
+SEGMENTED_KEYS = 4096
 
 
 class SweepCancelled(Cancelled):
@@ -145,6 +151,16 @@ class _Engine:
         self.n_blocks = -(-self.n_max // self.block)
         self.groups = row_groups(base)
         self.gens: dict[tuple[int, int], torch.Generator] = {}
+        # logits on a CPU: z tiles kept from an earlier sweep on the same stream (attncore.sweeps.draws)
+        self.stored: Tiles | None = None
+        self.record: Tiles | None = None
+        self.draw_key: tuple | None = None
+        if not self.vectors and device.type == "cpu":
+            self.draw_key = (base.seed, base.queries, base.dtype, self.fix_tail, self.block, self.rt,
+                             tuple(self.groups))
+            self.stored = draw_store().get(self.draw_key, self.n_blocks)
+            if self.stored is None and draw_store().fits(self.stream_bytes):
+                self.record = {}
 
     def unit_work(self, b: int, rows: int) -> int:
         """Work units of block b for ``rows`` query rows: the draws plus one reduction per job."""
@@ -152,6 +168,11 @@ class _Engine:
         live = sum(1 for j in self.jobs if j.n_max > lo)
         per_key = units_per_key(self.spec)
         return self.block * per_key * rows // self.spec.queries * (1 + live) // 2
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of this sweep's z tiles (logits), were they kept."""
+        return stream_bytes(self.spec.queries, self.n_blocks * self.block, self.dtype)
 
     @property
     def total_work(self) -> int:
@@ -177,7 +198,7 @@ class _Engine:
         while (unit := next_unit()) is not None:
             lane, gi = unit
             g = self.gens.get(unit)
-            if g is None:
+            if g is None and self.stored is None:
                 g = self.gens[unit] = unit_generator(spec, lane, gi, dev)
             r_lo, r_hi = self.groups[gi]
             first = lane + ((b_lo - lane + LANES - 1) // LANES) * LANES if b_lo > lane else lane
@@ -194,8 +215,14 @@ class _Engine:
                     rt = min(r_hi, r0 + self.rt) - r0
                     x_full = red.x[:rt]
                     if not self.vectors:
-                        z = z_buf[:rt]
-                        zmax = fill_logit_tile(z, one[:rt], g, self.fix_tail)  # unit-std draws, row maxima
+                        tile = (lane, gi, b, r0)
+                        if self.stored is not None:
+                            z, zmax = self.stored[tile]  # the same draws, kept (read only)
+                        else:
+                            z = z_buf[:rt]
+                            zmax = fill_logit_tile(z, one[:rt], g, self.fix_tail)  # unit-std draws, maxima
+                            if self.record is not None:
+                                self.record[tile] = (z.clone(), zmax.clone())
                     for ji, job in live:
                         hi = min((b + 1) * K, job.n_max)
                         segs = _segments(lo, hi, job.checkpoints)
@@ -212,11 +239,15 @@ class _Engine:
                             # the widest shifted logit of the tile is at least -(max + low) std
                             widest = (zmax.to(torch.float64) + low_z) * std
                             floor_needed = bool((widest > -EXP_FLOOR - 1).any())
-                        if len(segs) > MANY_SEGMENTS and not self.vectors:
-                            red.add_segments([(ji, s) for _, _, s in segs],
-                                             [(a - lo, e - lo) for a, e, _ in segs], rt, job.bias, r0,
+                        short = 0  # leading short segments (the many small lengths of block 0): one call
+                        while (not self.vectors and short < len(segs)
+                               and segs[short][1] - segs[short][0] <= SEGMENTED_KEYS):
+                            short += 1
+                        if short >= 2:
+                            red.add_segments([(ji, s) for _, _, s in segs[:short]],
+                                             [(a - lo, e - lo) for a, e, _ in segs[:short]], rt, job.bias, r0,
                                              floor_needed=floor_needed, sigmoid=job.sigmoid)
-                            continue
+                            segs = segs[short:]
                         for a, e, s in segs:
                             m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
                             v = vals[a - lo: e - lo] if self.vectors else None
@@ -270,6 +301,8 @@ class _Engine:
             if partial is not None and k < len(stages) - 1:
                 partial(records)
             b_lo = b_hi
+        if self.record is not None and self.draw_key is not None:  # complete: every tile was drawn
+            draw_store().put(self.draw_key, self.record, self.stream_bytes, self.n_blocks)
         return records
 
     def _run_stage(self, b_lo: int, b_hi: int, units: list[tuple[int, int]],
