@@ -12,7 +12,7 @@ from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
 from ui import state, widgets
 from ui.admission import heavy
-from ui.cached import Beside, check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
+from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.cached import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
@@ -361,17 +361,14 @@ def body(ctx: PageContext) -> None:
         sp = s.spec
         cells += check_entropy_theory(theory_lengths(sp), sp.d, sp.scale_rule, sp.temperature,
                                       sp.normalizer, sp.ssmax_s)
-    # The exact expectations run beside the sweeps (numpy in one thread, torch in the sweep's
-    # workers: the cores are shared instead of taken in turns); the theory joins before any chart.
+    # The exact expectations first, then the sweeps (a partial chart draws the theory whole). Run in
+    # a thread beside the sweep, the quadrature slowed the sweep's workers more than it saved: the
+    # chart of a new head dim came 0.15-0.2 s later (both are interpreter-bound on two cores).
     n_first = max(series[0].shown or series[0].spec.lengths)
     theory_slot = st.empty()
-
-    def exact() -> list[tuple[pd.DataFrame, float]]:
-        with heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step",
-                   where=theory_slot):  # ui.admission
-            return [theory_for(s) for s in series]
-
-    beside = Beside(exact)
+    with st.spinner("Computing the exact expectations (quadrature)…"), \
+            heavy(QUADRATURE_BYTES, seconds=cells / 2.4e7, label="the theory step", where=theory_slot):
+        th = [theory_for(s) for s in series]  # ui.admission queues it with other heavy work
     box, chart_slot = st.container(), st.empty()
     drawn: list[int] = []
 
@@ -381,14 +378,12 @@ def body(ctx: PageContext) -> None:
             return
         done = [s.measured(EMPTY_SWEEP if p is None else p) for s, p in zip(series, parts, strict=True)]
         n_done = max((int(f["n"].max()) for f in done if len(f)), default=0)
-        th_now = [s.in_range(t) for s, (t, _) in zip(series, beside.result(), strict=True)]
+        th_now = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         chart_slot.plotly_chart(mark_partial(main_chart(series, done, th_now, c), n_done))
         drawn.append(n_done)
 
     result = run_sweeps([s.spec for s in series], ctx.device, key="ent_sweep",
                         labels=[s.label for s in series], where=box, partial=draw_partial)
-    with st.spinner("Computing the exact expectations (quadrature)…"):
-        th = beside.result()
     theories = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
     if result is None:
         stale_charts(chart_slot)

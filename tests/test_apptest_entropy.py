@@ -406,12 +406,3 @@ def test_a_long_sweep_draws_its_short_lengths_first(monkeypatch: pytest.MonkeyPa
         np.testing.assert_allclose(decode(t["y"]), df["entropy"][: len(x)], rtol=1e-5)
         ex = trace(part, f"{label} · exact", "x")  # the theory is drawn whole from the start
         np.testing.assert_allclose(decode(ex["y"]), decode(trace(final, f"{label} · exact", "x")["y"]))
-
-
-def test_the_theory_runs_beside_the_sweep_and_hands_back_errors() -> None:
-    from ui.cached import Beside
-
-    assert Beside(lambda: 41 + 1).result() == 42
-    b = Beside(lambda: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        b.result()

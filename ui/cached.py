@@ -8,7 +8,6 @@ small tables in ``st.cache_data``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 import torch
-from streamlit.runtime.scriptrunner_utils.script_run_context import add_script_run_ctx, get_script_run_ctx
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from attncore import dot_products as _dot
 from attncore import gradients as _grad
@@ -38,7 +37,6 @@ from attncore.sweeps import SweepSpec, query_norms
 from attncore.synthetic import QKV
 
 __all__ = [
-    "Beside",
     "SWEEP_POINTS",
     "Timed",
     "causal_attention",
@@ -296,36 +294,6 @@ def sink_content_sweep(spec: _sinks.SinkSpec, device: str) -> Timed[_sinks.Sweep
 # --------------------------------------------------------------------------- rows against length (Entropy)
 # The sweeps themselves are cached by ui.sweep (they draw a progress bar, which a cached
 # function may not); theory and the figure-1 panel here.
-
-
-class Beside(Generic[T]):
-    """``fn()`` running in a thread beside the script run (with its context), joined by :meth:`result`.
-
-    For numpy work that can overlap a sweep (the quadratures release the interpreter lock in
-    their array loops while the sweep's workers run torch): the two share the cores instead of
-    taking turns. The thread carries the run's context, so cached calls and
-    :func:`rerun_pending` behave as in the script; ``fn`` must not draw anything.
-    """
-
-    def __init__(self, fn: Callable[[], T]):
-        self._out: T | None = None
-        self._err: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name="attnlab-beside", daemon=True)
-        add_script_run_ctx(self._thread)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], T]) -> None:
-        try:
-            self._out = fn()
-        except BaseException as exc:  # handed to the script thread by result()
-            self._err = exc
-
-    def result(self) -> T:
-        """Wait for ``fn`` and return its value (or raise what it raised)."""
-        self._thread.join()
-        if self._err is not None:
-            raise self._err
-        return self._out  # type: ignore[return-value]
 
 
 def rerun_pending() -> bool:

@@ -17,6 +17,7 @@ Arrays are sent as float32 and large maps are block-averaged to at most
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,9 +113,12 @@ def relayout(fig: go.Figure, **props: object) -> go.Figure:
 
 def style(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
     """Apply the shared layout: transparent background, compact margins, palette."""
+    if title is not None:
+        relayout(fig, title={"text": title, "x": 0.0, "xanchor": "left", "font": {"size": 15}})
+    elif fig.layout.title.text is not None:
+        relayout(fig, title=None)  # no title: clear one the figure had
     relayout(
         fig,
-        title=None if title is None else {"text": title, "x": 0.0, "xanchor": "left", "font": {"size": 15}},
         margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
@@ -418,8 +422,7 @@ def line_chart(
     height: int = 380,
 ) -> go.Figure:
     """Measurements (solid, markers, error bars) and theory (dashed) on shared axes."""
-    traces = _curve_traces(curves)
-    fig = go.Figure(data=traces)  # one construction, not one add_trace per curve
+    fig = _figure(_curve_traces(curves))  # one construction, not one add_trace per curve
     relayout(fig, xaxis={"title": {"text": x_title}, "type": "log" if log_x else "linear"},
              yaxis={"title": {"text": y_title}, "type": "log" if log_y else "linear"})
     return style(fig, title=title, height=height)
@@ -515,12 +518,22 @@ def _grid(rows: int, cols: int, titles: tuple[str, ...], shared_x: bool) -> go.F
     return fig
 
 
-def _curve_traces(curves: Sequence[Curve]) -> list[go.Scatter]:
-    """The traces :func:`line_chart` draws for ``curves`` (theory dashed, measurements with error bars)."""
+@functools.lru_cache(maxsize=64)
+def _grid_layout(rows: int, cols: int, titles: tuple[str, ...], shared_x: bool) -> dict:
+    """The layout of :func:`_grid` as a plain dict (cached: callers copy it)."""
+    return _grid(rows, cols, titles, shared_x).layout.to_plotly_json()
+
+
+def _curve_traces(curves: Sequence[Curve]) -> list[dict]:
+    """The traces :func:`line_chart` draws for ``curves`` (theory dashed, measurements with error bars).
+
+    Plain dicts: the figure is built from them without Plotly's per-property validation
+    (``_validate=False``, see :func:`_figure`), which took ~1 ms a trace, most of a chart's build.
+    """
     traces = []
     for i, c in enumerate(curves):
         color = c.color or PALETTE[i % len(PALETTE)]
-        kw: dict = {"x": as_f32(c.x), "y": as_f32(c.y), "name": c.name}
+        kw: dict = {"type": "scatter", "x": as_f32(c.x), "y": as_f32(c.y), "name": c.name}
         if c.theory:
             kw.update(mode="lines", line={"color": color, "dash": "dash", "width": 2})
         else:
@@ -529,8 +542,15 @@ def _curve_traces(curves: Sequence[Curve]) -> list[go.Scatter]:
                 kw["error_y"] = {"type": "data", "array": as_f32(c.err), "visible": True, "thickness": 1.2}
         kw["hovertemplate"] = (c.hover or f"{c.name}<br>x %{{x:.4g}}<br>y %{{y:.4g}}") + "<extra></extra>"
         kw.update(c.extra)
-        traces.append(go.Scatter(**kw))
+        traces.append(kw)
     return traces
+
+
+def _figure(traces: Sequence[dict], layout: dict | None = None) -> go.Figure:
+    """A figure of dict traces built without per-property validation (10x faster than validated
+    ``go.Scatter`` objects for the Entropy page's 45 traces: 38 -> 4 ms). The dicts are written by
+    this module with plain nested keys (no ``line_dash`` shorthands); the JSON is the same."""
+    return go.Figure(data=list(traces), layout=layout, _validate=False)
 
 
 def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = None,
@@ -548,7 +568,9 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
         raise ValueError("panel_grid needs at least one panel.")
     cols = max(1, min(cols, len(panels)))
     rows = -(-len(panels) // cols)
-    fig = go.Figure(_grid(rows, cols, tuple(p.title for p in panels), shared_x))
+    key = (rows, cols, tuple(p.title for p in panels), shared_x)
+    grid = _grid(*key)
+    lay = copy.deepcopy(_grid_layout(*key))  # a plain dict: built into the figure once, at the end
     one_x_title = len({p.x_title for p in panels}) == 1
     seen: set[str] = set()
 
@@ -569,32 +591,32 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
         if p.hist is not None:
             h = p.hist
             edges = np.asarray(h.edges, dtype=np.float64)
-            traces.append(go.Bar(x=as_f32((edges[:-1] + edges[1:]) / 2), y=as_f32(h.density),
-                                 width=float(edges[1] - edges[0]), name=h.name, legendgroup=h.name,
-                                 showlegend=legend_once(h.name), marker_color=_rgba(h.color, 0.55),
-                                 marker_line_width=0,
-                                 hovertemplate=f"{h.name}<br>x %{{x:.4g}}<br>density %{{y:.4g}}"
-                                               "<extra></extra>", **on))
+            traces.append({"type": "bar", "x": as_f32((edges[:-1] + edges[1:]) / 2), "y": as_f32(h.density),
+                           "width": float(edges[1] - edges[0]), "name": h.name, "legendgroup": h.name,
+                           "showlegend": legend_once(h.name),
+                           "marker": {"color": _rgba(h.color, 0.55), "line": {"width": 0}},
+                           "hovertemplate": f"{h.name}<br>x %{{x:.4g}}<br>density %{{y:.4g}}<extra></extra>",
+                           **on})
         for b in p.bands:
             x = as_f32(b.x)
-            traces.append(go.Scatter(x=np.concatenate([x, x[::-1]]),
-                                     y=np.concatenate([as_f32(b.hi), as_f32(b.lo)[::-1]]),
-                                     fill="toself", fillcolor=_rgba(b.color, 0.18), line={"width": 0},
-                                     name=b.name, legendgroup=b.name, showlegend=legend_once(b.name),
-                                     hoverinfo="skip", **on))
+            traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]),
+                           "y": np.concatenate([as_f32(b.hi), as_f32(b.lo)[::-1]]),
+                           "fill": "toself", "fillcolor": _rgba(b.color, 0.18), "line": {"width": 0},
+                           "name": b.name, "legendgroup": b.name, "showlegend": legend_once(b.name),
+                           "hoverinfo": "skip", **on})
         for tr in _curve_traces(p.curves):
-            group = tr.legendgroup or tr.name
-            shown = False if tr.showlegend is False else legend_once(group)
+            group = tr.get("legendgroup") or tr["name"]
+            shown = False if tr.get("showlegend") is False else legend_once(group)
             tr.update(legendgroup=group, showlegend=shown, **on)
             traces.append(tr)
         # Log axes label powers of ten (10⁻⁹), not SI prefixes (1n), which read badly for errors.
         x_title = p.x_title if (r == rows or not one_x_title) else None
-        xa = fig.layout[f"xaxis{sfx}"].to_plotly_json()
+        xa = lay[f"xaxis{sfx}"]
         xa.update(type="log" if p.log_x else "linear", exponentformat="power" if p.log_x else "B",
                   **_decade_ticks(p))
         if x_title is not None:
             xa["title"] = {"text": x_title}
-        ya = fig.layout[f"yaxis{sfx}"].to_plotly_json()
+        ya = lay[f"yaxis{sfx}"]
         ya.update(title={"text": p.y_title}, type="log" if p.log_y else "linear",
                   exponentformat="power" if p.log_y else "B")
         if p.y_range is not None:
@@ -612,13 +634,13 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
     for tr in _curve_traces(legend):
         tr.update(xaxis="x", yaxis="y")
         traces.append(tr)
-    fig.add_traces(traces)
-    for k, v in axes.items():  # whole axes, as update_xaxes(row=, col=) would leave them
-        fig.layout[k] = v
+    lay.update(axes)  # whole axes, as update_xaxes(row=, col=) would leave them
     if shapes:
-        fig.layout.shapes = shapes
+        lay["shapes"] = shapes
     if notes:
-        fig.layout.annotations = (*fig.layout.annotations, *notes)
+        lay["annotations"] = [*lay.get("annotations", []), *notes]
+    fig = _figure(traces, lay)
+    fig._grid_ref, fig._grid_str = grid._grid_ref, grid._grid_str  # add_vline(row=...) and friends work
     relayout(fig, bargap=0.0, hovermode="closest")
     fig = style(fig, title=title, height=height or 330 * rows + 40)
     # The legend sits at the very top of the figure, the subplot titles below it.
