@@ -248,7 +248,7 @@ def main_chart(series: list[Series], frames: list[pd.DataFrame], theories: list[
     nx = {"x_title": "keys per row n", "log_x": True}
     panels = [Panel("Entropy (fraction of log n)" if frac else "Entropy H (nats)", ent,
                     "H / log n" if frac else "nats", **nx),
-              Panel("Max weight", mxw, "max_j p_j", log_y=True, **nx),
+              Panel("Max weight", mxw, "max<sub>j</sub> p<sub>j</sub>", log_y=True, **nx),
               Panel("Effective support exp(H̄)", eff, "keys", log_y=True, **nx),
               Panel("Output std (unit-variance values)", out, "std", log_y=True, **nx)]
     legend = [figures.legend_key("measured (±2 s.e.)", symbol="circle"),
