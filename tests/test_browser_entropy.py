@@ -62,8 +62,8 @@ def test_entropy_long_sweep_waits_for_run_and_can_be_stopped(page: Page, app_url
 
 
 def test_entropy_bad_url_values_get_plain_messages(page: Page, app_url: str) -> None:
-    open_page(page, f"{app_url}/{PAGE}?ent_lo=6&ent_hi=99&ent_d=0&ent_tau=-1&ent_s=nan&ent_vary=none",
-              charts=False)
+    open_page(page, f"{app_url}/{PAGE}?ent_lo=6&ent_hi=99&ent_d=0&ent_tau=-1&ent_s=nan&ent_vary=none"
+                    "&ent_q=256", charts=False)
     warn = page.locator("[data-testid=stAlertContentWarning]")
     expect(warn.first).to_be_visible(timeout=60_000)
     wait_idle(page)
@@ -75,6 +75,6 @@ def test_entropy_bad_url_values_get_plain_messages(page: Page, app_url: str) -> 
     if max_sweep_n(page_device()) < 2**30:  # and 2^30 is above this device's cap: clamped again, said so
         info = " ".join(page.locator("[data-testid=stAlertContentInfo]").all_inner_texts())
         assert "above this device's cap" in info, info
-    # 2^6 .. 2^24 at 64 rows is long: it waits for Run instead of failing
+    # 2^6 .. 2^24 at 256 rows (4.3 G logits) is long: it waits for Run instead of failing
     expect(page.get_by_role("button", name=re.compile("Run sweep"))).to_be_visible()
     screenshot(page, "entropy-bad-url", height=1000)

@@ -29,6 +29,7 @@ import streamlit as st
 
 from attncore.budget import check_limit
 from attncore.sweeps import SweepPlan, SweepSpec, check_sweep, max_sweep_work, plan, run_sweep, run_sweep_set
+from attncore.sweeps.draws import draw_cache_bytes
 from ui.admission import heavy
 
 __all__ = ["AUTO_RUN_S", "PARTIAL_AFTER_S", "SweepResult", "estimate_seconds", "run_sweeps"]
@@ -38,7 +39,8 @@ AUTO_RUN_WORK = 3 * 64 * (1 << 20)  # ...unless no bigger than the default view 
 QUIET_S = 1.5  # sweeps estimated shorter than this run without a progress bar or Stop button
 PARTIAL_AFTER_S = AUTO_RUN_S  # sweeps estimated longer than this draw their short lengths first
 STORE_SIZE = 96  # sweeps kept (each a small DataFrame)
-SWEEP_BYTES = 256 * 1024**2  # scratch of one running sweep (per-worker blocks), for admission
+SWEEP_BYTES = 256 * 1024**2  # scratch of one running sweep (per-worker blocks), for admission; plus the
+# draws it may keep for the next sweep (attncore.sweeps.draws, at most draw_cache_bytes())
 FIRST_RATE = 1e-8  # seconds per work unit assumed before a rate is measured (2-core CPU, logits)
 _LEARN_WORK = 1 << 26  # sweeps smaller than this say little about the rate
 
@@ -212,7 +214,8 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int]
 
     todo = [specs[i] for i in missing]
     try:
-        with heavy(SWEEP_BYTES, seconds=est, label="this sweep", where=box):  # queue (ui.admission)
+        # queue with other heavy work (ui.admission)
+        with heavy(SWEEP_BYTES + draw_cache_bytes(), seconds=est, label="this sweep", where=box):
             t0 = time.perf_counter()
             frames = run_sweep_set(todo, device=device, progress=progress,
                                    partial=on_partial if partial is not None else None)
