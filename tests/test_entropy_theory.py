@@ -235,3 +235,15 @@ def test_given_queries_by_chebyshev_nodes_equal_every_row_computed(d, rows, tau,
     no_max = sweep_theory_given_queries(spec.lengths, qn, want_max=False, **kw)
     assert no_max["max_weight"].isna().all() or normalizer == "sigmoid"  # sigmoid's comes with the rest
     np.testing.assert_allclose(no_max["entropy"], every["entropy"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("d", [8, 16, 32, 64, 128, 512])
+def test_the_chi2_average_is_within_1e5_of_a_24_node_rule(d: int) -> None:
+    # the page says the dashed lines are accurate to about 1e-5: the node count follows d and the
+    # spread of sigma^2 (4 nodes at d = 32, tau = 0.25 were off by 1.3e-4)
+    lengths = [16, 4096, 1 << 20]
+    for tau in (0.25, 1.0, 4.0):
+        got = sweep_theory(lengths, d=d, temperature=tau)
+        ref = sweep_theory(lengths, d=d, temperature=tau, nodes=24)
+        for col in ("entropy", "max_weight", "sum_sq"):
+            np.testing.assert_allclose(got[col], ref[col], rtol=1e-5, err_msg=f"d={d} tau={tau} {col}")
