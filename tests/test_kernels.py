@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import warnings
 
@@ -270,13 +271,17 @@ def test_peak_rss_helpers_see_an_allocation() -> None:
     from attncore.kernels import proc_status_kib, reset_peak_rss
 
     assert proc_status_kib("VmHWM") >= proc_status_kib("VmRSS") > 0
+    gc.collect()  # garbage freed during the allocation below would hide it from the peak mark
     if not reset_peak_rss():
         pytest.skip("this kernel does not let a process reset its peak RSS mark")
-    base = proc_status_kib("VmRSS")
+    base, file0 = proc_status_kib("VmRSS"), proc_status_kib("RssFile")
     block = torch.ones(64 << 18)  # 64 MiB of float32, written
     grown = proc_status_kib("VmHWM") - base
+    # the kernel may page out mapped library pages meanwhile (this machine runs DAMON reclaim):
+    # RSS then fell by that much before the block raised it again
+    dropped = max(0, file0 - proc_status_kib("RssFile"))
     del block
-    assert 48 << 10 <= grown <= 256 << 10, grown  # KiB
+    assert grown + dropped >= 48 << 10 and grown <= 256 << 10, (grown, dropped)  # KiB
     with pytest.raises(OSError):
         proc_status_kib("NoSuchField")
 

@@ -520,9 +520,14 @@ def _run_set(specs: list[SweepSpec], dev: torch.device, workers: int, progress: 
         if partial is not None:
             partial([frame(r) if r else None for r in records])
 
-    with ThreadPoolExecutor(max_workers=workers, initializer=init,
-                            thread_name_prefix="attncore-sweep") as pool:
-        records = engine.run(shared, pool, poll, on_stage if partial is not None else None)
+    try:
+        with ThreadPoolExecutor(max_workers=workers, initializer=init,
+                                thread_name_prefix="attncore-sweep") as pool:
+            records = engine.run(shared, pool, poll, on_stage if partial is not None else None)
+    finally:
+        # let go of the tiles (kept ones live on in the store): an engine left in a reference cycle
+        # would otherwise hold up to draw_cache_bytes() until some later garbage collection
+        engine.record = engine.stored = None
     if progress is not None:
         progress(1.0, "done")
     return [frame(r) for r in records]
