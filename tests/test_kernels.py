@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import math
+import mmap
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -271,16 +273,20 @@ def test_peak_rss_helpers_see_an_allocation() -> None:
     from attncore.kernels import proc_status_kib, reset_peak_rss
 
     assert proc_status_kib("VmHWM") >= proc_status_kib("VmRSS") > 0
-    gc.collect()  # garbage freed during the allocation below would hide it from the peak mark
+    gc.collect()
     if not reset_peak_rss():
         pytest.skip("this kernel does not let a process reset its peak RSS mark")
     base, file0 = proc_status_kib("VmRSS"), proc_status_kib("RssFile")
-    block = torch.ones(64 << 18)  # 64 MiB of float32, written
+    # 64 MiB of fresh pages, each touched: mmap directly, since malloc may serve even a 64 MiB
+    # request from free memory its heap already holds (a full suite run left such chunks behind,
+    # and a torch.ones block then raised the peak by 0 KiB)
+    buf = mmap.mmap(-1, 64 << 20)
+    np.frombuffer(buf, dtype=np.uint8)[::4096] = 1
     grown = proc_status_kib("VmHWM") - base
     # the kernel may page out mapped library pages meanwhile (this machine runs DAMON reclaim):
     # RSS then fell by that much before the block raised it again
     dropped = max(0, file0 - proc_status_kib("RssFile"))
-    del block
+    buf.close()
     assert grown + dropped >= 48 << 10 and grown <= 256 << 10, (grown, dropped)  # KiB
     with pytest.raises(OSError):
         proc_status_kib("NoSuchField")
