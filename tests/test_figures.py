@@ -27,6 +27,21 @@ def test_downsample_is_the_block_mean_and_ignores_masked_cells() -> None:
     np.testing.assert_allclose(same[21:], a[21:50, :30])
 
 
+def test_downsample_stack_of_finite_maps_is_every_blocks_own_mean() -> None:
+    # the finite path (torch average pooling) against a loop over blocks in float64: a stack of
+    # maps whose sides the blocks do not divide, so the last row and column of blocks are partial
+    rng = np.random.default_rng(1)
+    a = rng.random((2, 3, 50, 23)).astype(np.float32)
+    small, fr, fc = figures.downsample_stack(a, 6)
+    assert (fr, fc) == (9, 4) and small.shape == (2, 3, 6, 6) and small.dtype == np.float32
+    ref = np.empty(small.shape)
+    for r in range(6):
+        for c in range(6):
+            ref[..., r, c] = a[..., r * fr:(r + 1) * fr, c * fc:(c + 1) * fc].astype(np.float64).mean(axis=(-2, -1))
+    np.testing.assert_allclose(small, ref, rtol=1e-6)
+    assert np.isclose(small[1, 2, -1, -1], a[1, 2, 45:, 20:].mean())  # a 5 x 3 corner block
+
+
 def test_heatmap_sends_float32_and_hover_has_indices_and_value() -> None:
     z = np.arange(12, dtype=np.float64).reshape(3, 4)
     fig = json.loads(figures.heatmap(z, title="t").to_json())
