@@ -310,7 +310,21 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
     # Every token label while they fit, slanted so that neighbours do not collide.
     every = 1 if L <= 80 else None
     fig.update_layout(xaxis={"tickangle": -60, "dtick": every}, yaxis={"dtick": every})
-    return fig.update_layout(meta={"view": view, "selected": selected}, margin={"t": 30})
+    return fig.update_layout(meta={"view": view, "selected": selected},
+                             margin={"t": 30, "r": 16, **token_label_margins(labels)})
+
+
+def token_label_margins(labels: Sequence[str]) -> dict[str, int]:
+    """Left and bottom margins (px) that hold a token map's axis labels ``"i:token"``.
+
+    With the 10 px of :func:`ui.figures.style`, the browser's automargin widened them after a
+    first pass and drew the figure again (Plotly's doAutoMargin): for a 512-token map with its
+    pick points, ~0.45 s of the view's first render. Estimated from the longest label (12 px labels
+    in Chromium, measured: 95-142 px on the left and 98-138 px below for 7-16 characters, the
+    widest glyphs and digits counting most), up to ~25 px over; wider text still widens them.
+    """
+    longest = max((len(f"{i}:{t}") for i, t in enumerate(labels)), default=1)
+    return {"l": int(60 + 6.5 * longest), "b": int(64 + 6 * longest)}
 
 
 def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:

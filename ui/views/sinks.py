@@ -113,7 +113,8 @@ def layer_head_grid(
     # Square tiles on a chart about `width_px` wide.
     row_px = width_px / H * (th + 1) / (tw + 1)
     style(fig, height=int(min(900, max(240, N * row_px + 40))))
-    fig.update_layout(margin={"l": 36, "r": 10, "t": 28, "b": 10})
+    # r: room for the colour bar and its title, so the browser need not widen it and draw again
+    fig.update_layout(margin={"l": 36, "r": 90, "t": 28, "b": 10})
     return fig
 
 
