@@ -122,8 +122,9 @@ def weights_with_row_stats(
     w = np.asarray(weights, dtype=np.float64)
     ent = as_f32(row_entropy)
     mx = as_f32(row_max)
+    # title above the bar: written sideways on its right it reached into the entropy panel
     bar = {"thickness": 10, "len": 0.8, "x": 0.625, "xanchor": "left", "y": 0.5,
-           "title": {"text": "weight", "side": "right"}}
+           "title": {"text": "weight", "side": "top"}}
     if log_color:
         z = np.log10(np.maximum(w, 10.0**LOG_FLOOR))
         ticks = np.arange(LOG_FLOOR, 1.0)
