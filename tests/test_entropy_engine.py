@@ -426,6 +426,58 @@ def test_many_lengths_in_one_block_equal_the_reference(normalizer: str, rule: st
     _close(run_sweep(spec, device="cpu"), reference_sweep(spec, "cpu"))
 
 
+@pytest.mark.parametrize("normalizer", ["softmax", "softmax1", "sigmoid"])
+@pytest.mark.parametrize(("rule", "d", "temperature"), [("sqrt_d", 32, 1.0), ("none", 1024, 0.25)])
+def test_whole_blocks_equal_the_reference(normalizer: str, rule: str, d: int, temperature: float,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # blocks with no length inside them: the logits method's whole-tile path (Reducer.add_shifted,
+    # the shared shifted draws z - max z) for the softmax family, the shifted draws plus the max for
+    # sigmoid; unscaled d = 1024 at tau = 0.25 crosses EXP_FLOOR on every tile
+    K = sw.block_keys(SweepSpec(lengths=(1,)))
+    spec = SweepSpec(lengths=(16, 2 * K, 3 * K + 5), d=d, queries=5, normalizer=normalizer, scale_rule=rule,
+                     temperature=temperature, seed=13)
+    calls: list[bool] = []
+    original = sw_reduce.Reducer.add_shifted
+
+    def spy(self, s, zs, std, mx, r0, floor_needed=True):  # noqa: ANN001, ANN202
+        calls.append(floor_needed)
+        assert torch.all(zs.amax(dim=1) == 0.0) and torch.all(zs <= 0.0)  # z - max z, shared by the jobs
+        return original(self, s, zs, std, mx, r0, floor_needed)
+
+    monkeypatch.setattr(sw_reduce.Reducer, "add_shifted", spy)
+    got = run_sweep(spec, device="cpu")
+    # blocks 1 and 2 hold no length (block 0 holds 16, block 3 ends at 3K + 5), x 2 row groups
+    assert len(calls) == (0 if normalizer == "sigmoid" else 2 * 2)
+    _close(got, reference_sweep(spec, "cpu"))
+    if rule == "none" and normalizer != "sigmoid":
+        assert all(calls)  # the floor was needed and applied
+
+
+def test_merging_block_partials_into_fresh_and_filled_rows() -> None:
+    # merge_into copies a partial into rows nothing was merged into yet and rescales otherwise;
+    # either way the sums equal those of all the logits at once
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 300, generator=g, dtype=torch.float64) * 3.0
+
+    def part(cols: slice, rows: slice) -> sw_reduce.Acc:
+        t = x[rows, cols]
+        m = t.amax(dim=1)
+        e = torch.exp(t - m[:, None])
+        return sw_reduce.Acc(m=m, a=e.sum(1), b=((t - m[:, None]) * e).sum(1), c=(e * e).sum(1), empty=False)
+
+    acc = sw_reduce.new_acc(6, None, torch.device("cpu"), sigmoid=False)
+    first = part(slice(0, 100), slice(0, 3))
+    sw_reduce.merge_into(acc, first, False, slice(0, 3))
+    for k in "mabc":
+        assert torch.equal(getattr(acc, k)[:3], getattr(first, k))  # fresh rows: the partial itself
+    assert bool(torch.isinf(acc.m[3:]).all()) and bool((acc.a[3:] == 0).all())  # the others untouched
+    sw_reduce.merge_into(acc, part(slice(0, 100), slice(3, 6)), False, slice(3, 6))
+    sw_reduce.merge_into(acc, part(slice(100, 300), slice(0, 6)), False)  # filled rows: rescaled
+    whole = part(slice(0, 300), slice(0, 6))
+    for k in "mabc":
+        torch.testing.assert_close(getattr(acc, k), getattr(whole, k), rtol=1e-12, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- kept draws (sweeps.draws)
 
 

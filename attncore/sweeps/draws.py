@@ -10,7 +10,9 @@ z tiles of recent streams in this process-wide, byte-bounded LRU store and reads
 instead of drawing again: the numbers are the same, bit for bit.
 
 Shapes (the package legend): ``L`` query rows, ``K`` keys per block, ``Lt`` rows per tile;
-one stored tile is ``(Lt, K)`` with its row maxima ``(Lt,)``.
+one stored tile is ``(Lt, K)``, kept as ``z - max z`` (each row shifted by its maximum, as
+every job reads it: a job's shifted logits are ``std * (z - max z)``), with its row maxima
+``(Lt,)``.
 
 The store holds at most :func:`draw_cache_bytes` (``ATTNCORE_DRAW_CACHE``, bytes or with a
 K/M/G suffix; default :data:`DEFAULT_DRAW_CACHE_BYTES`; ``0`` turns it off). A stream larger

@@ -195,6 +195,10 @@ class _Engine:
             qk = torch.empty(spec.queries, K, device=dev, dtype=dt)
             q = self.q
         stds = [self.q_norm * j.factor for j in self.jobs]  # (L,) float64 per job
+        stds_dt = [st.to(dt) for st in stds]
+        # whether a job's tiles may need EXP_FLOOR: its widest row against the tile's largest max
+        # (a bound: the widest shifted logit is at least -(max z + low) std; one clamp too many costs a pass)
+        std_hi = [float(st.max()) for st in stds]
         while (unit := next_unit()) is not None:
             lane, gi = unit
             g = self.gens.get(unit)
@@ -217,28 +221,34 @@ class _Engine:
                     if not self.vectors:
                         tile = (lane, gi, b, r0)
                         if self.stored is not None:
-                            z, zmax = self.stored[tile]  # the same draws, kept (read only)
+                            zs, zmax = self.stored[tile]  # the same draws, kept (read only)
                         else:
-                            z = z_buf[:rt]
-                            zmax = fill_logit_tile(z, one[:rt], g, self.fix_tail)  # unit-std draws, maxima
+                            zs = z_buf[:rt]
+                            zmax = fill_logit_tile(zs, one[:rt], g, self.fix_tail)  # unit-std draws, maxima
+                            zs.sub_(zmax[:, None])  # z - max z <= 0: every job's shifted logits are std * zs
                             if self.record is not None:
-                                self.record[tile] = (z.clone(), zmax.clone())
+                                self.record[tile] = (zs.clone(), zmax.clone())
+                        z_hi = float(zmax.max()) + low_z
                     for ji, job in live:
                         hi = min((b + 1) * K, job.n_max)
                         segs = _segments(lo, hi, job.checkpoints)
                         whole = len(segs) == 1 and segs[0][1] - segs[0][0] == K
                         floor_needed = True
+                        offset = None  # what x_full is already shifted by (logits: the tile's max)
                         if self.vectors:
                             torch.mul(qk[r0: r0 + rt], job.factor, out=x_full)  # (rt, K)
-                            mx = None
                         else:
-                            std = stds[ji][r0: r0 + rt]
-                            s32 = std.to(dt)
-                            torch.mul(z, s32[:, None], out=x_full)
+                            s32 = stds_dt[ji][r0: r0 + rt]
                             mx = zmax * s32  # std > 0: the max of the products is the product of the max
-                            # the widest shifted logit of the tile is at least -(max + low) std
-                            widest = (zmax.to(torch.float64) + low_z) * std
-                            floor_needed = bool((widest > -EXP_FLOOR - 1).any())
+                            floor_needed = z_hi * std_hi[ji] > -EXP_FLOOR - 1
+                            if whole and not job.sigmoid:  # the common case: one multiply, no shift
+                                red.add_shifted((ji, segs[0][2]), zs, s32, mx, r0, floor_needed)
+                                continue
+                            torch.mul(zs, s32[:, None], out=x_full)  # shifted logits
+                            if job.sigmoid:
+                                x_full.add_(mx[:, None])  # sigmoid reads the logits themselves
+                            else:
+                                offset = mx
                         short = 0  # leading short segments (the many small lengths of block 0): one call
                         while (not self.vectors and short < len(segs)
                                and segs[short][1] - segs[short][0] <= SEGMENTED_KEYS):
@@ -246,13 +256,13 @@ class _Engine:
                         if short >= 2:
                             red.add_segments([(ji, s) for _, _, s in segs[:short]],
                                              [(a - lo, e - lo) for a, e, _ in segs[:short]], rt, job.bias, r0,
-                                             floor_needed=floor_needed, sigmoid=job.sigmoid)
+                                             floor_needed=floor_needed, sigmoid=job.sigmoid, offset=offset)
                             segs = segs[short:]
                         for a, e, s in segs:
-                            m = mx if whole and mx is not None else x_full[:, a - lo: e - lo].amax(dim=1)
+                            m = x_full[:, a - lo: e - lo].amax(dim=1)
                             v = vals[a - lo: e - lo] if self.vectors else None
                             red.add((ji, s), a - lo, e - lo, rt, m, v, job.bias, r0,
-                                    floor_needed=floor_needed, sigmoid=job.sigmoid)
+                                    floor_needed=floor_needed, sigmoid=job.sigmoid, offset=offset)
                 for ji, job in live:
                     for _, _, s in _segments(lo, min((b + 1) * K, job.n_max), job.checkpoints):
                         red.flush((ji, s), accs[(ji, lane, s)], slice(r_lo, r_hi), job.sigmoid)

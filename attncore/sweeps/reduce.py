@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -56,6 +56,7 @@ class Acc:
     c: Tensor
     o: Tensor | None = None
     empty: bool = True
+    filled: list[tuple[int, int]] = field(default_factory=list)  # row ranges merged into so far
 
 
 def new_acc(rows: int, dv: int | None, device: torch.device, sigmoid: bool) -> Acc:
@@ -72,6 +73,18 @@ def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> 
     """dst[rows] <- dst[rows] (+) src, in place (src covers the rows ``rows`` of dst)."""
     if src.empty:
         return
+    lo, hi, _ = rows.indices(dst.m.shape[0])
+    if not any(a < hi and lo < b for a, b in dst.filled):
+        # nothing merged into these rows yet: the merge below would return src itself, to the bit
+        # (max(-inf, m) = m, weights 0 and e^0 = 1), so copy it (a block partial meets an empty
+        # lane's sums in most flushes; ~4 small calls instead of ~20)
+        dst.m[rows], dst.a[rows], dst.b[rows], dst.c[rows] = src.m, src.a, src.b, src.c
+        if dst.o is not None and src.o is not None:
+            dst.o[rows] = src.o
+        dst.filled.append((lo, hi))
+        dst.empty = False
+        return
+    dst.filled.append((lo, hi))
     if sigmoid:
         dst.m[rows] = torch.maximum(dst.m[rows], src.m)
         dst.a[rows] += src.a
@@ -128,11 +141,15 @@ class Reducer:
         return self.parts[s]
 
     def add(self, s: Hashable, a: int, b: int, rt: int, mx: Tensor, values: Tensor | None, bias: float,
-            r0: int, floor_needed: bool = True, sigmoid: bool | None = None) -> None:
+            r0: int, floor_needed: bool = True, sigmoid: bool | None = None,
+            offset: Tensor | None = None) -> None:
         """Reduce columns [a, b) of the first ``rt`` logit rows (overwritten) into rows r0.. of part s.
 
+        ``mx`` (Lt,): the rows' maxima over the columns, which the softmax family subtracts.
         ``floor_needed=False`` promises that no shifted logit is below :data:`EXP_FLOOR`.
         ``sigmoid``: the normaliser family of this part (default: the spec's).
+        ``offset`` (Lt,): what the logits were already shifted by (softmax family: the part's max
+        is ``mx + offset``); None for unshifted logits.
         """
         sigmoid = self.sigmoid if sigmoid is None else sigmoid
         p = self.part(s)[r0: r0 + rt]
@@ -146,7 +163,7 @@ class Reducer:
             torch.sum(torch.special.xlogy(e, e, out=x), dim=1, out=p[:, 2])
             torch.sum(torch.mul(e, e, out=x), dim=1, out=p[:, 3])
         else:
-            p[:, 0] = mx
+            p[:, 0] = mx if offset is None else mx + offset
             x.sub_(mx[:, None])  # x - max <= 0
             if self.vectors or floor_needed:
                 x.clamp_(min=EXP_FLOOR)  # see EXP_FLOOR: keeps exp off its slow underflow path
@@ -158,7 +175,8 @@ class Reducer:
             torch.matmul(e, values, out=p[:, 4:])
 
     def add_segments(self, keys: Sequence[Hashable], bounds: Sequence[tuple[int, int]], rt: int, bias: float,
-                     r0: int, floor_needed: bool = True, sigmoid: bool | None = None) -> None:
+                     r0: int, floor_needed: bool = True, sigmoid: bool | None = None,
+                     offset: Tensor | None = None) -> None:
         """:meth:`add` for many adjacent segments of one logit tile at once (logits only, no values).
 
         ``bounds[i] = (a, b)`` are contiguous column ranges of the first ``rt`` logit rows
@@ -166,7 +184,7 @@ class Reducer:
         by its own maximum, as :meth:`add` does, but the whole span is reduced by a handful of
         segmented torch calls instead of several calls per segment: a block that holds dozens of
         short lengths (every length up to 2^16 sits in the first block) costs about two blocks,
-        not fifty.
+        not fifty. ``offset``: as in :meth:`add`.
         """
         sigmoid = self.sigmoid if sigmoid is None else sigmoid
         a0, b1 = bounds[0][0], bounds[-1][1]
@@ -197,10 +215,32 @@ class Reducer:
             exp_into(x, e)
             s0 = seg(e, "sum")
             s1 = seg(x.mul_(e), "sum")
-            stats = (m, s0, s1, seg(torch.mul(e, e, out=x), "sum"))
+            stats = (m if offset is None else m + offset[:, None], s0, s1, seg(torch.mul(e, e, out=x), "sum"))
         block = torch.stack(stats, dim=2)  # (rt, S, 4)
         for i, key in enumerate(keys):
             self.part(key)[r0: r0 + rt, :4] = block[:, i]
+
+    def add_shifted(self, s: Hashable, zs: Tensor, std: Tensor, mx: Tensor, r0: int,
+                    floor_needed: bool = True) -> None:
+        """A whole tile of the ``logits`` method into rows r0.. of part s (softmax family).
+
+        ``zs`` (Lt, K): the tile's unit draws shifted by their row maxima (``z - max z <= 0``,
+        shared by every job of the tile, read only); ``std`` (Lt,): the rows' logit spreads;
+        ``mx`` (Lt,): the rows' largest logits (``std * max z``). The shifted logits are
+        ``std * zs``, so a job needs one multiply before its exponentials and no subtraction,
+        and ``s1 = std * sum zs e``.
+        """
+        rt = zs.shape[0]
+        p = self.part(s)[r0: r0 + rt]
+        e = self.y[self.rt: self.rt + rt, : zs.shape[1]]
+        torch.mul(zs, (std * LOG2E)[:, None], out=e)  # log2 of the weights
+        if floor_needed:
+            e.clamp_(min=EXP_FLOOR * LOG2E)  # see EXP_FLOOR
+        torch.exp2(e, out=e)
+        p[:, 0] = mx
+        torch.sum(e, dim=1, out=p[:, 1])
+        torch.mul(torch.linalg.vecdot(zs, e, dim=1), std, out=p[:, 2])
+        torch.linalg.vecdot(e, e, dim=1, out=p[:, 3])
 
     def flush(self, s: Hashable, acc: Acc, rows: slice = slice(None), sigmoid: bool | None = None) -> None:
         """Merge rows ``rows`` of the block partial of segment key s into the float64 accumulator."""
