@@ -237,6 +237,26 @@ def test_heatmaps_token_param_from_the_sidebar_and_the_url(lm: LoadedModel) -> N
     check_token(at, lm, "rt_", "rt-token")
 
 
+def test_indices_past_the_model_or_text_get_a_note(lm: LoadedModel) -> None:
+    # within the URL's own bounds (layer/head <= 127, token <= 1023) but past this model and text
+    at = run_app(SINKS, snk_view="model", snk_layer="99", snk_head="40", snk_tok="600")
+    no_errors(at)
+    L = len(run_text(lm, DEFAULT_TEXT).tokens)
+    assert (at.session_state["snk_layer"], at.session_state["snk_head"], at.session_state["snk_tok"]) == \
+        (lm.layers - 1, lm.heads - 1, L - 1)
+    notes = [w.value for w in at.warning]
+    assert f"snk_layer=99 is beyond {lm.name}'s {lm.layers} layers (0–{lm.layers - 1}); using {lm.layers - 1}." \
+        in notes
+    assert f"snk_head=40 is beyond its {lm.heads} heads per layer (0–{lm.heads - 1}); using {lm.heads - 1}." in notes
+    assert f"snk_tok=600 is beyond this text's {L} tokens (0–{L - 1}); using {L - 1}." in notes
+    assert at.query_params["snk_layer"] == str(lm.layers - 1) and at.query_params["snk_tok"] == str(L - 1)
+    at.run()  # the clamped values stand: no note the second time
+    assert not [w.value for w in at.warning if "is beyond" in w.value]
+    # in range: no note
+    at = run_app(SINKS, snk_view="model", snk_layer="2", snk_head="3", snk_tok="4")
+    assert not [w.value for w in at.warning if "is beyond" in w.value]
+
+
 def test_user_text_stays_literal_in_the_token_views(lm: LoadedModel) -> None:
     at = run_app(HEATMAPS, rt_src="real")
     set_widget(at, "text_area", "rt_text", INJECTION)

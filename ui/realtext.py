@@ -203,11 +203,19 @@ def on_pick(chart_key: str, targets: dict[str, Param]) -> Callable[[], None]:
     return apply
 
 
+def _beyond(key: str, value: int, what: str, n: int) -> None:
+    """The note for an index past what this model or text has (the URL's own bounds are looser)."""
+    st.warning(plain(f"{key}={value} is beyond {what} (0–{n - 1}); using {n - 1}."), icon=":material/link:")
+
+
 def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
-    """Layer and head sliders bounded to this model."""
-    for p, n in ((mp.layer, lm.layers), (mp.head, lm.heads)):
-        if int(st.session_state.get(p.key, p.default)) > n - 1:
+    """Layer and head sliders bounded to this model (an index past it: the last one, with a note)."""
+    for p, n, what in ((mp.layer, lm.layers, f"{lm.name}'s {lm.layers} layers"),
+                       (mp.head, lm.heads, f"its {lm.heads} heads per layer")):
+        v = int(st.session_state.get(p.key, p.default))
+        if v > n - 1:
             st.session_state[p.key] = n - 1
+            _beyond(p.key, v, what, n)
     layer = int(where.slider("Layer", 0, lm.layers - 1, key=mp.layer.key,
                              help=f"0-based; {lm.name} has {lm.layers} layers.")) if lm.layers > 1 else 0
     head = int(where.slider("Head", 0, lm.heads - 1, key=mp.head.key,
@@ -221,6 +229,8 @@ def pick_token(mp: ModelParams, att: TextAttention, where) -> int:
     current = st.session_state.get(mp.token.key, mp.token.default)
     if not isinstance(current, int) or not 0 <= current < L:
         st.session_state[mp.token.key] = min(max(int(current) if isinstance(current, int) else 0, 0), L - 1)
+        if isinstance(current, int) and current >= L:
+            _beyond(mp.token.key, current, f"this text's {L} tokens", L)
     labels = token_labels(att, 20)
     return int(where.selectbox("Query token", list(range(L)), key=mp.token.key,
                                format_func=lambda i: f"{i} · {labels[i]}",
