@@ -193,3 +193,19 @@ def redraw_times(page: Page, label: str, moves: int = 5, timeout_s: float = 60.0
     times = sorted(nudge_and_time(page, label, key="ArrowRight" if i % 2 == 0 else "ArrowLeft",
                                   timeout_s=timeout_s) for i in range(moves))
     return first, times[len(times) // 2]
+
+
+# Per chart: its view, the margins its layout asks for and the ones Plotly drew it with (l, r, t, b).
+MARGINS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
+  const m = g.layout.margin || {}, s = g._fullLayout._size;
+  return [(g.layout.meta || {}).view || '', [m.l, m.r, m.t, m.b], [s.l, s.r, s.t, s.b].map(Math.round)]; })"""
+
+
+def assert_drawn_at_their_margins(page: Page, views: set[str]) -> None:
+    """The charts of ``views`` were drawn at the margins their layouts ask for: Plotly's automargin
+    did not have to widen them for labels or a colour bar (and draw them a second time)."""
+    drawn = page.evaluate(MARGINS_JS)
+    assert {v for v, *_ in drawn} >= views, drawn
+    for view, asked, got in drawn:
+        if view in views:
+            assert got == asked, (view, asked, got)

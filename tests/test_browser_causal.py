@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot, wait_idle
+from tests.browser_utils import (
+    assert_clean,
+    assert_drawn_at_their_margins,
+    nudge_and_time,
+    open_page,
+    report,
+    screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -15,6 +23,7 @@ def test_heatmaps_causal_model_draws_and_its_temperature_redraws(page: Page, app
     assert_clean(page)
     expect(page.get_by_text("What comes next: the next-character distribution")).to_be_visible()
     assert page.locator(".js-plotly-plot").count() >= 3  # the head, every head of the layer, next character
+    assert_drawn_at_their_margins(page, {"rt-weights"})  # one-character token labels
     seconds = nudge_and_time(page, "Temperature τ (next character)", key="ArrowLeft", presses=4)
     assert_clean(page)
     report(f"redraw Heatmaps causal model, slider 'Temperature (next character)': {seconds:.3f} s")
@@ -27,6 +36,7 @@ def test_sinks_causal_model_draws_and_notes_unknown_characters(page: Page, app_u
     open_page(page, f"{app_url}/Attention_sinks?snk_view=model&snk_model=causal", timeout_s=180)
     assert_clean(page)
     expect(page.get_by_text("Every head (rows: layers, columns: heads)")).to_be_visible()
+    assert_drawn_at_their_margins(page, {"snk-grid", "snk-head"})  # one-character labels (12:a) too
     seconds = nudge_and_time(page, "Sink threshold ε")
     assert_clean(page)
     report(f"redraw Attention sinks causal model, slider 'Sink threshold': {seconds:.3f} s")

@@ -8,7 +8,14 @@ import json
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser_utils import assert_clean, open_page, screenshot, slider, wait_idle
+from tests.browser_utils import (
+    assert_clean,
+    assert_drawn_at_their_margins,
+    open_page,
+    screenshot,
+    slider,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -56,6 +63,7 @@ def click_at(page: Page, view: str, trace: int, *, fx: float = 0.5, fy: float = 
 def test_heatmaps_click_a_thumbnail_then_a_row(page: Page, app_url: str) -> None:
     page.set_viewport_size(VIEWPORT)
     open_page(page, f"{app_url}/Heatmaps?rt_src=real", timeout_s=180)
+    assert_drawn_at_their_margins(page, {"rt-weights"})  # word-piece token labels
     assert_clean(page)
     expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 0")).to_be_visible()
     before = page.evaluate(Z_JS, "rt-weights")

@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot, wait_idle
+from tests.browser_utils import (
+    assert_clean,
+    assert_drawn_at_their_margins,
+    nudge_and_time,
+    open_page,
+    report,
+    screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
-
-# Per chart: its view, the margins its layout asks for and the ones Plotly drew it with (l, r, t, b).
-MARGINS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
-  const m = g.layout.margin || {}, s = g._fullLayout._size;
-  return [(g.layout.meta || {}).view || '', [m.l, m.r, m.t, m.b], [s.l, s.r, s.t, s.b].map(Math.round)]; })"""
-
 
 def test_sinks_lab_redraws_and_keeps_its_url_state(page: Page, app_url: str) -> None:
     open_page(page, f"{app_url}/Attention_sinks?snk_s=8&snk_gate=headwise")
@@ -35,11 +37,7 @@ def test_sinks_real_model_view_redraws(page: Page, app_url: str) -> None:
     expect(page.get_by_text("Mass on [CLS], layers 1–4")).to_be_visible()
     # The head map and the layer x head grid are drawn at their own margins: the browser did not
     # have to widen them for the token labels or the colour bar and draw them a second time.
-    drawn = page.evaluate(MARGINS_JS)
-    assert {v for v, *_ in drawn} >= {"snk-grid", "snk-head"}, drawn
-    for view, asked, got in drawn:
-        if view in ("snk-grid", "snk-head"):
-            assert got == asked, (view, asked, got)
+    assert_drawn_at_their_margins(page, {"snk-grid", "snk-head"})
     seconds = nudge_and_time(page, "Layer")
     assert_clean(page)
     report(f"redraw Attention sinks real model (MiniLM), slider 'Layer': {seconds:.3f} s")

@@ -312,7 +312,7 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
     every = 1 if L <= 80 else None
     fig.update_layout(xaxis={"tickangle": -60, "dtick": every}, yaxis={"dtick": every})
     return fig.update_layout(meta={"view": view, "selected": selected},
-                             margin={"t": 30, "r": 16, **token_label_margins(labels)})
+                             margin={"t": 30, "r": 24, **token_label_margins(labels)})
 
 
 def token_label_margins(labels: Sequence[str]) -> dict[str, int]:
@@ -323,9 +323,11 @@ def token_label_margins(labels: Sequence[str]) -> dict[str, int]:
     pick points, ~0.45 s of the view's first render. Estimated from the longest label (12 px labels
     in Chromium, measured: 95-142 px on the left and 98-138 px below for 7-16 characters, the
     widest glyphs and digits counting most), up to ~25 px over; wider text still widens them.
+    Short labels (the character model's ``12:a``) need 87 px on the left and 91 below, more than
+    the line gives them: hence the floors.
     """
     longest = max((len(f"{i}:{t}") for i, t in enumerate(labels)), default=1)
-    return {"l": int(60 + 6.5 * longest), "b": int(64 + 6 * longest)}
+    return {"l": max(92, int(60 + 6.5 * longest)), "b": max(96, int(64 + 6 * longest))}
 
 
 def weights_table(w: np.ndarray, tokens: list[str]) -> pd.DataFrame:
