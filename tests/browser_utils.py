@@ -89,7 +89,12 @@ def url_path(script: str) -> str:
 
 
 def wait_idle(page: Page, timeout_s: float = 90.0) -> None:
-    """Wait until Streamlit has finished the current script run."""
+    """Wait until Streamlit has finished the current script run.
+
+    Waits with ``page.wait_for_timeout``, not ``time.sleep``: Playwright's sync API hands over
+    events (websocket frames, console messages) only while the caller is inside one of its calls,
+    so a sleeping caller would see frames, and bench.ui would time-stamp them, up to 0.3 s late.
+    """
     page.wait_for_selector("[data-testid=stApp]", timeout=timeout_s * 1000)
     deadline = time.monotonic() + timeout_s
     # The status widget shows "Running..." while the script runs.
@@ -97,11 +102,11 @@ def wait_idle(page: Page, timeout_s: float = 90.0) -> None:
         running = page.locator("[data-testid=stStatusWidget]").count() > 0 and \
             page.locator("[data-testid=stStatusWidget]").is_visible()
         if not running:
-            time.sleep(0.3)
+            page.wait_for_timeout(300)
             if not (page.locator("[data-testid=stStatusWidget]").count() > 0 and
                     page.locator("[data-testid=stStatusWidget]").is_visible()):
                 return
-        time.sleep(0.1)
+        page.wait_for_timeout(100)
     raise AssertionError("the page kept running")
 
 
