@@ -21,8 +21,9 @@ browser (the slider's own debounce), *script* is that message -> ``script_finish
 hands it over (the Python script run, server side, plus however long the page was too busy drawing
 to take the message: on a page that redraws charts the server has often finished 0.1-0.3 s
 earlier), *after* is ``script_finished`` -> settled (the browser drawing what it got); for a first
-render *load* is navigation -> the first rerun message (HTML, the JS bundle, the websocket). *charts KB* is the Plotly JSON the run sent (charts whose message the browser
-already had are sent as a reference and count 0).
+render *load* is navigation -> the first rerun message (HTML, the JS bundle, the websocket).
+*charts KB* is the Plotly JSON the run sent (charts whose message the browser already had are
+sent as a reference and count 0).
 
 A benchmark, not an assertion: prints, never fails on a number. Takes several minutes on two
 cores (``make bench-ui``; ``make bench`` leaves it out).
