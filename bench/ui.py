@@ -85,9 +85,9 @@ VIEWS = (
     View("Heatmaps", "largest", "Heatmaps", "L=1023&S=1024&heads=16&kv=16&dk=1024", ("Queries L",), opens=1),
     View("Entropy", "default", "Entropy_vs_length", "", ("Sequence lengths n", "Head dim d")),
     View("Saturation", "Why √d", "Saturation_and_gradients", "", ("<Head dim d",)),
-    # the most samples (10^6) at the largest d the page accepts for them (2 n d <= 33.6M products:
-    # d = 16; at the default d = 64 it refuses them with a message), moved towards smaller d
-    View("Saturation", "Why √d largest", "Saturation_and_gradients", "sat_n=1000000&sat_ns=4000&sat_d=16",
+    # the most samples (10^6) at the largest d the page accepts for them (n d <= 33.6M products:
+    # d = 32; at the default d = 64 it refuses them with a message), moved towards smaller d
+    View("Saturation", "Why √d largest", "Saturation_and_gradients", "sat_n=1000000&sat_ns=4000&sat_d=32",
          ("<Head dim d",), opens=1),
     View("Saturation", "Saturation tab", "Saturation_and_gradients", "sat_tab=Saturation",
          ("d (the scaling is √d)", "Entries n in the row")),
