@@ -26,6 +26,7 @@ from attncore.device import DeviceUnavailableError, available_devices, describe_
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError, Cancelled
 from ui import admission, figures, state, widgets
+from ui.margins import fit_margins
 from ui.nav import PAGES
 from ui.text import plain
 
@@ -134,8 +135,10 @@ def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def plotly_chart(self: Any, figure_or_data: Any = None, *args: Any, **kwargs: Any) -> Any:
         # session state, not a flag of the script run: fragments rerun without run_page
-        if isinstance(figure_or_data, go.Figure) and st.session_state.get(PRESENT.key) is True:
-            figure_or_data = figures.present(go.Figure(figure_or_data))
+        if isinstance(figure_or_data, go.Figure):
+            if st.session_state.get(PRESENT.key) is True:
+                figure_or_data = figures.present(go.Figure(figure_or_data))
+            fit_margins(figure_or_data)
         return original(self, figure_or_data, *args, **kwargs)
 
     plotly_chart._attnlab_presenter = True  # type: ignore[attr-defined]

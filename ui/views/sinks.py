@@ -233,7 +233,7 @@ def strength_figure(sweep: SweepResult, spec: SinkSpec) -> go.Figure:
               err=sweep.std("sink_weight")),
         Curve("theory", x, np.asarray(T.sink_weight_theory(x, spec.n, spec.content, spec.spread)),
               theory=True),
-    ], title="softmax weight on the sink vs strength s", x_title="sink strength s", y_title="weight on sink",
+    ], title="weight on the sink vs strength s", x_title="sink strength s", y_title="weight on sink",
         height=380)
     _tag(fig, "snk-strength")
     figures.legend_below(fig)
@@ -311,7 +311,8 @@ def content_frame(sweep: SweepResult) -> pd.DataFrame:
 def zoo_maps_figure(zoo: dict[str, ZooEntry]) -> go.Figure:
     """The weights of every normaliser on the same logits, side by side (``snk-zoo``)."""
     maps = [zoo[name].weights.cpu().numpy() for name in ZOO]
-    titles = [ZOO_LABELS[name] + (" (weights; gate on output)" if name == "gated" else "") for name in ZOO]
+    # two lines for the gated map: in one line its title ran into its neighbour's at 1280 px
+    titles = [ZOO_LABELS[name] + ("<br>(weights; gate on output)" if name == "gated" else "") for name in ZOO]
     zmax = float(max(m.max() for m in maps)) or 1.0
     fig = figures.heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
     # Axis labels on every map: key index (key 0 is the sink when it is on) across, query down.
@@ -319,7 +320,7 @@ def zoo_maps_figure(zoo: dict[str, ZooEntry]) -> go.Figure:
                      nticks=5)
     fig.update_yaxes(showticklabels=True, tickfont={"size": 9}, nticks=5)
     fig.update_layout(yaxis={"title": {"text": "query"}}, coloraxis_colorbar={"title": {"text": "weight"}})
-    return fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 34, "b": 40})
+    return fig.update_layout(meta={"view": "snk-zoo"}, margin={"t": 50, "b": 40})
 
 
 def zoo_bars_figure(zoo: dict[str, ZooEntry], theory: dict[str, ZooTheory], field: str, label: str,
