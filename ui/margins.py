@@ -2,12 +2,12 @@
 
 Plotly's automargin draws a chart, measures its tick labels, axis titles, legend and colour bar,
 and when they do not fit the layout's margins it widens them and draws the whole chart a second
-time. Every chart of this app asked for 10 px and was drawn twice; on a page that redraws nine
-charts per slider move that second pass is ~0.05 s of what a user waits for (measured with
-``bench.ui``). :func:`fit_margins` estimates what automargin would push (from the tick values,
-the category names, the legend entries and the fonts, with constants measured on Plotly 3's
-layout at 12 px ticks) and asks for that up front. Automargin stays on: an estimate that falls
-short costs the old second draw, never a clipped label.
+time. Almost every chart of this app asked for 10 px and was drawn twice; on the Attention sinks
+lab, whose nine charts all change when a slider moves, that second pass cost ~0.1 s of what a user
+waits for (``bench.ui``). :func:`fit_margins` estimates what automargin would push (from the tick
+values, the category names, the legend entries and the fonts, with constants measured in Chromium
+on the plotly.js that Streamlit 1.67 bundles, v4) and asks for that up front. Automargin stays
+on: an estimate that falls short costs the old second draw, never a clipped label.
 
 Three parts of a layout depend on the chart's width, which the server does not know. Legends
 wrap: their margin is estimated at the narrowest width the chart is shown at (a wider chart fits
@@ -42,12 +42,13 @@ LEGEND_PAD = 22.0  # legend box padding (both ends)
 LEGEND_KEY = 44.0  # px of an entry that is not its text (the line or marker and gaps)
 LEGEND_GAP = 8.0  # between the x axis band and a legend below it
 CB_BODY = 39.0  # a vertical colour bar's pads, beside its thickness and tick labels, px
-CB_AUTO_EM = 3.75  # room for Plotly's own colour-bar tick labels, in ems (45 px at 12 px: 81 px measured in all)
+CB_AUTO_EM = 3.75  # Plotly's own colour-bar tick labels, in ems (45 px at 12 px; 81 px measured in all)
 CB_BELOW = 34.0  # a horizontal colour bar's pads under its thickness and tick labels, px
 CB_TITLE = 19.0  # a colour bar title written beside it (side "right")
 CB_TITLE_TOP = 30.0  # ... above it (Plotly's default for vertical bars)
 NARROWEST_PLOT = 170.0  # px: the plot area of a chart in a three-column row at 1280 px (legend columns)
 DEFAULT_HEIGHT = 450
+PLOTLY_MARGINS = {"l": 80, "r": 80, "t": 100, "b": 80}  # what Plotly uses where a layout sets none
 TITLE_BAND = 30.0  # a figure title's line above a legend that sits on the plot
 WIDE_PLOT = 470.0  # px a top legend spans on a full-width chart at 1280 px (Plotly caps it near 2/3)
 _AXIS = re.compile(r"^([xy])axis(\d*)$")
@@ -219,9 +220,10 @@ def fit_margins(fig: go.Figure) -> go.Figure:
     if meta.get("margins") == "fixed":
         return fig
     m = lay.margin
-    need = {"l": float(m.l or 0), "r": float(m.r or 0), "t": float(m.t or 0), "b": float(m.b or 0)}
+    need = {side: float(getattr(m, side) if getattr(m, side) is not None else PLOTLY_MARGINS[side])
+            for side in PLOTLY_MARGINS}
     x_band = 0.0
-    for key in [k for k in lay if _AXIS.match(k)] or ["xaxis", "yaxis"]:
+    for key in [k for k in lay if _AXIS.match(k)]:  # xaxis and yaxis always, then subplots' axes
         letter, num = _AXIS.match(key).groups()  # type: ignore[union-attr]
         ax = lay[key]
         name = f"{letter}{num}"
@@ -276,7 +278,7 @@ def fit_margins(fig: go.Figure) -> go.Figure:
             fig.update_layout(legend={"y": -(x_band + LEGEND_GAP) / plot_h, "yanchor": "top"})
         elif leg.yref == "container":  # at the figure's top (small multiples): t has room for two rows
             rows, row_h = _legend_rows(fig, entries, WIDE_PLOT)
-            need["t"] = max(need["t"], float(m.t or 0) + max(0, rows - 2) * row_h)
+            need["t"] += max(0, rows - 2) * row_h
         else:  # just above the plot (y = 1.02 of its height), under the title
             rows, row_h = _legend_rows(fig, entries, WIDE_PLOT)
             titled = lay.title is not None and bool(lay.title.text)
