@@ -7,7 +7,9 @@ lab, whose nine charts all change when a slider moves, that second pass cost ~0.
 waits for (``bench.ui``). :func:`fit_margins` estimates what automargin would push (from the tick
 values, the category names, the legend entries and the fonts, with constants measured in Chromium
 on the plotly.js that Streamlit 1.67 bundles, v4) and asks for that up front. Automargin stays
-on: an estimate that falls short costs the old second draw, never a clipped label.
+on: an estimate that falls short costs the old second draw, never a clipped label. It reads the
+figure's own property dicts (Plotly's attribute access would cost ~35 ms on a 45-trace figure;
+this takes ~1-2 ms) and writes through Plotly only what it changes.
 
 Three parts of a layout depend on the chart's width, which the server does not know. Legends
 wrap: their margin is estimated at the narrowest width the chart is shown at (a wider chart fits
@@ -18,13 +20,15 @@ get a fixed angle. A colour bar sits 2% of the plot's width beyond it: here at i
 
 from __future__ import annotations
 
+import base64
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+
+from ui.figures import relayout
 
 __all__ = ["fit_margins", "label_px"]
 
@@ -106,29 +110,49 @@ def _log_labels(lo: float, hi: float, power: bool) -> list[str]:
 
 
 def _values(v: Any) -> np.ndarray | None:
+    """A trace's array property as numpy (plain lists, arrays and Plotly's base64 typed arrays)."""
     if v is None:
         return None
-    if isinstance(v, dict):  # a typed array Plotly has not decoded
-        return None
+    if isinstance(v, dict):
+        if "bdata" not in v:
+            return None
+        arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v.get("dtype", "f8")))
+        return arr
     try:
         return np.asarray(v)
     except (TypeError, ValueError):
         return None
 
 
-def _extent(traces: Iterable[Any], letter: str, ax_name: str) -> tuple[list[str], float, float]:
+def _get(d: Any, *path: str) -> Any:
+    """``d[path[0]][path[1]]...``, None where a level is missing (Plotly leaves unset props out)."""
+    for k in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _on(tr: dict, letter: str, name: str) -> bool:
+    return (tr.get(f"{letter}axis") or letter) == name
+
+
+def _extent(data: list[dict], letter: str, name: str) -> tuple[list[str], float, float]:
     """(category labels, lo, hi) of what the traces put on one axis (numbers only for lo/hi)."""
     cats: list[str] = []
     lo, hi = math.inf, -math.inf
-    for tr in traces:
-        if (getattr(tr, f"{letter}axis", None) or letter) != ax_name:
+    for tr in data:
+        if not _on(tr, letter, name):
             continue
-        vals = _values(getattr(tr, letter, None))
-        if vals is None and tr.type == "heatmap":  # cells at 0 .. columns - 1 (rows for y)
-            z = _values(tr.z)
-            if z is not None and z.ndim == 2:
-                vals = np.array([0.0, z.shape[1 if letter == "x" else 0] - 1.0])
-        if tr.type == "bar" and letter == ("y" if tr.orientation != "h" else "x"):
+        vals = _values(tr.get(letter))
+        kind = tr.get("type")
+        if vals is None and kind == "heatmap":  # cells at 0 .. columns - 1 (rows for y)
+            z = tr.get("z")
+            shape = np.shape(z) if not isinstance(z, dict) else tuple(
+                int(n) for n in str(z.get("shape", "0")).split(","))
+            if len(shape) == 2:
+                vals = np.array([0.0, shape[1 if letter == "x" else 0] - 1.0])
+        if kind == "bar" and letter == ("x" if tr.get("orientation") == "h" else "y"):
             lo, hi = min(lo, 0.0), max(hi, 0.0)
         if vals is None or vals.size == 0:
             continue
@@ -136,8 +160,8 @@ def _extent(traces: Iterable[Any], letter: str, ax_name: str) -> tuple[list[str]
             cats.extend(str(s) for s in vals.ravel()[:512])
             continue
         v = vals.astype(np.float64, copy=False).ravel()
-        err = getattr(tr, f"error_{letter}", None)
-        arr = _values(err.array) if err is not None and err.visible is not False else None
+        err = tr.get(f"error_{letter}")
+        arr = _values(err.get("array")) if isinstance(err, dict) and err.get("visible") is not False else None
         if arr is not None and arr.size == v.size and arr.dtype.kind == "f":
             v = np.concatenate([v - arr, v + arr])
         v = v[np.isfinite(v)]
@@ -146,61 +170,60 @@ def _extent(traces: Iterable[Any], letter: str, ax_name: str) -> tuple[list[str]
     return cats, lo, hi
 
 
-def _axis_labels(fig: go.Figure, ax: Any, letter: str, ax_name: str) -> tuple[list[str], bool]:
+def _axis_labels(data: list[dict], ax: dict, letter: str, name: str) -> tuple[list[str], bool]:
     """The widest labels an axis may show and whether they carry superscripts."""
-    if ax.showticklabels is False or ax.visible is False:
+    if ax.get("showticklabels") is False or ax.get("visible") is False:
         return [], False
-    if ax.ticktext is not None and len(ax.ticktext):
-        texts = [str(t) for t in ax.ticktext]
+    ticktext = ax.get("ticktext")
+    if ticktext is not None and len(ticktext):
+        texts = [str(t) for t in ticktext]
         return texts, any(_SUPERSCRIPT.search(t) for t in texts)
-    cats, lo, hi = _extent(fig.data, letter, ax_name)
-    if cats or ax.type == "category":
+    cats, lo, hi = _extent(data, letter, name)
+    if cats or ax.get("type") == "category":
         return cats, False
-    rng = ax.range
-    if ax.type == "log":
-        power = ax.exponentformat == "power" or ax.dtick in (1, "1")
-        if rng is not None and None not in rng:
+    rng = ax.get("range")
+    fixed = rng is not None and len(rng) == 2 and None not in rng
+    if ax.get("type") == "log":
+        power = ax.get("exponentformat") == "power" or ax.get("dtick") in (1, "1")
+        if fixed:
             a, b = float(rng[0]), float(rng[1])
         else:
             a = math.log10(lo) if lo > 0 else -3.0
             b = math.log10(hi) if hi > 0 else 0.0
         labels = _log_labels(min(a, b), max(a, b), power)
         return labels, power and any(lab.startswith("10^") for lab in labels)
-    if rng is not None and None not in rng:
+    if fixed:
         lo, hi = float(min(rng)), float(max(rng))
     return _linear_labels(lo, hi), False
 
 
-def _font(ax_font: Any, lay: Any) -> float:
-    size = getattr(ax_font, "size", None) if ax_font is not None else None
-    base = getattr(lay.font, "size", None) if lay.font is not None else None
-    return float(size or base or BASE_FONT)
+def _font(font: Any, lay: dict) -> float:
+    """A font's size, else the layout's, else Plotly's 12 px."""
+    return float(_get(font, "size") or _get(lay, "font", "size") or BASE_FONT)
 
 
-def _domain_start(lay: Any, letter: str, anchor: str | None) -> float:
+def _domain_start(lay: dict, letter: str, anchor: str | None) -> float:
     """Where the axis an axis is anchored to starts (0: this axis sits on the figure's edge)."""
     if not anchor or anchor == "free":
         return 0.0
-    other = lay[f"{letter}axis{anchor[1:]}"] if anchor[1:] else lay[f"{letter}axis"]
-    dom = other.domain
+    dom = _get(lay, f"{letter}axis{anchor[1:]}", "domain")
     return float(dom[0]) if dom is not None else 0.0
 
 
 def _legend_entries(fig: go.Figure) -> list[str]:
-    if fig.layout.showlegend is False:
+    if fig._layout.get("showlegend") is False:
         return []
-    names = [str(tr.name) for tr in fig.data if tr.name and tr.showlegend is not False
-             and tr.type not in ("heatmap", "histogram2d")]
-    shown = [tr for tr in fig.data if tr.showlegend is True]
+    names = [str(tr["name"]) for tr in fig._data if tr.get("name") and tr.get("showlegend") is not False
+             and tr.get("type") not in ("heatmap", "histogram2d")]
+    shown = any(tr.get("showlegend") is True for tr in fig._data)
     return names if len(names) > 1 or shown else []
 
 
-def _legend_rows(fig: go.Figure, entries: list[str], width: float) -> tuple[int, float]:
+def _legend_rows(lay: dict, entries: list[str], width: float) -> tuple[int, float]:
     """Rows a horizontal legend takes when its entries flow as Plotly lays them out in ``width`` px,
     and its row height. A wider chart fits more entries per row, so at a chart's narrowest width
     this is the most rows it takes (its margin may then have room to spare, never too little)."""
-    lay = fig.layout
-    font = _font(lay.legend.font, lay) if lay.legend is not None else BASE_FONT
+    font = _font(_get(lay, "legend", "font"), lay)
     rows, used = 1, 0.0
     for w in (label_px(e, font) + LEGEND_KEY for e in entries):
         if used and used + w > width:
@@ -209,83 +232,93 @@ def _legend_rows(fig: go.Figure, entries: list[str], width: float) -> tuple[int,
     return rows, LEGEND_ROW * font / 11.0
 
 
+def _axis_keys(lay: dict) -> list[str]:
+    """xaxis, yaxis (set or not) and every subplot axis the layout has."""
+    return ["xaxis", "yaxis", *(k for k in lay if _AXIS.match(k) and k not in ("xaxis", "yaxis"))]
+
+
 def fit_margins(fig: go.Figure) -> go.Figure:
     """Ask, in place, for the margins automargin would push the figure to (never less than it asked).
 
     Also makes the width-dependent parts fixed: legend rows, crowded category labels' angle,
     colour-bar position. Figures with ``layout.meta.margins == "fixed"`` are left as they are.
     """
-    lay = fig.layout
-    meta = lay.meta if isinstance(lay.meta, dict) else {}
-    if meta.get("margins") == "fixed":
+    lay: dict = fig._layout  # Plotly's own dict of what the layout sets (read only here)
+    data: list[dict] = fig._data
+    meta = lay.get("meta")
+    if isinstance(meta, dict) and meta.get("margins") == "fixed":
         return fig
-    m = lay.margin
-    need = {side: float(getattr(m, side) if getattr(m, side) is not None else PLOTLY_MARGINS[side])
-            for side in PLOTLY_MARGINS}
+    m = lay.get("margin") or {}
+    need = {side: float(dflt if m.get(side) is None else m[side]) for side, dflt in PLOTLY_MARGINS.items()}
     x_band = 0.0
-    for key in [k for k in lay if _AXIS.match(k)]:  # xaxis and yaxis always, then subplots' axes
+    updates: dict[str, Any] = {}
+    for key in _axis_keys(lay):
         letter, num = _AXIS.match(key).groups()  # type: ignore[union-attr]
-        ax = lay[key]
+        ax = lay.get(key) or {}
         name = f"{letter}{num}"
         other = "y" if letter == "x" else "x"
-        if _domain_start(lay, other, ax.anchor or f"{other}{num}") > 0.01:
+        if _domain_start(lay, other, ax.get("anchor") or f"{other}{num}") > 0.01:
             continue  # an inner subplot's axis: its labels stay inside the figure
-        font = _font(ax.tickfont, lay)
-        labels, sup = _axis_labels(fig, ax, letter, name)
+        font = _font(ax.get("tickfont"), lay)
+        labels, sup = _axis_labels(data, ax, letter, name)
         if not labels:
             continue
         widest = max(label_px(t, font) for t in labels)
         scale = max(1.0, font / BASE_FONT)  # the pads do not shrink with a smaller tick font
-        on_map = any(tr.type == "heatmap" and (getattr(tr, f"{letter}axis", None) or letter) == name
-                     for tr in fig.data)
-        pad = CATEGORY_PAD if on_map or ax.type == "category" or not _is_number(labels) else 0.0
-        if letter == "y" and ax.side != "right":
-            need["l"] = max(need["l"], widest + pad + Y_BAND * scale + 3.0 * max(0.0, BASE_FONT - font))
-        elif letter == "x" and ax.side == "top":
-            titled = bool(ax.title is not None and ax.title.text)
-            band = (SUPER_H if sup else PLAIN_H) * scale + pad + (X_TITLE_BAND if titled else X_BAND) * scale
-            need["t"] = max(need["t"], band)
-            if _is_number(labels):
+        numeric = _is_number(labels) and ax.get("type") != "category"
+        on_map = any(tr.get("type") == "heatmap" and _on(tr, letter, name) for tr in data)
+        pad = 0.0 if numeric and not on_map else CATEGORY_PAD
+        title = _get(ax, "title", "text")
+        side = ax.get("side")
+        if letter == "y":
+            if side != "right":
+                need["l"] = max(need["l"], widest + pad + Y_BAND * scale + 3.0 * max(0.0, BASE_FONT - font))
+            continue
+        if title:  # a title of several lines
+            pad += str(title).count("<br>") * 1.2 * _font(_get(ax, "title", "font"), lay) + 2.0
+        angle = ax.get("tickangle")
+        crowded = widest * len(set(labels)) > NARROWEST_PLOT * 0.8
+        if side != "top" and not numeric and angle is None and crowded:
+            angle = -90  # what Plotly turns crowded category labels to at narrow widths
+            updates[key] = {"tickangle": angle}
+        if angle not in (None, 0, "auto"):
+            rad = math.radians(float(angle))
+            high = widest * abs(math.sin(rad)) + PLAIN_H * scale * abs(math.cos(rad)) + X_ROTATED
+        else:
+            high = (SUPER_H if sup else PLAIN_H) * scale + pad
+            if numeric:
                 need["r"] = max(need["r"], widest)  # the last tick label overhangs the plot's right edge
-        elif letter == "x":
-            titled = bool(ax.title is not None and ax.title.text)
-            if titled:  # a title of several lines
-                pad += str(ax.title.text).count("<br>") * 1.2 * _font(ax.title.font, lay) + 2.0
-            angle = ax.tickangle
-            crowded = ax.type == "category" or not _is_number(labels)
-            if crowded and angle is None and widest * len(set(labels)) > NARROWEST_PLOT * 0.8:
-                angle = -90  # what Plotly turns crowded category labels to at narrow widths
-                ax.tickangle = angle
-            if angle not in (None, 0):
-                high = widest * abs(math.sin(math.radians(float(angle)))) + PLAIN_H * scale * abs(
-                    math.cos(math.radians(float(angle)))) + X_ROTATED
-            else:
-                high = (SUPER_H if sup else PLAIN_H) * scale + pad
-            band = high + (X_TITLE_BAND if titled else X_BAND) * scale
+        band = high + (X_TITLE_BAND if title else X_BAND) * scale
+        if side == "top":
+            need["t"] = max(need["t"], band)
+        else:
             x_band = max(x_band, band)
             need["b"] = max(need["b"], band)
-            if angle in (None, 0) and ax.type != "category" and _is_number(labels):
-                need["r"] = max(need["r"], widest)  # the last tick label overhangs the plot's right edge
-    _colorbars(fig, need)
+    _colorbars(fig, need, updates)
     entries = _legend_entries(fig)
-    leg = lay.legend
-    if entries and leg is not None and leg.orientation == "h":
-        height = float(lay.height or DEFAULT_HEIGHT)
-        if leg.y is not None and leg.y < 0 and leg.yref in (None, "paper"):  # below the plot
-            rows, row_h = _legend_rows(fig, entries, NARROWEST_PLOT)
+    leg = lay.get("legend") or {}
+    if entries and leg.get("orientation") == "h":
+        height = float(lay.get("height") or DEFAULT_HEIGHT)
+        y = leg.get("y")
+        if y is not None and y < 0 and leg.get("yref") in (None, "paper"):  # below the plot
+            rows, row_h = _legend_rows(lay, entries, NARROWEST_PLOT)
             need["b"] = max(need["b"], x_band + LEGEND_GAP + rows * row_h + LEGEND_PAD)
             plot_h = max(height - need["t"] - need["b"], 1.0)
-            fig.update_layout(legend={"y": -(x_band + LEGEND_GAP) / plot_h, "yanchor": "top"})
-        elif leg.yref == "container":  # at the figure's top (small multiples): t has room for two rows
-            rows, row_h = _legend_rows(fig, entries, WIDE_PLOT)
+            updates["legend"] = {"y": -(x_band + LEGEND_GAP) / plot_h, "yanchor": "top"}
+        elif leg.get("yref") == "container":  # at the figure's top (small multiples): t has room for two rows
+            rows, row_h = _legend_rows(lay, entries, WIDE_PLOT)
             need["t"] += max(0, rows - 2) * row_h
         else:  # just above the plot (y = 1.02 of its height), under the title
-            rows, row_h = _legend_rows(fig, entries, WIDE_PLOT)
-            titled = lay.title is not None and bool(lay.title.text)
+            rows, row_h = _legend_rows(lay, entries, WIDE_PLOT)
             plot_h = max(height - need["t"] - need["b"], 1.0)
-            lift = max(0.0, float(leg.y if leg.y is not None else 1.02) - 1.0) * plot_h
+            lift = max(0.0, float(y if y is not None else 1.02) - 1.0) * plot_h
+            titled = bool(_get(lay, "title", "text"))
             need["t"] = max(need["t"], rows * row_h + LEGEND_PAD + lift + (TITLE_BAND if titled else 0.0))
-    fig.update_layout(margin={k: math.ceil(v) for k, v in need.items()})
+    margin = {k: math.ceil(v) for k, v in need.items()}
+    if margin != {k: m.get(k) for k in margin}:
+        updates["margin"] = margin
+    if updates:
+        relayout(fig, **updates)
     return fig
 
 
@@ -297,35 +330,41 @@ def _is_number(labels: list[str]) -> bool:
     return True
 
 
-def _colorbars(fig: go.Figure, need: dict[str, float]) -> None:
+def _colorbars(fig: go.Figure, need: dict[str, float], updates: dict[str, Any]) -> None:
     """Room on the right for a vertical colour bar, placed at the plot's edge (not 2% of its width out)."""
-    lay = fig.layout
-    bars = []
-    cax = lay.coloraxis
-    if cax is not None and cax.colorscale is not None and cax.showscale is not False:
-        bars.append(cax.colorbar)
-    for tr in fig.data:
-        if tr.type == "heatmap" and tr.showscale is not False and tr.coloraxis is None:
-            bars.append(tr.colorbar)
-    for cb in bars:
-        if cb.orientation == "h":  # under the plot at a fraction of its height: that many px more
-            if cb.y is not None and cb.y < 0.5 and cb.yref != "container":
-                plot_h = float(lay.height or DEFAULT_HEIGHT) - need["t"] - need["b"]
-                below = -float(cb.y) * max(plot_h, 1.0) if cb.y < 0 else 0.0
-                need["b"] = max(need["b"], below + float(cb.thickness or 30) + CB_BELOW
-                                + PLAIN_H * _font(cb.tickfont, lay) / BASE_FONT)
+    lay: dict = fig._layout
+    bars: list[tuple[dict, int | None]] = []  # (colour bar, trace index; None: the layout's coloraxis)
+    cax = lay.get("coloraxis")
+    if isinstance(cax, dict) and cax.get("colorscale") is not None and cax.get("showscale") is not False:
+        bars.append((cax.get("colorbar") or {}, None))
+    for i, tr in enumerate(fig._data):
+        if tr.get("type") == "heatmap" and tr.get("showscale") is not False and tr.get("coloraxis") is None:
+            bars.append((tr.get("colorbar") or {}, i))
+    for cb, owner in bars:
+        font = _font(cb.get("tickfont"), lay)
+        if cb.get("orientation") == "h":  # under the plot at a fraction of its height: that many px more
+            y = cb.get("y")
+            if y is not None and y < 0.5 and cb.get("yref") != "container":
+                plot_h = float(lay.get("height") or DEFAULT_HEIGHT) - need["t"] - need["b"]
+                below = -float(y) * max(plot_h, 1.0) if y < 0 else 0.0
+                need["b"] = max(need["b"], below + float(cb.get("thickness") or 30) + CB_BELOW
+                                + PLAIN_H * font / BASE_FONT)
             continue
-        if cb.x is None:
-            cb.x, cb.xanchor = 1.0, "left"
-        elif cb.xref != "container" and cb.x > 1.0:
+        x = cb.get("x")
+        if x is None:
+            at_edge = {"x": 1.0, "xanchor": "left"}
+            if owner is None:
+                updates["coloraxis"] = {"colorbar": at_edge}
+            else:
+                fig.data[owner].colorbar.update(at_edge)
+        elif cb.get("xref") != "container" and x > 1.0:
             continue  # placed further out on purpose: leave its room to automargin
-        font = _font(cb.tickfont, lay)
-        if cb.ticktext is not None and len(cb.ticktext):
-            width = CB_BODY + max(label_px(str(t), font) for t in cb.ticktext)
+        ticktext = cb.get("ticktext")
+        if ticktext is not None and len(ticktext):
+            width = CB_BODY + max(label_px(str(t), font) for t in ticktext)
         else:  # Plotly's own tick labels: room for the widest it writes in practice
             width = CB_BODY + CB_AUTO_EM * font
-        title = cb.title.text if cb.title is not None else None
-        width += float(cb.thickness or 30)
-        if title:
-            width += CB_TITLE if cb.title.side == "right" else CB_TITLE_TOP
+        width += float(cb.get("thickness") or 30)
+        if _get(cb, "title", "text"):
+            width += CB_TITLE if _get(cb, "title", "side") == "right" else CB_TITLE_TOP
         need["r"] = max(need["r"], width)
