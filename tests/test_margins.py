@@ -96,3 +96,19 @@ def test_a_figure_can_keep_its_own_margins() -> None:
     fig.update_layout(meta={"margins": "fixed"})
     fit_margins(fig)
     assert fig.layout.margin.l == 10 and fig.layout.margin.b == 10
+
+
+def test_room_above_and_below_for_the_end_ticks_of_a_y_axis() -> None:
+    # a tick on the range's last value: half its label sticks out above the plot (Plotly pushed the
+    # Kernels chart's top margin from 10 to 20 px when its measured times put a decade at the top)
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1e-3, 10.0]))
+    figures.style(fig)
+    fig.update_yaxes(type="log", dtick=1, exponentformat="power")
+    fig.update_xaxes(showticklabels=False)
+    fit_margins(fig)
+    assert fig.layout.margin.t >= 22 and fig.layout.margin.b >= 22  # 10^k labels are ~22 px high
+    inner = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
+    figures.style(inner)
+    inner.update_layout(yaxis_domain=[0.2, 0.8], xaxis_showticklabels=False)
+    fit_margins(inner)
+    assert inner.layout.margin.t == 10  # the axis ends inside the figure: nothing sticks out

@@ -273,6 +273,14 @@ def fit_margins(fig: go.Figure) -> go.Figure:
         if letter == "y":
             if side != "right":
                 need["l"] = max(need["l"], widest + pad + Y_BAND * scale + 3.0 * max(0.0, BASE_FONT - font))
+            # a tick at the very end of the range: half its label overhangs the plot (Plotly pushes ~0.8
+            # of the label's height; 20 px measured on a log axis whose top tick fell on the range's end)
+            dom = ax.get("domain") or (0.0, 1.0)
+            high = (SUPER_H if sup else PLAIN_H) * scale
+            if float(dom[1]) >= 0.99:
+                need["t"] = max(need["t"], high)
+            if float(dom[0]) <= 0.01:
+                need["b"] = max(need["b"], high)
             continue
         if title:  # a title of several lines
             pad += str(title).count("<br>") * 1.2 * _font(_get(ax, "title", "font"), lay) + 2.0
