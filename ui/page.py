@@ -123,11 +123,12 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
 
 
 def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``plotly_chart`` that restyles the figure for presenter mode (:func:`ui.figures.present`).
+    """``plotly_chart`` that restyles the figure for presenter mode (:func:`ui.figures.present`) and
+    asks for the margins the browser would widen it to (:func:`ui.margins.fit_margins`, so Plotly
+    draws it once).
 
     Installed once on Streamlit's ``DeltaGenerator`` (and ``st.plotly_chart``), so every chart of
-    every page, present and future, gets the presenter styling without the page doing anything;
-    outside presenter mode it passes the figure through untouched.
+    every page, present and future, gets both without the page doing anything.
     """
     if getattr(original, "_attnlab_presenter", False):
         return original
