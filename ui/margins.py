@@ -34,6 +34,7 @@ __all__ = ["fit_margins", "label_px"]
 
 EM = 0.56  # mean width of a tick or legend character in ems (Source Sans; measured 0.42-0.5, with slack)
 BASE_FONT = 12  # Plotly's default font size (px)
+Y_SLACK = 4.0  # px more on the left: the estimate fell 1-4 px short at some extreme settings
 Y_BAND = 53.0  # px beside a left axis's widest tick label (label pad, title standoff and line), 12 px font
 X_BAND = 17.0  # px under a bottom axis's tick labels without a title
 X_TITLE_BAND = 52.0  # ... with a title
@@ -46,7 +47,7 @@ LEGEND_PAD = 22.0  # legend box padding (both ends)
 LEGEND_KEY = 44.0  # px of an entry that is not its text (the line or marker and gaps)
 LEGEND_GAP = 8.0  # between the x axis band and a legend below it
 CB_BODY = 39.0  # a vertical colour bar's pads, beside its thickness and tick labels, px
-CB_AUTO_EM = 3.75  # Plotly's own colour-bar tick labels, in ems (45 px at 12 px; 81 px measured in all)
+CB_AUTO_EM = 4.25  # Plotly's own colour-bar tick labels, in ems (51 px at 12 px: 81-84 px measured in all)
 CB_BELOW = 34.0  # a horizontal colour bar's pads under its thickness and tick labels, px
 CB_TITLE = 19.0  # a colour bar title written beside it (side "right")
 CB_TITLE_TOP = 30.0  # ... above it (Plotly's default for vertical bars)
@@ -272,7 +273,8 @@ def fit_margins(fig: go.Figure) -> go.Figure:
         side = ax.get("side")
         if letter == "y":
             if side != "right":
-                need["l"] = max(need["l"], widest + pad + Y_BAND * scale + 3.0 * max(0.0, BASE_FONT - font))
+                need["l"] = max(need["l"], widest + pad + Y_BAND * scale + 3.0 * max(0.0, BASE_FONT - font)
+                                + Y_SLACK)
             # a tick at the very end of the range: half its label overhangs the plot (Plotly pushes ~0.8
             # of the label's height; 20 px measured on a log axis whose top tick fell on the range's end)
             dom = ax.get("domain") or (0.0, 1.0)
