@@ -261,3 +261,20 @@ def test_guides_fitted_over_the_largest_sizes_not_anchored_at_an_inflated_small_
                                          (123.0, "120"), (2.0, "2.0"), (0.996, "1.0")])
 def test_ratios_carry_two_significant_figures(x: float, text: str) -> None:
     assert fmt_ratio(x) == text
+
+
+def test_boolean_mask_memory_caveat_names_the_converted_mask() -> None:
+    """torch turns a boolean attn_mask into an additive L x S mask before any backend runs: the
+    fused path's memory then has an O(T²) part, and the memory verdict says so."""
+    boolean = KernelSpec(heads=4, head_dim=64, mask="boolean")
+    c = claims(mem_sizes(1.0, 2.0), "cuda", boolean)["memory"]
+    assert "additive L × S mask" in c.caveat and "4 MiB at T = 1024" in c.caveat
+    assert "additive" not in claims(mem_sizes(1.0, 2.0), "cuda")["memory"].caveat
+
+
+@pytest.mark.parametrize(("x", "text"), [(1234.5, "1230"), (14712.0, "14700"), (0.01234, "0.0123"), (157.0, "157"),
+                                         (2.5, "2.5")])
+def test_times_carry_three_significant_figures_without_an_exponent(x: float, text: str) -> None:
+    from attncore.kernels.claims import fmt3
+
+    assert fmt3(x) == text

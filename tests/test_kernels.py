@@ -222,6 +222,9 @@ def test_cpu_flash_memory_model_follows_torchs_block_sizes() -> None:
     assert cpu_flash_bytes(spec, 1024, 1024, 16) == out + 16 * per_thread
     assert cpu_flash_blocks(100, 100) == (32, 100) and cpu_flash_blocks(512, 512) == (64, 512)
     assert cpu_flash_blocks(768, 4096) == (256, 512)
+    # a boolean mask is turned into an additive L x S mask before any kernel runs: O(T^2) even here
+    boolean = KernelSpec(heads=8, head_dim=64, mask="boolean")
+    assert cpu_flash_bytes(boolean, 1024, 1024, 16) == out + 16 * per_thread + 1024 * 1024 * 4
     # linear in T beyond the block-size switch: doubling T adds the output's growth only
     a, b = cpu_flash_bytes(spec, 2048, 2048, 4), cpu_flash_bytes(spec, 4096, 4096, 4)
     assert b - a == pytest.approx(8 * 2048 * (64 * 4 + 4))

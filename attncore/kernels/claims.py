@@ -21,7 +21,7 @@ import torch
 
 from attncore.errors import AttnInputError
 from attncore.kernels.calls import BACKENDS, LABELS, MATERIALISING
-from attncore.kernels.cost import cpu_flash_bytes
+from attncore.kernels.cost import converted_mask_bytes, cpu_flash_bytes
 from attncore.kernels.results import BackendResult, SizeResult, Spread, paired_ratio
 from attncore.kernels.spec import KernelSpec
 
@@ -38,6 +38,7 @@ __all__ = [
     "PowerFit",
     "check_claims",
     "default_backend_claim",
+    "fmt3",
     "fmt_ratio",
     "growth_fit",
     "memory_claim",
@@ -116,8 +117,15 @@ def fmt_ratio(x: float) -> str:
     return f"{r:.{max(0, 1 - math.floor(math.log10(abs(r))))}f}"
 
 
+def fmt3(x: float) -> str:
+    """Three significant figures, no exponent for everyday sizes: 1234.5 -> '1230', 0.01234 -> '0.0123'."""
+    if math.isfinite(x) and 1000 <= abs(x) < 1e9:
+        return f"{round(x, 2 - math.floor(math.log10(abs(x)))):.0f}"
+    return f"{x:.3g}"
+
+
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g}"
+    return fmt3(seconds * 1e3)
 
 
 def _ratio_range(s: Spread) -> str:
@@ -395,8 +403,8 @@ def memory_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.de
     if common:
         t = common[-1]
         big, small = math_y[math_t.index(t)], fused_y[fused_t.index(t)]
-        measured.append(f"at T = {int(t)} math needed {big / MIB:.3g} MiB, the default dispatch "
-                        f"{small / MIB:.3g} MiB ({fmt_ratio(big / small)}×)")
+        measured.append(f"at T = {int(t)} math needed {fmt3(big / MIB)} MiB, the default dispatch "
+                        f"{fmt3(small / MIB)} MiB ({fmt_ratio(big / small)}×)")
     caveats = []
     if mathfit.slope < QUADRATIC_MIN:
         verdict = "not testable here"
@@ -409,11 +417,16 @@ def memory_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.de
     else:
         verdict = "holds with a caveat"
         caveats.append(f"the default dispatch's slope lies between {LINEAR_MAX} and {QUADRATIC_MIN}")
+    if spec.mask == "boolean" and fused_t:
+        t = int(fused_t[-1])
+        caveats.append(f"torch turns the boolean mask into an additive L × S mask before any kernel runs "
+                       f"({converted_mask_bytes(spec, t, t) / MIB:.3g} MiB at T = {t}): memory of order T² "
+                       "that the fused kernels pay too")
     if _cpu(device) and fused_t and sizes[-1].default_backend == "flash":
         n = threads if threads is not None else (sizes[-1].load.threads if sizes[-1].load else 1)
         t = int(fused_t[-1])
         model = cpu_flash_bytes(spec, t, t, n)
-        caveats.append(f"the CPU kernel's output and one block of scores per thread ({n} threads) come to "
+        caveats.append(f"the CPU kernel's output and one block of scores per thread (threads: {n}) come to "
                        f"{model / MIB:.3g} MiB at T = {t}; measured {fused_y[-1] / MIB:.3g} MiB")
         caveats.append(CPU_KERNEL)
     return Claim("memory", claim, _join(*measured), verdict, _join(*caveats))

@@ -28,6 +28,7 @@ __all__ = [
     "call_flops",
     "check_inputs",
     "check_sweep",
+    "converted_mask_bytes",
     "cpu_flash_blocks",
     "cpu_flash_bytes",
     "default_budget_bytes",
@@ -135,7 +136,8 @@ def cpu_flash_bytes(spec: KernelSpec, L: int, S: int, threads: int) -> float:
     max and sum, and a query block x E accumulator (accumulation dtype: float32 for half types),
     plus a half-precision copy of the block's scores for half types. Half types may also pack K
     and V (2·B·H·S·E); grouped-query calls may expand K and V to all heads: both are counted.
-    Nothing here grows with ``L x S``: the kernel never forms the score matrix.
+    Nothing here grows with ``L x S`` but a boolean mask's additive copy
+    (:func:`converted_mask_bytes`): the kernel never forms the score matrix.
     """
     qb, kb = cpu_flash_blocks(L, S)
     isz = spec.itemsize
@@ -148,7 +150,14 @@ def cpu_flash_bytes(spec: KernelSpec, L: int, S: int, threads: int) -> float:
         extra += 2 * B * H * S * E * isz  # packed K and V
     if spec.groups > 1:
         extra += 2 * B * H * S * E * isz  # K and V repeated to every query head
-    return float(out + max(1, threads) * per_thread + extra)
+    return float(out + max(1, threads) * per_thread + extra + converted_mask_bytes(spec, L, S))
+
+
+def converted_mask_bytes(spec: KernelSpec, L: int, S: int) -> float:
+    """Bytes of the additive (L, S) mask torch makes from a boolean one before any backend runs
+    (0 where True, -inf where False, in the input dtype): memory of order L x S that every path,
+    fused or not, pays for a boolean ``attn_mask``. 0 for the other mask kinds."""
+    return float(L * S * spec.itemsize) if spec.mask == "boolean" else 0.0
 
 
 def default_budget_bytes(device: torch.device | str) -> float:

@@ -23,7 +23,7 @@ from attncore.kernels import (
     noise_flags,
     paired_ratio,
 )
-from attncore.kernels.claims import FIT_SIZES
+from attncore.kernels.claims import FIT_SIZES, fmt3
 from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log_ticks
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
@@ -50,10 +50,8 @@ ONLINE_SOFTMAX = (r"m_i \leftarrow \max(m_i, \max_j s_{ij}),\quad "
 
 
 def fmt(x: float) -> str:
-    """Three significant digits, no exponent for everyday sizes (1234.5 -> '1230', 0.01234 -> '0.0123')."""
-    if math.isfinite(x) and 1000 <= abs(x) < 1e9:
-        return f"{round(x, 2 - math.floor(math.log10(abs(x)))):.0f}"
-    return f"{x:.3g}"
+    """Three significant digits, no exponent for everyday sizes (:func:`attncore.kernels.claims.fmt3`)."""
+    return fmt3(x)
 
 
 def fmt_err(x: float) -> str:
@@ -293,8 +291,8 @@ def load_sentence(sizes: Sequence[SizeResult]) -> str:
     ld = loads[-1]
     busy = any(x.busy for x in loads)
     tail = ": busy, so every time is inflated and the rounds spread wider." if busy else "."
-    return (f"Machine load (1-minute average) {min(vals):.1f}–{max(vals):.1f} on {ld.cpus} CPUs, torch on "
-            f"{ld.threads} threads{tail}")
+    return (f"Machine load (1-minute average) {min(vals):.1f}–{max(vals):.1f} on {ld.cpus} CPUs, torch "
+            f"threads: {ld.threads}{tail}")
 
 
 def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
