@@ -40,7 +40,7 @@ def test_kernels_default_view_draws_verdicts_error_bars_and_fitted_guides(page: 
     # the time chart: error bars (the interval of each median) and the fitted guides
     chart = page.locator(".js-plotly-plot").first
     assert chart.locator("g.errorbar").count() > 0
-    legend = chart.locator(".legendtext").all_inner_texts()
+    legend = chart.locator(".legendtext").all_text_contents()
     assert any("default dispatch" in t for t in legend) and any("guide" in t for t in legend), legend
     screenshot(page, "page-kernels-default-top")
     screenshot(page, "page-kernels-default", height=2900)

@@ -278,3 +278,13 @@ def test_times_carry_three_significant_figures_without_an_exponent(x: float, tex
     from attncore.kernels.claims import fmt3
 
     assert fmt3(x) == text
+
+
+def test_cpu_memory_caveat_explains_the_kernels_growing_blocks() -> None:
+    """Below T = 768 torch's CPU flash kernel uses bigger blocks as T grows (the page's default
+    T = 128..1024 measured a slope of 1.49): the caveat gives the per-thread sizes; beyond, not."""
+    c = claims(mem_sizes(1.0, 2.0, (128, 256, 512, 1024)), "cpu")["memory"]
+    assert "blocks grow with T until T = 768 (per thread 80 KiB at T = 256, 578 KiB at T = 1024)" in c.caveat
+    c = claims(mem_sizes(1.0, 2.0, (1024, 2048, 4096)), "cpu")["memory"]
+    assert "blocks grow" not in c.caveat and "come to" in c.caveat
+    assert "blocks grow" not in claims(mem_sizes(1.0, 2.0), "cuda")["memory"].caveat

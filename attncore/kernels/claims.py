@@ -21,7 +21,7 @@ import torch
 
 from attncore.errors import AttnInputError
 from attncore.kernels.calls import BACKENDS, LABELS, MATERIALISING
-from attncore.kernels.cost import converted_mask_bytes, cpu_flash_bytes
+from attncore.kernels.cost import converted_mask_bytes, cpu_flash_bytes, cpu_flash_workspace_bytes
 from attncore.kernels.results import BackendResult, SizeResult, Spread, paired_ratio
 from attncore.kernels.spec import KernelSpec
 
@@ -426,6 +426,12 @@ def memory_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.de
         n = threads if threads is not None else (sizes[-1].load.threads if sizes[-1].load else 1)
         t = int(fused_t[-1])
         model = cpu_flash_bytes(spec, t, t, n)
+        t0, t1 = int(fused.ts[0]), int(fused.ts[-1])
+        w0, w1 = cpu_flash_workspace_bytes(spec, t0, t0), cpu_flash_workspace_bytes(spec, t1, t1)
+        if w1 > w0:
+            caveats.append(f"the CPU kernel's blocks grow with T until T = 768 (per thread {w0 / 1024:.0f} "
+                           f"KiB at T = {t0}, {w1 / 1024:.0f} KiB at T = {t1}), which steepens the slope; "
+                           "from T = 1024 on only its output grows")
         caveats.append(f"the CPU kernel's output and one block of scores per thread (threads: {n}) come to "
                        f"{model / MIB:.3g} MiB at T = {t}; measured {fused_y[-1] / MIB:.3g} MiB")
         caveats.append(CPU_KERNEL)

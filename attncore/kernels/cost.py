@@ -31,6 +31,7 @@ __all__ = [
     "converted_mask_bytes",
     "cpu_flash_blocks",
     "cpu_flash_bytes",
+    "cpu_flash_workspace_bytes",
     "default_budget_bytes",
     "full_flops",
     "materialised_bytes",
@@ -128,6 +129,17 @@ def materialised_bytes(name: str, spec: KernelSpec, L: int, S: int) -> float:
     return cells * per
 
 
+def cpu_flash_workspace_bytes(spec: KernelSpec, L: int, S: int) -> float:
+    """One thread's workspace in torch's CPU flash kernel: a query block's scores against a key block,
+    its running max and sum and a query block x E accumulator (accumulation dtype), plus a
+    half-precision copy of the scores for half types. It grows with T only until the blocks reach
+    their largest size (256 query rows from L = 768, 512 keys from S = 512)."""
+    qb, kb = cpu_flash_blocks(L, S)
+    isz = spec.itemsize
+    acc = max(isz, 4)
+    return float((qb * kb + 2 * qb + qb * spec.head_dim) * acc + (qb * kb * isz if isz < 4 else 0))
+
+
 def cpu_flash_bytes(spec: KernelSpec, L: int, S: int, threads: int) -> float:
     """Upper estimate of the memory torch's CPU flash kernel allocates for one call.
 
@@ -139,11 +151,10 @@ def cpu_flash_bytes(spec: KernelSpec, L: int, S: int, threads: int) -> float:
     Nothing here grows with ``L x S`` but a boolean mask's additive copy
     (:func:`converted_mask_bytes`): the kernel never forms the score matrix.
     """
-    qb, kb = cpu_flash_blocks(L, S)
     isz = spec.itemsize
     acc = max(isz, 4)
     B, H, E = spec.batch, spec.heads, spec.head_dim
-    per_thread = (qb * kb + 2 * qb + qb * E) * acc + (qb * kb * isz if isz < 4 else 0)
+    per_thread = cpu_flash_workspace_bytes(spec, L, S)
     out = B * L * H * E * isz + B * L * H * acc
     extra = 0
     if isz < 4:
