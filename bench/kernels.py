@@ -6,7 +6,7 @@ Times are medians of interleaved rounds (a round calls every path once, in turn)
 interval of the median (min–max up to 8 rounds, then the order statistics that hold it with at
 least 95% probability) and the machine's 1-minute load; ratios are the medians of the per-round
 ratios to the default dispatch (the baseline), to two significant figures, with their interval.
-Then the source's claims about FlashAttention with the verdict attncore.kernels.claims computes
+Then the reference page's claims about FlashAttention with the verdict attncore.kernels.claims computes
 from these numbers.
 
 CPU: float32 at T = 512, 1k, 2k, 4k and float16 at 512 and 1k (half precision is slow on CPUs).
@@ -120,8 +120,8 @@ def main() -> None:
         for c in check_claims(sizes, spec, device):
             verdicts.append(f"  [{dtype}] {c.topic}: {c.verdict.upper()}\n      claim: {c.claim}\n"
                             f"      measured: {c.measured}\n      caveat: {c.caveat or '—'}")
-    print("\nThe source's claims (“Scaled Dot-Product Attention”) against these numbers, by the rules of "
-          "attncore.kernels.claims:")
+    print("\nThe claims of the reference page “Scaled Dot-Product Attention” against these numbers, by the "
+          "rules of attncore.kernels.claims:")
     print("\n".join(verdicts))
 
 

@@ -13,8 +13,8 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from attncore.kernels import calls as kernels
 from attncore.kernels import KernelSpec, make_inputs
+from attncore.kernels import calls as kernels
 
 
 def test_a_restricted_backend_in_one_thread_never_breaks_default_sdpa_in_another() -> None:

@@ -11,8 +11,8 @@ measured in a fresh process, forked from a long-lived helper that has imported t
 :func:`warm_memory_measurement`) and the largest difference from attncore's float64
 reference, fully masked query rows included. Two materialised baselines run beside them:
 :func:`attncore.attention` with its weights, and softmax(QK^T/sqrt(E))V written the notebook
-way (:func:`notebook_attention`). The source text's claims about FlashAttention are checked
-against the measurements by stated rules (:func:`check_claims`).
+way (:func:`notebook_attention`). What the reference page "Scaled Dot-Product Attention" says
+of FlashAttention is checked against the measurements by stated rules (:func:`check_claims`).
 
 Shape vocabulary (the package's): ``B`` batch, ``H`` query heads, ``Hkv`` key/value heads
 (``H / groups``), ``L`` queries, ``S`` keys, ``E`` head dim (values have the same dim). A

@@ -1,6 +1,6 @@
 """What is said of FlashAttention and SDPA, checked against a probe's measurements by stated rules.
 
-The claims are the source text's ("Scaled Dot-Product Attention": FlashAttention "is now the
+The claims are the reference page's ("Scaled Dot-Product Attention": FlashAttention "is now the
 default backend in PyTorch's F.scaled_dot_product_attention", "reducing memory usage from
 O(T^2) to O(T) and providing 2-4x wall-clock speedups"). Each verdict is one of
 :data:`VERDICTS`, computed from the measurements with their spread by the rule in
@@ -46,7 +46,8 @@ __all__ = [
     "speed_claim",
 ]
 
-SOURCE = "Scaled Dot-Product Attention (source 004)"
+# The title of the reference page the claims are quoted from.
+SOURCE = "Scaled Dot-Product Attention"
 VERDICTS: tuple[str, ...] = ("holds", "holds with a caveat", "does not hold here", "not testable here")
 CLAIMED_SPEEDUP = (2.0, 4.0)
 # Memory slopes on log-log over the largest sizes: "O(T^2)" needs at least this ...
@@ -104,6 +105,11 @@ class Claim:
     def rule(self) -> str:
         """How the verdict is computed."""
         return RULES[self.topic]
+
+    @property
+    def source(self) -> str:
+        """The title of the page the claim is quoted from."""
+        return SOURCE
 
 
 # ---------------------------------------------------------------------------- numbers

@@ -23,7 +23,7 @@ from attncore.kernels import (
     noise_flags,
     paired_ratio,
 )
-from attncore.kernels.claims import FIT_SIZES, fmt3
+from attncore.kernels.claims import FIT_SIZES, SOURCE, fmt3
 from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log_ticks
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
@@ -336,8 +336,8 @@ def table_caption(sizes: Sequence[SizeResult], spec: KernelSpec, memory_note: st
 
 def claims_caption(device: str) -> str:
     """Where the claims come from and what this device's kernels are."""
-    text = ("The claims are the source text's (“Scaled Dot-Product Attention”), after FlashAttention's own "
-            "numbers (Dao et al., 2022), measured on GPUs.")
+    text = (f"The claims are quoted from the reference page “{SOURCE}”, after FlashAttention's own numbers "
+            "(Dao et al., 2022), measured on GPUs.")
     if device.startswith("cpu"):
         text += (" This is a CPU: its “flash” backend is torch's blocked CPU kernel with the same online "
                  "softmax, not Dao et al.'s CUDA FlashAttention, so no verdict here says more than “holds "
