@@ -99,7 +99,8 @@ def page_sizes(spec: KernelSpec, lengths: list[int], mem: bool):
 def chart_matches_table(at, df: pd.DataFrame, view_name: str, column: str) -> None:
     """Every number the table shows is a chart point (to the table's three digits), and back."""
     drawn = chart_values(at, view_name)
-    shown = {(int(r["T"]), r["backend"]): r[column + "_text"] for _, r in df[df[column].notna()].iterrows()}
+    drawable = df[df[column].notna() & (df[column] > 0)]  # a log axis draws positive values only
+    shown = {(int(r["T"]), r["backend"]): r[column + "_text"] for _, r in drawable.iterrows()}
     assert set(drawn) == set(shown)
     for k, y in drawn.items():
         assert shown[k] == view.fmt(y), k
@@ -224,7 +225,9 @@ def test_memory_chart_table_and_verdicts_equal_the_rules_on_the_page_results() -
     spec, lengths = KernelSpec(heads=4), [128, 256, 512]
     df = table(at)
     ran = df[df["accepted"] == "yes"]
-    assert (ran["peak_MiB"].notna() & (ran["peak_MiB"] > 0)).all(), ran[["T", "backend", "peak_MiB"]]
+    assert (ran["peak_MiB"].notna() & (ran["peak_MiB"] >= 0)).all(), ran[["T", "backend", "peak_MiB"]]
+    if ON_CPU:  # a fresh process's resident set always grows by something
+        assert (ran["peak_MiB"] > 0).all(), ran[["T", "backend", "peak_MiB"]]
     chart_matches_table(at, df, "kernels_memory", "peak_MiB")
     mem = figure(at, "kernels_memory")
     assert mem["layout"]["meta"]["fits"]["O(T²)"]["curve"] == "math"

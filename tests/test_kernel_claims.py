@@ -288,3 +288,25 @@ def test_cpu_memory_caveat_explains_the_kernels_growing_blocks() -> None:
     c = claims(mem_sizes(1.0, 2.0, (1024, 2048, 4096)), "cpu")["memory"]
     assert "blocks grow" not in c.caveat and "come to" in c.caveat
     assert "blocks grow" not in claims(mem_sizes(1.0, 2.0), "cuda")["memory"].caveat
+
+
+def test_speed_with_cudnn_as_default_says_whose_ratio_it_is_and_gives_flashs() -> None:
+    """On an H200 in float16 the dispatch runs cuDNN: the verdict's ratio is cuDNN's, and the
+    ratio of math to FlashAttention itself (forced) is given beside it."""
+    half = KernelSpec(heads=4, head_dim=64, dtype="float16")
+    s = size(16384, default="cudnn", fused=rounds(2.3), math_=rounds(9.2))
+    flash = BackendResult("flash", 16384, 16384, "ran", times=tuple(rounds(3.7)), seconds=3.7e-3)
+    s = SizeResult(s.L, s.S, tuple(flash if r.name == "flash" else r for r in s.rows), "cudnn", s.choice_source,
+                   s.load)
+    c = claims([s], "cuda", half)["speed"]
+    assert c.verdict == "holds with a caveat" and "4.0× as long" in c.measured  # 4x, but cuDNN's
+    assert f"math over flash (FLASH_ATTENTION) itself (forced): {fmt_ratio(9.2 / 3.7)}×" in c.measured
+    assert "ran cuDNN (CUDNN_ATTENTION), not FlashAttention" in c.caveat
+
+
+def test_memory_with_another_default_than_flash_names_it() -> None:
+    half = KernelSpec(heads=4, head_dim=64, dtype="float16")
+    sizes = [size(t, default="cudnn", fused=rounds(t / 100), math_=rounds(t / 30), fused_peak=1e3 * t,
+                  math_peak=10.0 * t * t) for t in (1024, 2048, 4096)]
+    c = claims(sizes, "cuda", half)["memory"]
+    assert c.verdict == "holds with a caveat" and "ran cuDNN (CUDNN_ATTENTION) at these sizes" in c.caveat

@@ -73,13 +73,14 @@ RULES: dict[str, str] = {
         f"the ratios' median is their min–max, or for 9 rounds and more the order statistics that hold the "
         f"median with at least 95% probability: holds if it lies within {CLAIMED_SPEEDUP[0]:g}–"
         f"{CLAIMED_SPEEDUP[1]:g}×, does not hold if it lies wholly outside, else holds with a caveat; at "
-        f"most “holds with a caveat” on a CPU or where either time at that T is noise (not larger than at "
-        f"a smaller T)."),
+        f"most “holds with a caveat” on a CPU, where the default dispatch ran another kernel than flash, or "
+        f"where either time at that T is noise (not larger than at a smaller T)."),
     "memory": (
         f"least-squares slopes of log peak memory against log T over the {FIT_SIZES} largest T measured: "
         f"holds if math's slope is at least {QUADRATIC_MIN} and the default dispatch's at most {LINEAR_MAX}; "
         f"does not hold if the default's is at least {QUADRATIC_MIN}; not testable if math's is below "
-        f"{QUADRATIC_MIN} (overheads dominate at these sizes); on a CPU at most “holds with a caveat”."),
+        f"{QUADRATIC_MIN} (overheads dominate at these sizes); at most “holds with a caveat” on a CPU or "
+        f"where the default dispatch ran another kernel than flash."),
 }
 
 
@@ -333,11 +334,20 @@ def speed_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.dev
                 f"({_ms_range(math_row.time)}), the default dispatch ({picked}) "
                 f"{_ms(fused.time.median)} ms ({_ms_range(fused.time)}): {fmt_ratio(ratio.median)}× as long "
                 f"(per-round ratios {_ratio_range(ratio)}×, {rounds})"]
+    others = []
     for name in ("notebook", "attncore"):
         r = _get(size, name)
         other = paired_ratio(r, fused) if r is not None and r.status == "ran" else None
         if other is not None:
-            measured.append(f"{LABELS[name]} {fmt_ratio(other.median)}× ({_ratio_range(other)}×)")
+            others.append(f"{LABELS[name]} {fmt_ratio(other.median)}× ({_ratio_range(other)}×)")
+    if others:
+        measured.append("the other materialised paths' time over the default's: " + ", ".join(others))
+    flash = _get(size, "flash")
+    if size.default_backend != "flash" and flash is not None and flash.status == "ran":
+        vs_flash = paired_ratio(math_row, flash)
+        if vs_flash is not None:
+            measured.append(f"math over {LABELS['flash']} itself (forced): {fmt_ratio(vs_flash.median)}× "
+                            f"({_ratio_range(vs_flash)}×)")
     caveats = []
     if ratio.n < MIN_ROUNDS:
         verdict = "not testable here"
@@ -352,6 +362,11 @@ def speed_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.dev
         verdict = "holds with a caveat"
         caveats.append(f"the ratio's interval ({_ratio_range(ratio)}×) reaches outside the claimed "
                        f"{lo:g}–{hi:g}×")
+    if size.default_backend != "flash":
+        ran = LABELS[size.default_backend or "default"]
+        caveats.append(f"the default dispatch ran {ran}, not FlashAttention: the verdict's ratio is that "
+                       "kernel's")
+        verdict = "holds with a caveat" if verdict == "holds" else verdict
     if spec.mask == "causal" and math_row.flops and fused.flops and fused.flops < math_row.flops:
         per_flop = ratio.median * fused.flops / math_row.flops
         caveats.append(f"under the causal mask the fused kernel stops at the diagonal: it does "
@@ -423,6 +438,12 @@ def memory_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.de
     else:
         verdict = "holds with a caveat"
         caveats.append(f"the default dispatch's slope lies between {LINEAR_MAX} and {QUADRATIC_MIN}")
+    picked = {s.default_backend for s in sizes if s.L in fused.ts}
+    if picked != {"flash"}:
+        ran = ", ".join(LABELS[p] for p in sorted(p for p in picked if p))
+        caveats.append(f"the default dispatch ran {ran} at these sizes, not FlashAttention: the slopes are "
+                       "that kernel's")
+        verdict = "holds with a caveat" if verdict == "holds" else verdict
     if spec.mask == "boolean" and fused_t:
         t = int(fused_t[-1])
         caveats.append(f"torch turns the boolean mask into an additive L × S mask before any kernel runs "

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
-from attncore.budget import check_bytes, check_limit
-from attncore.errors import AttnInputError
+from attncore.budget import check_bytes, check_limit, fmt_bytes
+from attncore.errors import AttnInputError, ResourceLimitError
 from attncore.kernels.calls import BACKENDS, BASELINES, MATERIALISING, kernels_here
 from attncore.kernels.spec import KernelSpec, check_lengths, input_bytes
 
@@ -199,11 +199,20 @@ def sweep_flops(spec: KernelSpec, lengths: Sequence[int], device: torch.device |
     return total
 
 
-def check_inputs(spec: KernelSpec, L: int, S: int) -> None:
+def check_inputs(spec: KernelSpec, L: int, S: int, device: torch.device | str = "cpu") -> None:
     """Raise :class:`~attncore.errors.ResourceLimitError` before :func:`make_inputs` would allocate
-    more than the per-computation budget (Q, K, V and the mask)."""
-    check_bytes(input_bytes(spec, L, S), f"The inputs at T = {L} (Q, K, V and the {spec.mask} mask)",
-                "Lower the largest T, the heads or the head dim.")
+    more than the budget for Q, K, V and the mask: half the free GPU memory on CUDA, the
+    per-computation budget (:func:`attncore.budget.max_bytes`) elsewhere."""
+    need = input_bytes(spec, L, S)
+    what = f"The inputs at T = {L} (Q, K, V and the {spec.mask} mask)"
+    fix = "Lower the largest T, the heads or the head dim."
+    if torch.device(device).type == "cuda":
+        budget = default_budget_bytes(device)
+        if not need <= budget:
+            raise ResourceLimitError(f"{what} would need about {fmt_bytes(need)}; half the free GPU memory "
+                                     f"is {fmt_bytes(budget)}. {fix}")
+        return
+    check_bytes(need, what, fix)
 
 
 def check_sweep(spec: KernelSpec, lengths: Sequence[int], device: torch.device | str, repeats: int,
@@ -221,5 +230,5 @@ def check_sweep(spec: KernelSpec, lengths: Sequence[int], device: torch.device |
                 "Lower the largest T, the heads or the head dim.")
     if lengths:
         t = max(int(t) for t in lengths)
-        check_inputs(spec, t, t)
+        check_inputs(spec, t, t, device)
 

@@ -101,7 +101,7 @@ def probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats: 
     spec.validate()
     if not (MIN_T <= L <= MAX_T and MIN_T <= S <= MAX_T):
         raise AttnInputError(f"L and S must be between {MIN_T} and {MAX_T}; got L={L}, S={S}.")
-    check_inputs(spec, L, S)
+    check_inputs(spec, L, S, device)
     x = make_inputs(spec, L, S, device)
     chosen = default_choice(x, spec.dropout)
     source = "torch._fused_sdp_choice"
