@@ -135,8 +135,12 @@ def _ms(seconds: float) -> str:
     return fmt3(seconds * 1e3)
 
 
-def _ratio_range(s: Spread) -> str:
-    return f"{fmt_ratio(s.lo)}–{fmt_ratio(s.hi)}" if s.n > 1 else "one round"
+def _ratio_range(s: Spread, digits: int = 2) -> str:
+    """The interval of a ratio (one number where both ends print alike)."""
+    if s.n < 2:
+        return "one round"
+    a, b = (fmt_ratio(s.lo), fmt_ratio(s.hi)) if digits == 2 else (f"{s.lo:.{digits}g}", f"{s.hi:.{digits}g}")
+    return a if a == b else f"{a}–{b}"
 
 
 def _ms_range(s: Spread) -> str:
@@ -356,11 +360,11 @@ def speed_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.dev
         verdict = _downgrade("holds", device)
     elif ratio.hi < lo or ratio.lo > hi:
         verdict = "does not hold here"
-        caveats.append(f"the ratio's interval ({_ratio_range(ratio)}×) lies wholly "
+        caveats.append(f"the ratio's interval ({_ratio_range(ratio, 3)}×) lies wholly "
                        f"{'below' if ratio.hi < lo else 'above'} the claimed {lo:g}–{hi:g}×")
     else:
         verdict = "holds with a caveat"
-        caveats.append(f"the ratio's interval ({_ratio_range(ratio)}×) reaches outside the claimed "
+        caveats.append(f"the ratio's interval ({_ratio_range(ratio, 3)}×) reaches outside the claimed "
                        f"{lo:g}–{hi:g}×")
     if size.default_backend != "flash":
         ran = LABELS[size.default_backend or "default"]
