@@ -310,11 +310,12 @@ def table_caption(sizes: Sequence[SizeResult], spec: KernelSpec, memory_note: st
     rounds = sorted({sp.n for sp in spreads})
     n = "no" if not rounds else str(rounds[0]) if len(rounds) == 1 else f"{rounds[0]}–{rounds[-1]}"
     kinds = sorted({(sp.n, sp.interval, sp.coverage) for sp in spreads if sp.n > 1})
-    ranges = "; ".join(f"{what} of {k}" if what == "min–max" else what for k, what, _ in kinds)
+    ranges = " or ".join(f"{what} of {k} rounds" if what == "min–max" else f"the {what}"
+                         for k, what, _ in kinds)
     cover = min((c for _, _, c in kinds), default=None)
     parts = [f"Time: median of {n} interleaved rounds after a warm-up call (a round calls every path once, "
              "in turn, so a drift in the machine's speed hits them alike)"
-             + (f"; the range is the rounds' {ranges}, an interval that holds the median with at least "
+             + (f"; the range is the interval of the median, {ranges}, which holds it with at least "
                 f"{cover:.0%} probability for independent rounds." if kinds else "."),
              "× default: the median of the per-round ratios to the default dispatch's time; GFLOP/s: each "
              "path's own flops over its median time" + (" (under the causal mask the fused kernels skip the "
