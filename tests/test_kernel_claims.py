@@ -318,3 +318,14 @@ def test_a_caveat_about_the_claims_edge_never_rounds_onto_it() -> None:
     math_ = [f * r for f, r in zip(fused, (1.98, 2.1, 2.2, 2.3, 2.36), strict=True)]
     c = claims([size(1024, fused=fused, math_=math_)])["speed"]
     assert c.verdict == "holds with a caveat" and "(1.98–2.36×) reaches outside the claimed 2–4×" in c.caveat
+
+
+def test_default_backend_names_how_it_was_told_and_the_refusal_at_the_size_it_happened() -> None:
+    refused = size(512, default="math", fused=rounds(3), math_=rounds(3), flash_status="refused",
+                   flash_reason="Flash attention does not support dropout")
+    ok = size(1024, fused=rounds(10), math_=rounds(30))
+    c = claims([refused, ok], "cpu")["default backend"]
+    assert c.verdict == "does not hold here"
+    assert "math (MATH) ran because flash refused this call: Flash attention does not support dropout" in c.caveat
+    # hand-built rows carry no bitwise comparison: the sentence names its source and claims no agreement
+    assert c.measured.endswith("at T = 1024 (torch._fused_sdp_choice).")

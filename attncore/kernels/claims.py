@@ -248,7 +248,8 @@ def default_backend_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device:
                      "not testable here", "")
     names = sorted({c for _, c in chosen if c})
     confirmed = all(getattr(_get(s, s.default_backend or ""), "same_as_default", False) for s in sizes)
-    how = " (torch._fused_sdp_choice; the outputs agree bit for bit)" if confirmed else ""
+    how = (" (" + ", ".join(sorted({s.choice_source for s in sizes}))
+           + ("; the outputs agree bit for bit)" if confirmed else ")"))
     if len(names) == 1:
         measured = f"the default dispatch ran {LABELS[names[0]]} at every T of this sweep{how}."
     else:
@@ -272,7 +273,8 @@ def default_backend_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device:
         for name in names:
             if name == "flash":
                 continue
-            flash = _get(last, "flash")
+            where = next(x for x in reversed(sizes) if x.default_backend == name)
+            flash = _get(where, "flash")
             if name == "cudnn":
                 caveats.append(f"in {spec.dtype} torch's dispatch on this GPU ranks cuDNN's fused attention "
                                "ahead of FlashAttention")
