@@ -39,6 +39,8 @@ from attncore.sweeps.fused import (  # noqa: E402
     fused_unavailable_reason,
     max_sweep_n,
     run_fused_sweep,
+    split_tf32,
+    tf32_round,
     validate_fused,
 )
 
@@ -66,8 +68,9 @@ def _normaliser(name: str):
 # --------------------------------------------------------------------------- the generator
 
 
-def test_normals_have_the_standard_normal_law():
-    x = fused_normals(1 << 14, seed=7, device=DEV).cpu().double()  # 65536 samples
+@pytest.mark.parametrize("vectors", [False, True])
+def test_normals_have_the_standard_normal_law(vectors):
+    x = fused_normals(1 << 14, seed=7, device=DEV, vectors=vectors).cpu().double()  # 65536 samples
     n = x.numel()
     assert abs(float(x.mean())) < 4 / math.sqrt(n)
     assert abs(float(x.var()) - 1) < 4 * math.sqrt(2 / n)
@@ -82,14 +85,16 @@ def test_normals_have_the_standard_normal_law():
     assert torch.equal(fused_normals(1 << 10, seed=7, device=DEV), fused_normals(1 << 10, seed=7, device=DEV))
 
 
-def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
+@pytest.mark.parametrize("fast", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not _CUDA, reason="the fast special functions are inline PTX: they run compiled on CUDA only"))])
+def test_box_muller_radius_reaches_7_54_sigma_and_never_nans(fast):
     from attncore.sweeps import fused_kernels as fk
 
     top = (1 << 32) - 1
     w1 = torch.tensor([0, 0, 1, 255, top, top, 1 << 31], dtype=torch.int64, device=DEV)
     w2 = torch.tensor([0, 255, 0, 0, top, 0, 0], dtype=torch.int64, device=DEV)
     out = torch.empty(2, w1.numel(), device=DEV)
-    fk._box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8)
+    fk._box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8, FAST=fast)
     out = out.cpu().double()
     r = torch.sqrt(out[0] ** 2 + out[1] ** 2)
     assert torch.isfinite(out).all()
@@ -104,6 +109,72 @@ def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
     np.testing.assert_allclose(r.numpy(), expected, rtol=2e-5, atol=2e-3)
     # 40 bits: the second word's low byte refines the radius where the first word is small
     assert float(r[0]) > float(r[1]) > float(r[2])
+
+
+def test_tf32_rounding_in_the_kernel_equals_the_host_and_the_rule():
+    """The kernels' tf32 rounding, the host's, and the rule from scratch: nearest, ties away from zero."""
+    from attncore.sweeps import fused_kernels as fk
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.randn(4000, generator=g) * 10.0 ** torch.randint(-6, 7, (4000,), generator=g),
+                   torch.tensor([0.0, 1.0, -1.0, 3.0e38, -2.5e-30])])
+    ties = torch.tensor([1 + 2**-11, -(1 + 2**-11), 1 + 3 * 2**-11, 1.5 + 2**-11])  # exactly half a tf32 ulp
+    x = torch.cat([x, ties]).to(torch.float32)
+    host = tf32_round(x)
+    dev = torch.empty_like(x, device=DEV)
+    fk._tf32_kernel[(-(-x.numel() // 1024),)](x.to(DEV), dev, x.numel(), BLOCK=1024)
+    assert torch.equal(dev.cpu(), host)
+    assert int((host.view(torch.int32) & 0x1FFF).abs().sum()) == 0  # 10 mantissa bits left
+    # from scratch in float64: the multiple of the tf32 ulp nearest to x, halves away from zero
+    xd = x.double()
+    nz = xd != 0
+    ulp = torch.zeros_like(xd)
+    ulp[nz] = 2.0 ** (torch.floor(torch.log2(xd[nz].abs())) - 10)
+    scratch = torch.where(nz, torch.sign(xd) * torch.floor(xd.abs() / torch.where(nz, ulp, 1.0) + 0.5) * ulp, xd)
+    assert torch.equal(host.double(), scratch)
+    assert host[-4:].tolist() == [1 + 2**-10, -(1 + 2**-10), 1 + 4 * 2**-11, 1.5 + 2**-10]
+
+
+def test_split_queries_are_exact_tf32_parts_of_the_float32_ones():
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(7, 20, generator=g, dtype=torch.float64) * 3.0
+    hi, lo = split_tf32(q, 32)
+    assert hi.shape == lo.shape == (7, 32) and not hi[:, 20:].any() and not lo[:, 20:].any()
+    for part in (hi, lo):
+        assert int((part.view(torch.int32) & 0x1FFF).abs().sum()) == 0
+    err = (hi.double() + lo.double() - torch.nn.functional.pad(q, (0, 12))).abs()
+    assert float(err.max()) <= 2.0**-21 * float(q.abs().max())
+    # a tf32 key times either part is exact in float32: the tensor cores' products lose nothing
+    k = tf32_round(torch.randn(20, generator=g))
+    for part in (hi, lo):
+        prod32 = part[:, :20] * k
+        assert torch.equal(prod32.double(), part[:, :20].double() * k.double())
+
+
+def test_vectors_draws_follow_the_documented_index_map():
+    """Component DCH c + 4 p + 2 a + b of key j is output a + 2 b of counter (j n_dch + c) DCH/4 + p, in tf32."""
+    from attncore.sweeps.fused import STREAM_KEYS, STREAM_VALUES, _plan
+
+    spec = _spec(method="vectors", d=40, value_dim=6)
+    p = _plan(spec)
+    n = 5
+    draws = fused_draws(spec, n, DEV)
+    P4 = p.dch // 4
+    counters = n * p.n_dch * P4
+    z = fused_normals(counters, seed=spec.seed, device=DEV, stream=STREAM_KEYS, vectors=True).cpu().view(4, -1)
+    keys = torch.empty(n, p.n_dch * p.dch)
+    for j in range(n):
+        for t in range(p.n_dch * p.dch):
+            c, r = divmod(t, p.dch)
+            q4, ab = divmod(r, 4)
+            a, b = divmod(ab, 2)
+            keys[j, t] = z[a + 2 * b, (j * p.n_dch + c) * P4 + q4]
+    assert torch.equal(draws["keys"].cpu(), tf32_round(keys)[:, : spec.d])
+    D4 = p.dvp // 4
+    zv = fused_normals(n * D4, seed=spec.seed, device=DEV, stream=STREAM_VALUES, vectors=True).cpu().view(4, -1)
+    vals = torch.stack([torch.stack([zv[(t % 4) // 2 + 2 * (t % 2), j * D4 + t // 4] for t in range(p.dvp)])
+                        for j in range(n)])
+    assert torch.equal(draws["values"].cpu(), tf32_round(vals)[:, : spec.value_dim])
 
 
 # --------------------------------------------------------------------------- exact reduction on given inputs
@@ -150,6 +221,7 @@ def test_fixed_vectors_reduce_exactly(normalizer, scale_rule):
     keys, vals = torch.randn(n, 20, generator=g), torch.randn(n, 5, generator=g)
     keys[17] *= 6.0  # a key far out
     got = run_fused_sweep(spec, device=DEV, fixed=FixedInputs(keys=keys, values=vals), chunk=128, launch_keys=256)
+    keys, vals = tf32_round(keys), tf32_round(vals)  # what the kernel multiplies (as its own draws)
     q = _Fused(spec, torch.device(DEV)).q.cpu().double()
     for m, row in zip((100, n), got.itertuples(), strict=True):
         if scale_rule == "ssmax" and normalizer == "softmax":

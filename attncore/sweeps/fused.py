@@ -19,18 +19,20 @@ device), so ``logit_std`` and ``logit_factor`` agree exactly.
 
 * ``logits``: one program reduces ``RB`` rows over a chunk of keys, drawing ``z`` in
   groups of ``GROUP`` keys (four Gaussians per Philox call) and one ``exp`` per sample.
-* ``vectors``: one program owns ``BR`` query rows (up to 64) and a chunk of keys; each
-  tile of ``BN`` keys and their values is drawn once and shared by the rows through
-  ``tl.dot`` (TF32x3 on CUDA: float32 accuracy on tensor cores). More than 64 rows are
-  split into row tiles that draw the same keys again (each from the same counters).
+* ``vectors``: one program owns ``BR`` query rows (64, or 128 from 65 rows on) and a chunk of
+  keys; each tile of ``BN`` keys and their values is drawn once, rounded to tf32 and shared
+  by the rows through ``tl.dot`` on the tensor cores (queries split into two tf32 parts:
+  float32-accurate logits from two passes). Each warp owns 16 whole rows, so the running max
+  and sums never leave a warp. More than 128 rows are split into row tiles that draw the same
+  keys again (each from the same counters).
 
 The tail: the Gaussian's radius uniform has 40 bits (not 32), so samples reach 7.54
 standard deviations and are correct in the tail to well beyond the largest of ``2^36``
 draws (see :mod:`attncore.sweeps.fused_kernels`); no redraws are needed. The CUDA tests check the
 max weight against the exact quadrature of :mod:`attncore.row_theory` at 2^20..2^30.
 
-Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (25-90 ms
-on one H100 by the rates the issue measured; not yet measured with these kernels); the
+Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (about
+0.1 s on an H200 at the rates issue 25 measured); the
 partial merge of each launch is queued right behind it. The host never reads a value back
 inside a sweep: on CUDA it waits on the event of the launch *before* the one just queued (the
 GPU always has the next launch queued), then reports progress and checks cancellation. On the CPU the kernels
@@ -89,6 +91,8 @@ __all__ = [
     "max_sweep_work",
     "probe_length",
     "run_fused_sweep",
+    "split_tf32",
+    "tf32_round",
 ]
 
 MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
@@ -101,8 +105,14 @@ LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-90 ms on an H1
 TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
 GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
 RB = 4  # logits: rows per program
-BN = 32  # vectors: keys per tile (64 spilled registers in the sm_90 build; see VECTOR_WARPS)
-VECTOR_WARPS = 8  # vectors kernel: 212 registers, a 32-byte stack on sm_90 (4 warps: a 96-byte spill)
+# vectors kernel tiles (sm_90 build with 16-byte aligned arguments, as the launches get them:
+# 163 registers and no spill at 64 rows, so three programs share an SM; 64-key tiles take
+# 253 registers, 64-wide head-dim chunks 240, both two programs per SM). Estimates until timed
+# on a GPU: `python -m bench.entropy_cuda --tune` times the alternatives.
+BN = 32  # vectors: keys per tile (drawn once, shared by every row of the program); 16 from a value
+# dim of 128 on (the output accumulator takes 128 registers at 256: 32-key tiles spill 320 bytes)
+DCH = 32  # vectors: head-dim chunk of one key draw and its two tf32 products (16 where d <= 16)
+ROWS_PER_WARP = 16  # vectors: each warp owns 16 whole rows (row max and sums stay in the warp)
 MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
 STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
 # compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
@@ -238,10 +248,12 @@ class _Plan:
 
     row_block: int  # RB (logits) or BR (vectors)
     row_programs: int
-    n_dch: int  # vectors: 64-wide chunks of the padded head dim (0 for logits)
+    n_dch: int  # vectors: DCH-wide chunks of the padded head dim (0 for logits)
+    dch: int  # vectors: head-dim chunk (0 for logits)
     dvp: int  # vectors: padded value dim (0 for logits)
-    key_align: int  # chunk sizes are multiples of this
+    key_align: int  # chunk sizes are multiples of this (vectors: the key tile BN)
     samples_per_key: int  # random numbers drawn per key (all row programs together)
+    warps: int = 4
 
     def chunk(self, keys: int, override: int | None = None) -> int:
         """Keys per program for a segment of ``keys`` keys."""
@@ -260,14 +272,18 @@ class _Plan:
 def _plan(spec: SweepSpec) -> _Plan:
     R = spec.queries
     if spec.method == "logits":
-        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dvp=0, key_align=GROUP,
+        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
                      samples_per_key=-(-R // RB) * RB)
-    br = min(64, max(16, _pow2_at_least(R)))
+    # 64 rows per program (one warp group: the M side of every tensor-core product), 128 from
+    # 65 rows on (two warp groups: the keys are drawn once per 128 rows instead of twice)
+    br = 64 if R <= 64 else 128
     tiles = -(-R // br)
-    n_dch = -(-spec.d // 64)
+    dch = 16 if spec.d <= 16 else DCH
+    n_dch = -(-spec.d // dch)
     dvp = max(16, _pow2_at_least(spec.value_dim))
-    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dvp=dvp, key_align=BN,
-                 samples_per_key=tiles * (64 * n_dch + dvp))
+    bn = BN if dvp < 128 else 16
+    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dch=dch, dvp=dvp, key_align=bn,
+                 samples_per_key=tiles * (dch * n_dch + dvp), warps=br // ROWS_PER_WARP)
 
 
 def fused_work(spec: SweepSpec) -> int:
@@ -291,6 +307,40 @@ def validate_fused(spec: SweepSpec, device: torch.device) -> None:
                     "(Triton's interpreter draws about 0.1 M per second)", "Lower the largest n or the rows.")
 
 
+# --------------------------------------------------------------------------- tf32 operands
+
+
+def tf32_round(x: Tensor) -> Tensor:
+    """``x`` (float32) rounded to the nearest tf32 number (10 mantissa bits, ties away from zero).
+
+    The same bit operation as the kernels' ``_tf32``: the vectors kernel draws its keys and
+    values as float32 Gaussians rounded this way (a relative change below 2^-11 per number:
+    no statistic of the sweep can see it), so the tensor cores multiply them exactly.
+    """
+    b = x.to(torch.float32).contiguous().view(torch.int32)
+    return ((b + 0x1000) & -0x2000).view(torch.float32)
+
+
+def split_tf32(x: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """``x`` (R, d) as two tf32 parts ``(hi, lo)`` (R, width), zero-padded: ``hi + lo = x`` to 2^-22.
+
+    Two tf32 tensor-core products with a tf32 operand k, ``hi k + lo k``, give ``x . k`` to
+    float32 accuracy (each product is exact; the sums are float32), at two passes where the
+    three of TF32x3 (which also splits k) were needed.
+    """
+    R, d = x.shape
+    hi = torch.zeros(R, width, device=x.device, dtype=torch.float32)
+    lo = torch.zeros(R, width, device=x.device, dtype=torch.float32)
+    hi[:, :d] = tf32_round(x.to(torch.float32))
+    lo[:, :d] = tf32_round((x.to(torch.float64) - hi[:, :d].to(torch.float64)).to(torch.float32))
+    return hi, lo
+
+
+def _dot_precision(interpret: bool) -> str:
+    """tl.dot's input precision: tf32 on the GPU (the operands are tf32 numbers), exact when interpreted."""
+    return "ieee" if interpret else "tf32"
+
+
 # --------------------------------------------------------------------------- fixed inputs (test hook)
 
 
@@ -299,7 +349,8 @@ class FixedInputs:
     """Given inputs instead of Philox draws: the kernels' reduction on known numbers (tests).
 
     logits: ``z`` (R, n) unit-std logits (the kernel multiplies row r by ``|q_r| * factor``).
-    vectors: ``keys`` (n, d) and ``values`` (n, Dv). ``n`` must cover the spec's largest length.
+    vectors: ``keys`` (n, d) and ``values`` (n, Dv), which the kernel rounds to tf32 as it does
+    its own draws (:func:`tf32_round`). ``n`` must cover the spec's largest length.
     """
 
     z: Tensor | None = None
@@ -349,13 +400,14 @@ class _Fused:
             raise AttnInputError(f"fixed keys must be (n>={n_max}, d={self.spec.d}) and values "
                                  f"(n, {self.dv}).")
         n = int(keys.shape[0])
-        kp = torch.zeros(n, 64 * self.plan.n_dch, device=dev, dtype=f32)
+        kp = torch.zeros(n, self.plan.dch * self.plan.n_dch, device=dev, dtype=f32)
         kp[:, : self.spec.d] = keys.to(device=dev, dtype=f32)
         vp = torch.zeros(n, self.plan.dvp, device=dev, dtype=f32)
         vp[:, : self.dv] = vals.to(device=dev, dtype=f32)
         return dummy, kp, vp, n
 
-    def _launch(self, buf: Tensor, factor_arg: Tensor, lo: int, hi: int, chunk: int, bias: float) -> Tensor:
+    def _launch(self, buf: Tensor, factor_arg: tuple[Tensor, ...], lo: int, hi: int, chunk: int,
+                bias: float) -> Tensor:
         """Queue one launch over keys [lo, hi); returns its partials (P, R, W) (a view of buf)."""
         spec, plan, k = self.spec, self.plan, self.k
         R = spec.queries
@@ -366,13 +418,15 @@ class _Fused:
         z, kp, vp, n_fixed = self.fixed_args
         fixed = self.fixed is not None
         if self.vectors:
+            q_hi, q_lo = factor_arg
             k._vectors_kernel[grid](
-                part, factor_arg, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
-                self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block, BN=BN,
-                DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3", num_warps=VECTOR_WARPS,
-                **_OPTS)
+                part, q_hi, q_lo, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
+                self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block,
+                BN=plan.key_align, DCH=plan.dch, DVP=plan.dvp, DOT_PREC=_dot_precision(self.interpret),
+                FAST=not self.interpret, num_warps=plan.warps, num_stages=1, **_OPTS)
         else:
-            k._logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
+            (std,) = factor_arg
+            k._logits_kernel[grid](part, std, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
                                   SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
         return part
 
@@ -412,11 +466,10 @@ class _Fused:
         spec, dev = self.spec, self.device
         R = spec.queries
         if self.vectors:
-            qf = torch.zeros(R, 64 * self.plan.n_dch, device=dev, dtype=torch.float32)
-            qf[:, : spec.d] = (self.q.to(torch.float64) * factor).to(torch.float32)  # (R, 64 n_dch)
-            arg = qf
+            width = self.plan.dch * self.plan.n_dch
+            arg: tuple[Tensor, ...] = split_tf32(self.q.to(torch.float64) * factor, width)  # 2 x (R, width)
         else:
-            arg = (self.q_norm * factor).to(torch.float32)  # (R,) row std of the logits
+            arg = ((self.q_norm * factor).to(torch.float32),)  # (R,) row std of the logits
         plan = self.launches(checkpoints)
         biggest = max(-(-(hi - lo) // chunk) for _, lo, hi, chunk in plan)
         buf = torch.empty(biggest * R * (4 + self.dv), device=dev, dtype=torch.float32)
@@ -518,7 +571,8 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
     """The random numbers the fused kernels use for keys [0, n), materialised (tests, reference).
 
     logits: ``{"z": (R, n)}`` unit-std logits (row r's logits are ``z[r] * |q_r| * factor``);
-    vectors: ``{"keys": (n, d), "values": (n, Dv)}``. Limited to 16M numbers.
+    vectors: ``{"keys": (n, d), "values": (n, Dv)}`` (tf32 numbers, as the kernel uses them).
+    Limited to 16M numbers.
     """
     dev = resolve_device(device)
     why = fused_unavailable_reason(dev)
@@ -533,12 +587,13 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
         k._draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
                                                                   RB=RB, GROUP=GROUP, **_OPTS)
         return {"z": z}
-    check_limit(n * (64 * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
+    check_limit(n * (plan.dch * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
                 "Lower n or d.")
-    kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
+    kp = torch.empty(n, plan.dch * plan.n_dch, device=dev, dtype=torch.float32)
     vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
     seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
-    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
+    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DCH=plan.dch, DVP=plan.dvp,
+                                          FAST=dev.type == "cuda", **_OPTS)
     return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
 
 
@@ -584,13 +639,20 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
     return frame(records)
 
 
-def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None) -> Tensor:
-    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32."""
+def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None, *, stream: int = 99,
+                  vectors: bool = False) -> Tensor:
+    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32.
+
+    Output ``s`` of counter ``i`` is element ``s n + i``; the Philox key is ``(seed, stream)``
+    mixed as the sweeps mix theirs. ``vectors``: the vectors kernels' transform (on CUDA the
+    fast special functions; see ``fused_kernels._box_muller``), else the logits kernels'.
+    """
     dev = resolve_device(device)
     k = _kernels()
     out = torch.empty(4 * n, device=dev, dtype=torch.float32)
     block = 1024
-    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
+    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, stream), n, BLOCK=block,
+                                         FAST=vectors and dev.type == "cuda", **_OPTS)
     return out
 
 
@@ -602,7 +664,7 @@ def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> 
     """
     dev = resolve_device(device)
     k = _kernels()
-    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dvp=0, key_align=GROUP,
+    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
                  samples_per_key=rows)
     chunk = plan.chunk(n)
     programs = -(-n // chunk)
