@@ -27,7 +27,7 @@ from attncore.errors import AttnInputError, ResourceLimitError  # noqa: E402
 from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink  # noqa: E402
 from attncore.row_theory import sweep_theory  # noqa: E402
 from attncore.stats import entropy, max_weight, row_sum, sum_squares  # noqa: E402
-from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, run_sweep  # noqa: E402
+from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, max_sweep_n, run_sweep  # noqa: E402
 from attncore.sweeps.fused import (  # noqa: E402
     MAX_SWEEP_N_CUDA,
     FixedInputs,
@@ -37,7 +37,6 @@ from attncore.sweeps.fused import (  # noqa: E402
     fused_normals,
     fused_reference_sweep,
     fused_unavailable_reason,
-    max_sweep_n,
     run_fused_sweep,
     split_tf32,
     tf32_round,
@@ -366,7 +365,7 @@ def test_device_caps_and_plain_errors(monkeypatch):
         validate_fused(_spec(lengths=(1 << 24,), queries=64), torch.device("cpu"))  # interpreter budget
     assert "mps" in str(fused_unavailable_reason("mps"))
     # a CUDA device with the fused kernels gets 2^30 (without a GPU: pretend)
-    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: torch.device(dev).type == "cuda")
+    _pretend_cuda(monkeypatch)
     assert max_sweep_n("cuda") == MAX_SWEEP_N_CUDA == 1 << 30
     validate_fused(_spec(lengths=(1 << 30,), queries=64, d=128), torch.device("cuda"))
     with pytest.raises(AttnInputError, match="2\\^30"):
@@ -426,7 +425,9 @@ def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.strip().startswith("2^10")]
     assert [ln.split()[1] for ln in lines] == ["logits", "vectors"]
-    assert "targets (issue 12" in out and "materialised" in out
+    assert "targets (issue 25" in out and "materialised" in out
+    assert "vectors 2^24 <= 25.00 ms" in out and "vectors 2^30 <= 1.500 s" in out  # the new targets, printed
+    assert [ln.split(":")[0].strip() for ln in out.splitlines() if "the dispatch table" in ln] == ["logits", "vectors"]
 
 
 def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
@@ -446,23 +447,70 @@ def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
     assert oom_to_limit(lambda: 3, "x", "y") == 3
 
 
+def _pretend_cuda(monkeypatch) -> None:
+    """The dispatch as on a CUDA machine where the fused kernels run (without a GPU here)."""
+    monkeypatch.setattr("attncore.sweeps.dispatch.fused_unavailable_reason",
+                        lambda dev: None if torch.device(dev).type == "cuda" else "interpreter off")
+
+
 def test_engine_choice(monkeypatch):
-    from attncore.sweeps.fused import ENGINE_ENV, choose_engine
+    from attncore.sweeps import CROSSOVERS, ENGINE_ENV, choose_engine, engine_choice
 
     monkeypatch.delenv(ENGINE_ENV, raising=False)
-    assert choose_engine(None, "cpu") == "torch"
-    assert choose_engine("torch", DEV) == "torch"
-    assert choose_engine("fused", DEV) == "fused"  # interpreted on the CPU, compiled on CUDA
-    assert choose_engine("auto", DEV, "float64") == "torch"
+    small, big = _spec(lengths=(16, 1000)), _spec(lengths=(16, 1 << 22))
+    assert choose_engine(None, "cpu", big) == "torch"
+    assert choose_engine("torch", DEV, small) == "torch"
+    assert choose_engine("fused", DEV, small) == "fused"  # interpreted on the CPU, compiled on CUDA
     monkeypatch.setenv(ENGINE_ENV, "fused")
-    assert choose_engine(None, DEV) == "fused" and choose_engine("torch", DEV) == "torch"
+    assert choose_engine(None, DEV, small) == "fused" and choose_engine("torch", DEV, small) == "torch"
     with pytest.raises(AttnInputError, match="unknown sweep engine"):
-        choose_engine("fast", DEV)
+        choose_engine("fast", DEV, small)
     with pytest.raises(AttnInputError, match="cannot run here"):
-        choose_engine("fused", "mps")
-    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: True)
+        choose_engine("fused", "mps", small)
     monkeypatch.delenv(ENGINE_ENV)
-    assert choose_engine(None, "cuda") == "fused" and choose_engine(None, "cpu") == "torch"
+    # on CUDA: by size, at the measured crossovers (the table's numbers, not restated here)
+    _pretend_cuda(monkeypatch)
+    for method in ("logits", "vectors"):
+        cross = CROSSOVERS[method].n
+        for n_max in (cross // 2, cross - 1, cross, 2 * cross, 1 << 30):
+            spec = _spec(method=method, lengths=(16, n_max), queries=64, d=128)
+            expect = "fused" if n_max >= cross or n_max > MAX_SWEEP_N else "torch"
+            choice = engine_choice(spec, "cuda")
+            assert choice.name == expect, (method, n_max, choice)
+            if expect == "torch":  # the reason names the crossover and where it was measured
+                assert f"2^{cross.bit_length() - 1}" in choice.reason and "H200" in choice.reason
+    assert choose_engine(None, "cuda", _spec(lengths=(1 << 22,), dtype="float64")) == "torch"
+    assert "float32" in engine_choice(_spec(lengths=(1 << 22,), dtype="float64"), "cuda").reason
+    assert choose_engine(None, "cpu", big) == "torch"
+    # below the crossover, a sweep the torch engine would refuse (its work limit) goes to the kernels
+    heavy = _spec(lengths=tuple(range(1000, 1200)), scale_rule="ssmax", queries=1024)  # 200 passes
+    assert choose_engine(None, "cuda", heavy) == "fused"
+    assert "work limit" in engine_choice(heavy, "cuda").reason
+
+
+def test_partial_results_of_a_fused_sweep_are_its_first_lengths(monkeypatch):
+    """A staged fused run reports after ~1/16 and ~1/4 of its random numbers; each report is a prefix of
+    the final frame, and partial_lengths says which lengths each report ends at."""
+    from attncore.sweeps import ENGINE_ENV, partial_lengths, run_sweep_set
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    spec = _spec(lengths=tuple(1 << k for k in range(4, 13)), queries=4)
+    seen: list = []
+    final = run_fused_sweep(spec, device=DEV, partial=seen.append, launch_keys=1024)
+    assert final.equals(run_fused_sweep(spec, device=DEV, launch_keys=1024))  # reporting changes no number
+    assert [int(f["n"].max()) for f in seen] == list(partial_lengths(spec, DEV, engine="fused")) == [256, 1024]
+    for f in seen:
+        pd_equal = final.iloc[: len(f)].reset_index(drop=True)
+        np.testing.assert_allclose(f[list(STATS)], pd_equal[list(STATS)], rtol=1e-12)
+    # SSMax: one pass per length; the reports hold the finished passes
+    ss = _spec(lengths=(64, 512, 1024, 4096), queries=4, scale_rule="ssmax")
+    seen = []
+    run_fused_sweep(ss, device=DEV, partial=seen.append)
+    assert [int(f["n"].max()) for f in seen] == list(partial_lengths(ss, DEV, engine="fused")) == [512, 1024]
+    # through run_sweep_set: frames per spec, None where a spec has none yet
+    shown: list = []
+    run_sweep_set([spec, ss], device=DEV, engine="fused", partial=shown.append)
+    assert len(shown) == 4 and shown[0][1] is None and shown[-1][0] is not None
 
 
 @pytest.mark.slow
@@ -496,6 +544,7 @@ def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):
     monkeypatch.setenv(ENGINE_ENV, "fused")
     assert entropy_vs_length([256, 1000], device=DEV, **kw).equals(fused)
     assert check_sweep(spec, DEV) == "fused"
+    assert plan([spec], DEV).engines == ("fused",)
     assert sweep_work(spec, DEV) == fused_work(spec) == 1000 * 8
     probe = plan([spec], DEV).probes[0]
     assert probe.lengths[0] % 1024 == 0 and probe.normalizer == "softmax"

@@ -55,24 +55,28 @@ from attncore.scale_rules import (
     llama4_multiplier,
     logit_multiplier,
 )
-from attncore.sweeps.engine import (
-    Partial,
-    Progress,
-    SweepCancelled,
-    entropy_vs_length,
-    run_sweep,
-    run_sweep_set,
-)
-from attncore.sweeps.fused import (
+from attncore.sweeps.dispatch import (
+    CROSSOVERS,
     ENGINE_ENV,
     ENGINES,
-    MAX_FUSED_WORK,
-    MAX_SWEEP_N_CUDA,
+    Crossover,
+    EngineChoice,
+    SweepPlan,
     check_sweep,
     choose_engine,
+    engine_choice,
+    entropy_vs_length,
+    fused_from,
     max_sweep_n,
     max_sweep_work,
+    partial_lengths,
+    plan,
+    run_sweep,
+    run_sweep_set,
+    sweep_work,
 )
+from attncore.sweeps.fused import MAX_FUSED_WORK, MAX_SWEEP_N_CUDA
+from attncore.sweeps.progress import Partial, Progress, SweepCancelled
 from attncore.sweeps.reference import reference_sweep
 from attncore.sweeps.rng import query_norms
 from attncore.sweeps.spec import (
@@ -85,23 +89,21 @@ from attncore.sweeps.spec import (
     METHODS,
     SWEEP_DTYPES,
     SWEEP_NORMALIZERS,
-    SweepPlan,
     SweepSpec,
     block_keys,
-    plan,
-    sweep_work,
 )
 
 __all__ = [
     "COLUMNS",
+    "CROSSOVERS",
     "ENGINES",
     "ENGINE_ENV",
-    "MAX_FUSED_WORK",
-    "MAX_SWEEP_N_CUDA",
     "LLAMA4_ATTN_SCALE",
     "LLAMA4_FLOOR_SCALE",
+    "MAX_FUSED_WORK",
     "MAX_SWEEP_D",
     "MAX_SWEEP_N",
+    "MAX_SWEEP_N_CUDA",
     "MAX_SWEEP_QUERIES",
     "MAX_SWEEP_WORK",
     "MAX_VALUE_DIM",
@@ -109,6 +111,8 @@ __all__ = [
     "SCALE_RULES",
     "SWEEP_DTYPES",
     "SWEEP_NORMALIZERS",
+    "Crossover",
+    "EngineChoice",
     "Partial",
     "Progress",
     "SweepCancelled",
@@ -117,11 +121,14 @@ __all__ = [
     "block_keys",
     "check_sweep",
     "choose_engine",
+    "engine_choice",
     "entropy_vs_length",
+    "fused_from",
     "llama4_multiplier",
     "logit_multiplier",
     "max_sweep_n",
     "max_sweep_work",
+    "partial_lengths",
     "peak_weight_sweep",
     "plan",
     "query_norms",

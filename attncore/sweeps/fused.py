@@ -39,10 +39,10 @@ GPU always has the next launch queued), then reports progress and checks cancell
 run in Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported): slow,
 for tests at small n.
 
-Which engine runs a sweep: :func:`choose_engine` (``run_sweep(..., engine=)``, else the
-``ATTNCORE_SWEEP_ENGINE`` environment variable, else these kernels on CUDA for float32 and the
-torch engine elsewhere). :func:`max_sweep_n` is a device's cap on n (2^30 here, 2^24 for the
-torch engine), :func:`check_sweep` validates a spec for the engine that will run it.
+Which engine runs a sweep is decided in one place, :mod:`attncore.sweeps.dispatch` (on CUDA
+these kernels from the measured crossover lengths on, the torch engine below them); this
+module only says whether the kernels can run on a device (:func:`fused_unavailable_reason`)
+and what they cost (:func:`fused_work`, :func:`validate_fused`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,43 +60,52 @@ import torch
 from torch import Tensor
 
 from attncore.attention import attention_stages
-from attncore.budget import check_limit, fmt_count, oom_to_limit
+from attncore.budget import check_limit, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
 from attncore.scale_rules import logit_multiplier
 from attncore.stats import entropy, max_weight, row_sum, sum_squares
-from attncore.sweeps.engine import SweepCancelled
-from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
+from attncore.sweeps.progress import PARTIAL_FRACTIONS, Progress, SweepCancelled, Ticker
+from attncore.sweeps.reduce import (
+    VALUE_BATCHES,
+    Acc,
+    batch_outputs,
+    frame,
+    merge_into,
+    new_acc,
+    row_stats,
+    summarise,
+)
 from attncore.sweeps.rng import draw_queries, splitmix64
-from attncore.sweeps.spec import MAX_SWEEP_N, MAX_SWEEP_WORK, SweepSpec
+from attncore.sweeps.spec import MAX_SWEEP_N, SweepSpec
 
 __all__ = [
-    "ENGINES",
-    "ENGINE_ENV",
     "MAX_FUSED_WORK",
+    "MAX_INTERPRETED_WORK",
     "MAX_SWEEP_N_CUDA",
     "FixedInputs",
-    "check_sweep",
-    "choose_engine",
     "fused_available",
+    "fused_cap",
     "fused_draws",
     "fused_floor",
     "fused_normals",
     "fused_reference_sweep",
     "fused_unavailable_reason",
     "fused_work",
-    "max_sweep_n",
-    "max_sweep_work",
+    "fused_work_limit",
+    "key_batches",
     "probe_length",
+    "report_points",
     "run_fused_sweep",
     "split_tf32",
     "tf32_round",
+    "validate_fused",
 ]
 
 MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
-# Random numbers one fused sweep may draw: ~10-20 s on one H100 at the 100-180 G samples/s the
-# issue measured for a naive fused kernel (an estimate until measured on a GPU).
+# Random numbers one fused sweep may draw: about 6 s at the logits kernel's 196 G samples/s on an
+# H200 (issue 25); the reworked vectors kernel's rate is not yet measured.
 MAX_FUSED_WORK = 1 << 40
 FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
 MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
@@ -118,10 +126,6 @@ STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
 # compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
 _OPTS: dict = {"enable_fp_fusion": True}
 INTERPRET_ENV = "TRITON_INTERPRET"
-ENGINE_ENV = "ATTNCORE_SWEEP_ENGINE"  # auto | torch | fused: which engine entropy_vs_length uses
-ENGINES: tuple[str, ...] = ("auto", "torch", "fused")
-
-Progress = Callable[[float, str], "bool | None"]
 
 
 # --------------------------------------------------------------------------- availability
@@ -163,57 +167,15 @@ def fused_available(device: torch.device | str) -> bool:
     return fused_unavailable_reason(device) is None
 
 
-def max_sweep_n(device: torch.device | str | None = None) -> int:
-    """The largest n (keys per row) a sweep may ask for on ``device``.
-
-    ``2**30`` on CUDA with the fused kernels (memory stays flat in n), ``2**24`` elsewhere
-    (the torch engine: beyond it a sweep takes minutes on a CPU).
-    """
-    dev = resolve_device(device) if device is None else torch.device(device)
-    if dev.type == "cuda" and fused_available(dev):
-        return MAX_SWEEP_N_CUDA
-    return MAX_SWEEP_N
+def fused_cap(device: torch.device | str) -> int:
+    """The largest n the fused kernels take on ``device``: 2^30 on CUDA (memory stays flat in n),
+    the torch engine's 2^24 when interpreted."""
+    return MAX_SWEEP_N_CUDA if torch.device(device).type == "cuda" else MAX_SWEEP_N
 
 
-def choose_engine(engine: str | None, device: torch.device | str, dtype: str = "float32") -> str:
-    """``"fused"`` or ``"torch"``: which engine runs a sweep on ``device``.
-
-    ``engine``: ``"auto"``/None (then the :data:`ENGINE_ENV` environment variable, then auto:
-    the fused kernels on CUDA for float32 when triton is at hand, the torch engine otherwise),
-    ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter: for tests).
-    """
-    name = str(engine or "auto").strip().lower()
-    if name == "auto":
-        name = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
-    if name not in ENGINES:
-        raise AttnInputError(f"unknown sweep engine {name!r}; choose one of {', '.join(ENGINES)}.")
-    dev = torch.device(device)
-    if name == "auto":
-        return "fused" if dev.type == "cuda" and dtype == "float32" and fused_available(dev) else "torch"
-    if name == "fused":
-        why = fused_unavailable_reason(dev)
-        if why is not None:
-            raise AttnInputError(f"the fused sweep engine cannot run here: {why}")
-    return name
-
-
-def check_sweep(spec: SweepSpec, device: torch.device | str, engine: str | None = None) -> str:
-    """Validate ``spec`` for the engine that runs it on ``device`` (plain errors); return that engine."""
-    dev = torch.device(device)
-    name = choose_engine(engine, dev, spec.dtype)
-    if name == "fused":
-        validate_fused(spec, dev)
-    else:
-        spec.validate()
-    return name
-
-
-def max_sweep_work(device: torch.device | str, dtype: str = "float32") -> int:
-    """The work limit of the engine that runs float32 sweeps on ``device`` (units of :func:`sweep_work`)."""
-    dev = torch.device(device)
-    if choose_engine(None, dev, dtype) != "fused":
-        return MAX_SWEEP_WORK
-    return MAX_FUSED_WORK if dev.type == "cuda" else MAX_INTERPRETED_WORK
+def fused_work_limit(device: torch.device | str) -> int:
+    """Random numbers one fused sweep may draw on ``device`` (compiled on CUDA, or interpreted)."""
+    return MAX_FUSED_WORK if torch.device(device).type == "cuda" else MAX_INTERPRETED_WORK
 
 
 def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
@@ -221,7 +183,7 @@ def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
     dev = torch.device(device)
     work = FUSED_PROBE_WORK if dev.type == "cuda" else 1 << 14
     keys = work // max(1, _plan(spec).samples_per_key)
-    return int(max(GROUP, min(max_sweep_n(dev), keys) // GROUP * GROUP))
+    return int(max(GROUP, min(fused_cap(dev), keys) // GROUP * GROUP))
 
 
 def _kernels() -> ModuleType:
@@ -294,16 +256,15 @@ def fused_work(spec: SweepSpec) -> int:
 
 def validate_fused(spec: SweepSpec, device: torch.device) -> None:
     """The spec's checks with the device's n cap and the fused work limit (plain messages)."""
-    cap = max_sweep_n(device) if device.type == "cuda" else MAX_SWEEP_N
     # the spec's checks with this cap (the torch engine's work limit is the CPU's: not here)
-    spec.validate(max_n=cap, check_work=False)
+    spec.validate(max_n=fused_cap(device), check_work=False)
     if spec.dtype != "float32":
         raise AttnInputError("the fused kernels sample in float32; use the torch engine for float64.")
     if device.type == "cuda":
-        check_limit(fused_work(spec), MAX_FUSED_WORK, "this sweep's random numbers",
-                    "(about 10-20 s on one H100)", "Lower the largest n, the query rows or d.")
+        check_limit(fused_work(spec), fused_work_limit(device), "this sweep's random numbers",
+                    "(seconds of GPU time)", "Lower the largest n, the query rows or d.")
     else:
-        check_limit(fused_work(spec), MAX_INTERPRETED_WORK, "this interpreted sweep's random numbers",
+        check_limit(fused_work(spec), fused_work_limit(device), "this interpreted sweep's random numbers",
                     "(Triton's interpreter draws about 0.1 M per second)", "Lower the largest n or the rows.")
 
 
@@ -431,38 +392,45 @@ class _Fused:
         return part
 
     def _fold(self, part: Tensor) -> Acc:
-        """Merge the partials of one launch (P, R, W) over P, in float64 on the device."""
+        """Merge the partials of one launch (P, R, W) over P, in float64 on the device.
+
+        Vectors: the outputs and ``s2`` of program p go to batch ``p mod B`` (:data:`VALUE_BATCHES`).
+        """
         p = part.to(torch.float64)
         m_p = p[..., 0]
-        o_p = p[..., 4:] if self.vectors else None
+        P = p.shape[0]
         if self.sigmoid:
-            return Acc(m=m_p.amax(0), a=p[..., 1].sum(0), b=p[..., 2].sum(0), c=p[..., 3].sum(0),
-                        o=None if o_p is None else o_p.sum(0), empty=False)
-        m = m_p.amax(0)  # (R,)
-        al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
-        a = (al * p[..., 1]).sum(0)
-        b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
-        c = (al * al * p[..., 3]).sum(0)
-        o = None if o_p is None else (al[..., None] * o_p).sum(0)
-        return Acc(m=m, a=a, b=b, c=c, o=o, empty=False)
+            m, al = m_p.amax(0), torch.ones_like(m_p)
+            a, b, c = p[..., 1].sum(0), p[..., 2].sum(0), p[..., 3].sum(0)
+        else:
+            m = m_p.amax(0)  # (R,)
+            al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
+            a = (al * p[..., 1]).sum(0)
+            b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
+            c = (al * al * p[..., 3]).sum(0)
+        if not self.vectors:
+            return Acc(m=m, a=a, b=b, c=c, empty=False)
+        batch = torch.arange(P, device=p.device) % VALUE_BATCHES  # (P,)
+        R = p.shape[1]
+        o = torch.zeros(VALUE_BATCHES, R, self.dv, device=p.device, dtype=p.dtype)
+        o.index_add_(0, batch, al[..., None] * p[..., 4:])
+        cb = torch.zeros(VALUE_BATCHES, R, device=p.device, dtype=p.dtype)
+        cb.index_add_(0, batch, al * al * p[..., 3])
+        return Acc(m=m, a=a, b=b, c=c, o=o.permute(1, 0, 2), cb=cb.T, empty=False)
 
     def launches(self, checkpoints: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
         """[(segment, lo, hi, chunk)] covering keys [0, n_max), cut at the checkpoints."""
-        out = []
-        prev = 0
-        for s, c in enumerate(checkpoints):
-            if c <= prev:
-                continue
-            chunk = self.plan.chunk(c - prev, self.chunk_override)
-            step = self.plan.launch_keys(chunk, self.launch_override)
-            for lo in range(prev, c, step):
-                out.append((s, lo, min(c, lo + step), chunk))
-            prev = c
-        return out
+        return _launches(self.plan, checkpoints, self.chunk_override, self.launch_override)
 
-    def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float,
-                 tick: Callable[[int], None]) -> list[dict[str, Tensor]]:
-        """Stream one pass; per-row stats at each checkpoint. ``tick(samples)`` after each launch."""
+    def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float, tick: Callable[[int], None],
+                 report_after: frozenset[int] = frozenset(),
+                 report: Callable[[list[dict[str, Tensor]]], None] | None = None) -> list[dict[str, Tensor]]:
+        """Stream one pass; per-row stats at each checkpoint (on the host).
+
+        ``tick(samples)`` after each launch. After checkpoint ``s`` in ``report_after``,
+        ``report(stats)`` gets the stats of checkpoints ``0 .. s`` (one copy to the host: a
+        synchronisation); otherwise nothing is read back until the pass ends.
+        """
         spec, dev = self.spec, self.device
         R = spec.queries
         if self.vectors:
@@ -473,11 +441,14 @@ class _Fused:
         plan = self.launches(checkpoints)
         biggest = max(-(-(hi - lo) // chunk) for _, lo, hi, chunk in plan)
         buf = torch.empty(biggest * R * (4 + self.dv), device=dev, dtype=torch.float32)
-        accs = [new_acc(R, self.dv or None, dev, self.sigmoid) for _ in checkpoints]
+        total = new_acc(R, self.dv or None, dev, self.sigmoid)
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []  # each stat's shape after the row dim
+        snaps: list[Tensor] = []  # per finished checkpoint: its row stats stacked (K, R...), on the device
         in_flight: deque = deque()
-        for s, lo, hi, chunk in plan:
+        for i, (s, lo, hi, chunk) in enumerate(plan):
             part = self._launch(buf, arg, lo, hi, chunk, bias)
-            merge_into(accs[s], self._fold(part), self.sigmoid)
+            merge_into(total, self._fold(part), self.sigmoid)
             if dev.type == "cuda":
                 ev = torch.cuda.Event()
                 ev.record()
@@ -485,28 +456,109 @@ class _Fused:
                 while len(in_flight) > 1:  # keep one launch queued behind the one running
                     in_flight.popleft().synchronize()
             tick((hi - lo) * self.plan.samples_per_key)
-        total = new_acc(R, self.dv or None, dev, self.sigmoid)
-        stats = []
-        for s, n in enumerate(checkpoints):
-            merge_into(total, accs[s], self.sigmoid)
-            stats.append(row_stats(total, n, spec))
-        names = list(stats[0])
-        # one copy to the host for the whole pass (each copy is a synchronisation)
-        host = torch.stack([torch.stack([st[k] for k in names]) for st in stats]).to("cpu")  # (C, K, R)
-        return [dict(zip(names, host[i], strict=True)) for i in range(len(stats))]
+            if i + 1 < len(plan) and plan[i + 1][0] == s:
+                continue
+            # checkpoint s is complete: snapshot its stats (a copy: the sums change in place later)
+            st = row_stats(total, checkpoints[s], spec)
+            if not names:
+                names = list(st)
+                shapes = [tuple(st[k].shape[1:]) for k in names]
+            snaps.append(_stack_stats(st, names))
+            if report is not None and s in report_after:
+                report(_host_stats(snaps, names, shapes))
+        return _host_stats(snaps, names, shapes)
+
+
+def _launches(plan: _Plan, checkpoints: tuple[int, ...], chunk: int | None = None,
+              launch_keys: int | None = None) -> list[tuple[int, int, int, int]]:
+    """[(segment, lo, hi, chunk)] covering keys [0, n_max) of one pass, cut at the checkpoints."""
+    out = []
+    prev = 0
+    for s, c in enumerate(checkpoints):
+        if c <= prev:
+            continue
+        ch = plan.chunk(c - prev, chunk)
+        step = plan.launch_keys(ch, launch_keys)
+        for lo in range(prev, c, step):
+            out.append((s, lo, min(c, lo + step), ch))
+        prev = c
+    return out
+
+
+def key_batches(spec: SweepSpec, checkpoints: tuple[int, ...], n: int) -> Tensor:
+    """The value batch of each of the first ``n`` keys of a pass to ``checkpoints`` (n,), int64.
+
+    The kernels keep one partial per program; program p of a launch goes to batch
+    ``p mod B`` (:data:`~attncore.sweeps.reduce.VALUE_BATCHES`): a fixed function of the spec and
+    the pass, which the reference (:func:`fused_reference_sweep`) follows.
+    """
+    out = torch.empty(n, dtype=torch.int64)
+    for _, lo, hi, chunk in _launches(_plan(spec), checkpoints):
+        if lo >= n:
+            break
+        keys = torch.arange(lo, min(hi, n))
+        out[lo: min(hi, n)] = ((keys - lo) // chunk) % VALUE_BATCHES
+    return out
+
+
+def _stack_stats(stats: dict[str, Tensor], names: list[str]) -> Tensor:
+    """Row stats (each (R, ...)) as one (R, K) tensor: a copy (the sums change in place later)."""
+    return torch.cat([stats[k].reshape(stats[k].shape[0], -1) for k in names], dim=1)
+
+
+def _host_stats(snaps: list[Tensor], names: list[str], shapes: list[tuple[int, ...]]
+                ) -> list[dict[str, Tensor]]:
+    """Snapshots back on the host as per-checkpoint dicts (one copy: one synchronisation)."""
+    host = torch.stack(snaps).to("cpu")  # (C, R, K)
+    out = []
+    for c in range(host.shape[0]):
+        col, d = 0, {}
+        for k, shape in zip(names, shapes, strict=True):
+            w = math.prod(shape)
+            d[k] = host[c, :, col: col + w].reshape(host.shape[1], *shape)
+            col += w
+        out.append(d)
+    return out
+
+
+def report_points(spec: SweepSpec) -> list[tuple[int, int]]:
+    """(pass, checkpoint) after which a staged fused run of ``spec`` reports its finished lengths.
+
+    The first checkpoints at which the random numbers drawn reach the
+    :data:`~attncore.sweeps.progress.PARTIAL_FRACTIONS` of the sweep's (never the last one).
+    """
+    per_key = _plan(spec).samples_per_key
+    total = fused_work(spec)
+    thresholds = [f * total for f in PARTIAL_FRACTIONS]
+    passes = spec.passes()
+    out, done, k = [], 0, 0
+    for pi, (_, lens) in enumerate(passes):
+        prev = 0
+        for ci, c in enumerate(lens):
+            done += (c - prev) * per_key
+            prev = c
+            last = pi == len(passes) - 1 and ci == len(lens) - 1
+            if k < len(thresholds) and done >= thresholds[k] and not last:
+                out.append((pi, ci))
+            while k < len(thresholds) and done >= thresholds[k]:
+                k += 1
+    return out
 
 
 def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None,
                     progress: Progress | None = None, cancel: threading.Event | None = None,
+                    partial: Callable[[pd.DataFrame], None] | None = None,
                     fixed: FixedInputs | None = None, chunk: int | None = None,
                     launch_keys: int | None = None) -> pd.DataFrame:
     """:func:`attncore.sweeps.entropy_vs_length` through the fused kernels (same columns).
 
     Args:
-        spec: the sweep; ``n`` up to :func:`max_sweep_n` of the device, float32 only.
+        spec: the sweep; ``n`` up to :data:`MAX_SWEEP_N_CUDA` on CUDA, float32 only.
         device: CUDA, or the CPU when triton runs its interpreter (tests).
         progress: ``progress(fraction_done, message)`` between launches (about every 0.1 s);
             returning ``False`` stops the sweep. cancel: an event; setting it stops the sweep.
+        partial: if given, called with the frame of the lengths finished so far at the
+            :func:`report_points` (after about 1/16 and 1/4 of the random numbers).
         fixed: test hook, :class:`FixedInputs` instead of random draws.
         chunk, launch_keys: override keys per program / per launch (tests: results must not
             depend on them beyond float32 rounding).
@@ -523,44 +575,37 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
     validate_fused(spec, dev)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
-    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, fixed, chunk, launch_keys),
+    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, partial, fixed, chunk, launch_keys),
                         "this sweep", "Lower the query rows (or d and the value dim for the vectors method).")
 
 
 def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
-         fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None) -> pd.DataFrame:
+         partial: Callable[[pd.DataFrame], None] | None, fixed: FixedInputs | None, chunk: int | None,
+         launch_keys: int | None) -> pd.DataFrame:
     eng = _Fused(spec, dev, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
-    total = max(1, fused_work(spec))
+    ticker = Ticker(fused_work(spec), progress, cancel)
     done = [0]
-    t0 = time.perf_counter()
-    last = [0.0]
 
     def tick(samples: int) -> None:
         done[0] += samples
-        if cancel is not None and cancel.is_set():
-            raise SweepCancelled("the sweep was stopped.")
-        if progress is None:
-            return
-        now = time.perf_counter()
-        if now - last[0] < 0.1:
-            return
-        last[0] = now
-        frac = min(1.0, done[0] / total)
-        eta = (now - t0) * (1 - frac) / frac if frac > 0.02 else float("nan")
-        msg = f"{frac:.0%} of {fmt_count(total)} random numbers" + \
-            (f", about {eta:.0f} s left" if math.isfinite(eta) else "")
-        if progress(frac, msg) is False:
+        if not ticker.tick(done[0]):
             raise SweepCancelled("the sweep was stopped.")
 
-    records = []
+    points = report_points(spec) if partial is not None else []
+    records: list[dict] = []
     q_norm = eng.q_norm.cpu()
-    for factor, lens in spec.passes():
+    for pi, (factor, lens) in enumerate(spec.passes()):
         bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-        stats = eng.run_pass(factor, lens, bias, tick)
-        for n, rows in zip(lens, stats, strict=True):
-            records.append(summarise(n, rows, spec, factor, q_norm))
-    if progress is not None:
-        progress(1.0, "done")
+
+        def report(stats: list[dict[str, Tensor]], f: float = factor, lens: tuple[int, ...] = lens) -> None:
+            if partial is not None:  # the lengths of earlier passes and those of this one so far
+                partial(frame(records + [summarise(n, rows, spec, f, q_norm)
+                                         for n, rows in zip(lens, stats, strict=False)]))
+
+        after = frozenset(ci for p, ci in points if p == pi)
+        stats = eng.run_pass(factor, lens, bias, tick, after, report if after else None)
+        records.extend(summarise(n, rows, spec, factor, q_norm) for n, rows in zip(lens, stats, strict=True))
+    ticker.finish()
     return frame(records)
 
 
@@ -615,7 +660,7 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
     records = []
     for n in sorted(set(spec.lengths)):
         factor = spec.logit_factor(n)
-        out_ms = None
+        batches = None
         if spec.method == "logits":
             x = draws["z"][:, :n] * (q_norm * factor).to(torch.float32)[:, None]  # (R, n), as the kernel
             w = plain[spec.normalizer](x)
@@ -629,12 +674,13 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
             st = attention_stages(q[None], keys[None], vals[None], scale=scale, normalizer=norm,
                                   temperature=spec.temperature)
             w = st.weights[0]  # (R, n)
-            out_ms = (st.output[0].to(torch.float64) ** 2).mean(dim=1)
+            lens = next(lens for f, lens in spec.passes() if n in lens and f == factor)
+            batches = batch_outputs(w, vals, key_batches(spec, lens, n).to(w.device))
         w64 = w.to(torch.float64)
         rows = {"entropy": entropy(w64), "max_weight": max_weight(w64), "sum_sq": sum_squares(w64),
                 "row_sum": row_sum(w64)}
-        if out_ms is not None:
-            rows["out_ms"] = out_ms
+        if batches is not None:
+            rows["out_b"], rows["sq_b"] = batches
         records.append(summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
     return frame(records)
 
