@@ -36,15 +36,20 @@ may sum to less than 1); ``sigmoid`` (``sigma(x_i - log n)``, no competition). A
 max weight, ``sum p^2``, row sum and the output use the raw weights.
 
 Random numbers: float32 samples, float64 accumulation, in per-lane streams
-(:mod:`attncore.sweeps.rng`). The materialised reference :func:`reference_sweep` uses the
-same draws.
+(:mod:`attncore.sweeps.rng`; the fused kernels: Philox in-kernel). The materialised
+references (:func:`reference_sweep`, :func:`attncore.sweeps.fused.fused_reference_sweep`)
+use each engine's own draws.
 
-Modules: :mod:`~attncore.sweeps.spec` (what a sweep is, its cost, :func:`plan`),
+Modules, in layers (each imports only the ones above it; ``tests/test_sweeps_architecture.py``):
+:mod:`~attncore.sweeps.spec` (what a sweep is, the torch engine's blocks and cost),
+:mod:`~attncore.sweeps.progress` (progress, partial results, stopping);
 :mod:`~attncore.sweeps.rng`, :mod:`~attncore.sweeps.draws` (draws kept between sweeps),
-:mod:`~attncore.sweeps.reduce`, :mod:`~attncore.sweeps.engine`,
-:mod:`~attncore.sweeps.reference`, :mod:`~attncore.sweeps.fused` (Triton kernels that draw
-their random numbers in-kernel: the engine on CUDA, n up to 2^30; :func:`max_sweep_n` gives
-a device's cap, :func:`choose_engine` which engine runs where).
+:mod:`~attncore.sweeps.reduce`; the two engines, :mod:`~attncore.sweeps.engine` (torch) and
+:mod:`~attncore.sweeps.fused` (Triton kernels that draw their random numbers in-kernel: n up
+to 2^30 on CUDA), and :mod:`~attncore.sweeps.reference`; last :mod:`~attncore.sweeps.dispatch`,
+the one place that picks an engine (:func:`engine_choice`: by device, dtype, method and the
+largest n, at the measured :data:`CROSSOVERS`), prices sweeps (:func:`plan`) and runs them
+(:func:`run_sweep`, :func:`run_sweep_set`, :func:`entropy_vs_length`).
 """
 
 from attncore.normalizers import peak_weight_sweep
