@@ -12,7 +12,8 @@ on one GPU (best of 3 after a warm-up call; 2 above 2^24):
   V (n, Dv) drawn with ``torch.randn``, the (64, n) scores, softmax, ``p log p``, ``p @ V``;
   above the memory estimate (or on an out-of-memory error) it says so;
 * the fused floor: one Triton kernel with the same Philox draws and one ``exp`` per sample,
-  nothing else (for ``vectors`` as many samples as the sweep draws: keys and values);
+  nothing else (for ``vectors`` as many samples as the sweep draws, keys and values, with the
+  vectors kernel's fast transform);
 * ratios: floor/ours (1.0 = nothing but the floor), torch engine/ours, materialised/ours;
 * which engine the dispatch (:func:`attncore.sweeps.engine_choice`) picks at that n.
 
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = SweepSpec(lengths=(n,), queries=Q, d=D, method=method, value_dim=DV)
             samples = n * _plan(spec).samples_per_key
             floor_rows = _plan(spec).samples_per_key
-            t_floor = _cuda_time(lambda: fused_floor(floor_rows, n, DEV), reps)
+            # the floor draws as the method's kernel does (vectors: the fast special functions)
+            t_floor = _cuda_time(lambda: fused_floor(floor_rows, n, DEV, fast=method == "vectors"), reps)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base_mem = torch.cuda.memory_allocated()

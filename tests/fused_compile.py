@@ -68,16 +68,20 @@ def variants(quick: bool) -> list[tuple]:
            "FAST": True}
     out.append((fk._vectors_kernel, SIG_VECTORS, vec, 64 // ROWS_PER_WARP))
     out.append((fk._logits_floor_kernel, {"out_ptr": "*fp32", "std_ptr": "*fp32", "seed": "i64", "n_keys": "i64",
-                                         "chunk": "i32", "n_rows": "i32", "RB": "constexpr", "GROUP": "constexpr"},
-                {"RB": RB, "GROUP": GROUP}, 4))
+                                         "chunk": "i32", "n_rows": "i32", "RB": "constexpr", "GROUP": "constexpr",
+                                         "FAST": "constexpr"},
+                {"RB": RB, "GROUP": GROUP, "FAST": False}, 4))
     if quick:
         return out
+    floor_sig = dict(out[2][1])
+    out.append((fk._logits_floor_kernel, floor_sig, {"RB": RB, "GROUP": GROUP, "FAST": True}, 4))
     out.append((fk._logits_kernel, SIG_LOGITS, {"SIGMOID": True, "FIXED": False, "RB": RB, "GROUP": GROUP}, 4))
     out.append((fk._logits_kernel, SIG_LOGITS, {"SIGMOID": False, "FIXED": True, "RB": RB, "GROUP": GROUP}, 4))
     for br in (64, 128):
         for dvp in (16, 64, 256):
             for sg in (False, True):
-                out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "BR": br, "DVP": dvp, "SIGMOID": sg},
+                bn = BN if dvp < 128 else 16  # as attncore.sweeps.fused._plan picks
+                out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "BR": br, "BN": bn, "DVP": dvp, "SIGMOID": sg},
                             br // ROWS_PER_WARP))
     out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "DCH": 16}, 4))
     out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "FIXED": True}, 4))

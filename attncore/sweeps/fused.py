@@ -702,11 +702,12 @@ def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = Non
     return out
 
 
-def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> Tensor:
+def fused_floor(rows: int, n: int, device: str | torch.device | None = None, *, fast: bool = False) -> Tensor:
     """The floor kernel: ``rows x n`` Philox Gaussians and one exp each, summed per row chunk.
 
     What no fused sweep can skip (bench); returns the per-chunk sums (P, rows) so nothing is
-    optimised away. Queued, not synchronised.
+    optimised away. Queued, not synchronised. ``fast``: with the vectors kernels' transform
+    (the GPU's one-instruction log, sin and cos; compiled on CUDA only).
     """
     dev = resolve_device(device)
     k = _kernels()
@@ -717,5 +718,5 @@ def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> 
     out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
     std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
     k._logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
-                                                         **_OPTS)
+                                                         FAST=fast and dev.type == "cuda", **_OPTS)
     return out

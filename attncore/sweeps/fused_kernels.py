@@ -206,8 +206,11 @@ def _logits_kernel(part_ptr, std_ptr, z_ptr, seed, key_lo, key_hi, chunk, n_rows
 
 @triton.jit
 def _logits_floor_kernel(out_ptr, std_ptr, seed, n_keys, chunk, n_rows, RB: tl.constexpr,
-                         GROUP: tl.constexpr):
-    """The floor: the same Philox draws and one exp per sample, summed (nothing else)."""
+                         GROUP: tl.constexpr, FAST: tl.constexpr = False):
+    """The floor: the same Philox draws and one exp per sample, summed (nothing else).
+
+    ``FAST``: the vectors kernels' transform (see :func:`_box_muller`), for their floor.
+    """
     Q4: tl.constexpr = GROUP // 4
     pr = tl.program_id(0)
     pc = tl.program_id(1)
@@ -217,8 +220,9 @@ def _logits_floor_kernel(out_ptr, std_ptr, seed, n_keys, chunk, n_rows, RB: tl.c
     lo = pc.to(tl.int64) * chunk
     hi = tl.minimum(lo + chunk, n_keys)
     acc = tl.zeros([RB, Q4], tl.float32)
+    p = tl.arange(0, Q4)
     for g in range(lo // GROUP, (hi + GROUP - 1) // GROUP):
-        z1, z2, z3, z4 = _logit_z(seed, rows, g, Q4)
+        z1, z2, z3, z4 = _normal4(seed, rows[:, None].to(tl.int64) * ROW_COUNTERS + g * Q4 + p[None, :], FAST)
         acc += tl.exp(z1 * std) + tl.exp(z2 * std) + tl.exp(z3 * std) + tl.exp(z4 * std)
     tl.store(out_ptr + pc.to(tl.int64) * n_rows + rows, tl.sum(acc, axis=1), mask=row_ok)
 
