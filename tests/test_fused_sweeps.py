@@ -37,6 +37,7 @@ from attncore.sweeps.fused import (  # noqa: E402
     fused_normals,
     fused_reference_sweep,
     fused_unavailable_reason,
+    key_batches,
     run_fused_sweep,
     split_tf32,
     tf32_round,
@@ -259,6 +260,13 @@ def test_fused_equals_materialised_reference_on_its_own_draws(method, normalizer
     assert got["n"].tolist() == ref["n"].tolist()
     for col in (*STATS, "normalized_entropy", "effective_support", "logit_std", "logit_factor"):
         np.testing.assert_allclose(got[col], ref[col], rtol=3e-5, atol=1e-7, err_msg=col)
+    # the standard errors too: the vectors output's from the kernels' batches of keys (program p of a
+    # launch in batch p mod 8), which the reference rebuilds from the launch plan
+    for col in ("entropy_sem", "max_weight_sem", "output_std_sem"):
+        np.testing.assert_allclose(got[col], ref[col], rtol=1e-3, atol=1e-9, err_msg=col)
+    if method == "vectors":
+        batches = key_batches(spec, spec.lengths, 1500)
+        assert len(set(batches.tolist())) == 8  # 1500 keys in 32-key programs: every batch holds keys
 
 
 @pytest.mark.parametrize("method", ["logits", "vectors"])
@@ -437,10 +445,11 @@ def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
     freed = []
     monkeypatch.setattr("attncore.budget.free_gpu_memory", lambda: freed.append(1))
 
-    def oom(*_a, **_k):
+    def oom(*_a, **_k):  # the sweep's steps: out of memory at the first launch
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        yield  # noqa: RET503 (a generator, as the real steps)
 
-    monkeypatch.setattr(fused_sweeps, "_run", oom)
+    monkeypatch.setattr(fused_sweeps, "_steps", oom)
     with pytest.raises(ResourceLimitError, match="ran out of memory.*Lower the query rows") as info:
         run_fused_sweep(_spec(), device=DEV)
     assert freed == [1] and info.value.__context__ is None  # the failed frames were let go first
@@ -507,10 +516,15 @@ def test_partial_results_of_a_fused_sweep_are_its_first_lengths(monkeypatch):
     seen = []
     run_fused_sweep(ss, device=DEV, partial=seen.append)
     assert [int(f["n"].max()) for f in seen] == list(partial_lengths(ss, DEV, engine="fused")) == [512, 1024]
-    # through run_sweep_set: frames per spec, None where a spec has none yet
+    # through run_sweep_set: each sweep in turn to its next report, then one view of both (as the torch
+    # engine reports the curves it streams together)
     shown: list = []
-    run_sweep_set([spec, ss], device=DEV, engine="fused", partial=shown.append)
-    assert len(shown) == 4 and shown[0][1] is None and shown[-1][0] is not None
+    finals = run_sweep_set([spec, ss], device=DEV, engine="fused", partial=shown.append)
+    assert len(shown) == 2
+    for k, view in enumerate(shown):
+        assert [int(f["n"].max()) for f in view] == [partial_lengths(spec, DEV, engine="fused")[k],
+                                                      partial_lengths(ss, DEV, engine="fused")[k]]
+    assert finals[1].equals(run_fused_sweep(ss, device=DEV))
 
 
 @pytest.mark.slow
@@ -564,6 +578,15 @@ def test_entropy_page_through_the_fused_engine(monkeypatch):
     check_charts(at)  # compares with run_sweep on the page's device, which takes the same engine
     text = " ".join(m.value for m in at.markdown)
     assert "fused Triton kernels" in text and "redrawn from the exact tail" not in text
+
+
+def test_entropy_page_draws_a_fused_sweeps_short_lengths_first(monkeypatch):
+    """The page through the fused engine (interpreted here): a long sweep's first lengths are drawn first."""
+    from attncore.sweeps import ENGINE_ENV
+    from tests.test_apptest_entropy import draws_short_lengths_first
+
+    monkeypatch.setenv(ENGINE_ENV, "fused")
+    draws_short_lengths_first(monkeypatch, hi=12)
 
 
 def test_sigmoid_entropy_finite_with_denormals_flushed():

@@ -39,6 +39,8 @@ from attncore.errors import AttnInputError
 from attncore.sweeps.engine import run_torch_sweeps, stage_keys
 from attncore.sweeps.fused import MAX_SWEEP_N_CUDA as FUSED_MAX_N
 from attncore.sweeps.fused import (
+    advance,
+    fused_sweep_steps,
     fused_unavailable_reason,
     fused_work,
     fused_work_limit,
@@ -411,10 +413,23 @@ def run_sweep_set(specs: Sequence[SweepSpec], *, device: str | torch.device | No
                 now[i] = f
             partial(now)
 
-    for i, spec in enumerate(specs):
-        if names[i] == "fused":
-            out[i] = run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel,
-                                     partial=None if partial is None else lambda f, i=i: shown([i], [f]))
+    fused = [i for i, name in enumerate(names) if name == "fused"]
+    if partial is None:
+        for i in fused:
+            out[i] = run_fused_sweep(specs[i], device=dev, progress=progress, cancel=cancel)
+    else:
+        # staged: each fused sweep in turn to its next report, then one partial view of them all (as the
+        # torch engine reports the curves it streams together)
+        steps = {i: fused_sweep_steps(specs[i], device=dev, progress=progress, cancel=cancel) for i in fused}
+        now: dict[int, pd.DataFrame] = {}
+        while steps:
+            for i in list(steps):
+                finished, now[i] = advance(steps[i])
+                if finished:
+                    out[i] = now[i]
+                    del steps[i]
+            if steps:
+                shown(fused, [now[i] for i in fused])
     idx = [i for i, name in enumerate(names) if name == "torch"]
     if idx:
         frames = run_torch_sweeps([specs[i] for i in idx], dev, progress=progress, workers=workers,

@@ -51,7 +51,7 @@ import math
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -85,12 +85,14 @@ __all__ = [
     "MAX_INTERPRETED_WORK",
     "MAX_SWEEP_N_CUDA",
     "FixedInputs",
+    "advance",
     "fused_available",
     "fused_cap",
     "fused_draws",
     "fused_floor",
     "fused_normals",
     "fused_reference_sweep",
+    "fused_sweep_steps",
     "fused_unavailable_reason",
     "fused_work",
     "fused_work_limit",
@@ -422,14 +424,23 @@ class _Fused:
         """[(segment, lo, hi, chunk)] covering keys [0, n_max), cut at the checkpoints."""
         return _launches(self.plan, checkpoints, self.chunk_override, self.launch_override)
 
-    def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float, tick: Callable[[int], None],
-                 report_after: frozenset[int] = frozenset(),
-                 report: Callable[[list[dict[str, Tensor]]], None] | None = None) -> list[dict[str, Tensor]]:
-        """Stream one pass; per-row stats at each checkpoint (on the host).
+    def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float,
+                 tick: Callable[[int], None]) -> list[dict[str, Tensor]]:
+        """Stream one pass; per-row stats at each checkpoint (on the host). ``tick(samples)``: after each
+        launch."""
+        steps = self.pass_steps(factor, checkpoints, bias, tick)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
 
-        ``tick(samples)`` after each launch. After checkpoint ``s`` in ``report_after``,
-        ``report(stats)`` gets the stats of checkpoints ``0 .. s`` (one copy to the host: a
-        synchronisation); otherwise nothing is read back until the pass ends.
+    def pass_steps(self, factor: float, checkpoints: tuple[int, ...], bias: float,
+                   tick: Callable[[int], None], report_after: frozenset[int] = frozenset()
+                   ) -> Generator[list[dict[str, Tensor]], None, list[dict[str, Tensor]]]:
+        """:meth:`run_pass` as a generator: after checkpoint ``s`` in ``report_after`` it yields the
+        host stats of checkpoints ``0 .. s`` (one copy to the host: a synchronisation); otherwise
+        nothing is read back until the pass ends. Returns the stats of every checkpoint.
         """
         spec, dev = self.spec, self.device
         R = spec.queries
@@ -464,8 +475,8 @@ class _Fused:
                 names = list(st)
                 shapes = [tuple(st[k].shape[1:]) for k in names]
             snaps.append(_stack_stats(st, names))
-            if report is not None and s in report_after:
-                report(_host_stats(snaps, names, shapes))
+            if s in report_after:
+                yield _host_stats(snaps, names, shapes)
         return _host_stats(snaps, names, shapes)
 
 
@@ -568,6 +579,25 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
             cannot run on this device (the message says why).
         SweepCancelled: stopped by ``progress`` or ``cancel``.
     """
+    steps = fused_sweep_steps(spec, device=device, progress=progress, cancel=cancel,
+                              staged=partial is not None, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
+    while True:
+        done, frame_now = advance(steps)
+        if done:
+            return frame_now
+        if partial is not None:
+            partial(frame_now)
+
+
+def fused_sweep_steps(spec: SweepSpec, *, device: str | torch.device | None = None,
+                      progress: Progress | None = None, cancel: threading.Event | None = None,
+                      staged: bool = True, fixed: FixedInputs | None = None, chunk: int | None = None,
+                      launch_keys: int | None = None) -> Generator[pd.DataFrame, None, pd.DataFrame]:
+    """:func:`run_fused_sweep` one stage at a time: validates ``spec`` at once, then (driven by
+    :func:`advance`) yields the frame of the lengths finished at each :func:`report_points`
+    (with ``staged``) and returns the final frame. Several of them advanced in turn report
+    their short lengths together (:func:`attncore.sweeps.run_sweep_set`).
+    """
     dev = resolve_device(device)
     why = fused_unavailable_reason(dev)
     if why is not None:
@@ -575,13 +605,27 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
     validate_fused(spec, dev)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
-    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, partial, fixed, chunk, launch_keys),
-                        "this sweep", "Lower the query rows (or d and the value dim for the vectors method).")
+    return _steps(spec, dev, progress, cancel, staged, fixed, chunk, launch_keys)
 
 
-def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
-         partial: Callable[[pd.DataFrame], None] | None, fixed: FixedInputs | None, chunk: int | None,
-         launch_keys: int | None) -> pd.DataFrame:
+def advance(steps: Generator[pd.DataFrame, None, pd.DataFrame]) -> tuple[bool, pd.DataFrame]:
+    """Run a :func:`fused_sweep_steps` generator to its next report: ``(finished, frame)``.
+
+    A CUDA out-of-memory error becomes a plain ``ResourceLimitError``.
+    """
+    def step() -> tuple[bool, pd.DataFrame]:
+        try:
+            return False, next(steps)
+        except StopIteration as done:
+            return True, done.value
+
+    return oom_to_limit(step, "this sweep",
+                        "Lower the query rows (or d and the value dim for the vectors method).")
+
+
+def _steps(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
+           staged: bool, fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None
+           ) -> Generator[pd.DataFrame, None, pd.DataFrame]:
     eng = _Fused(spec, dev, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
     ticker = Ticker(fused_work(spec), progress, cancel)
     done = [0]
@@ -591,19 +635,21 @@ def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: 
         if not ticker.tick(done[0]):
             raise SweepCancelled("the sweep was stopped.")
 
-    points = report_points(spec) if partial is not None else []
+    points = report_points(spec) if staged else []
     records: list[dict] = []
     q_norm = eng.q_norm.cpu()
     for pi, (factor, lens) in enumerate(spec.passes()):
         bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-
-        def report(stats: list[dict[str, Tensor]], f: float = factor, lens: tuple[int, ...] = lens) -> None:
-            if partial is not None:  # the lengths of earlier passes and those of this one so far
-                partial(frame(records + [summarise(n, rows, spec, f, q_norm)
-                                         for n, rows in zip(lens, stats, strict=False)]))
-
-        after = frozenset(ci for p, ci in points if p == pi)
-        stats = eng.run_pass(factor, lens, bias, tick, after, report if after else None)
+        steps = eng.pass_steps(factor, lens, bias, tick, frozenset(ci for p, ci in points if p == pi))
+        while True:
+            try:
+                so_far = next(steps)
+            except StopIteration as finished:
+                stats = finished.value
+                break
+            # the lengths of earlier passes and those of this one finished so far
+            yield frame(records + [summarise(n, rows, spec, factor, q_norm)
+                                   for n, rows in zip(lens, so_far, strict=False)])
         records.extend(summarise(n, rows, spec, factor, q_norm) for n, rows in zip(lens, stats, strict=True))
     ticker.finish()
     return frame(records)
