@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import html
 import re
+from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
-__all__ = ["JOINER", "visible", "visible_plotly"]
+__all__ = ["JOINER", "visible", "visible_html", "visible_plotly"]
 
 JOINER = "\u2060"  # invisible; ui.text puts it after a colon that could open a shortcode
 
@@ -118,3 +119,27 @@ def visible_plotly(text: str) -> str:
     if len(text) > 1 and text.startswith("$") and text.endswith("$"):
         return "⟦math⟧"
     return html.unescape(_TAG.sub(lambda m: "⟦tag⟧", text))
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.parts.append(f"⟦{tag}⟧")
+        self.parts += [f"⟦@{k}⟧{v}⟦/@⟧" for k, v in attrs if v]  # hover titles, data-* values
+
+    def handle_endtag(self, tag: str) -> None:
+        self.parts.append(f"⟦/{tag}⟧")
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def visible_html(body: str) -> str:
+    """The text of an ``st.html`` body (and its attribute values, each set apart), tags as markers."""
+    parser = _Text()
+    parser.feed(body)
+    parser.close()
+    return "".join(parser.parts)

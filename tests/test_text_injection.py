@@ -29,7 +29,7 @@ import pytest
 from attncore.models import MODEL_DIRS_ENV
 from tests.chart_data import run_app
 from tests.page_probe import ALL_PAGES, chart_strings, element_texts, page_params
-from tests.streamlit_markdown import visible, visible_plotly
+from tests.streamlit_markdown import visible, visible_html, visible_plotly
 from ui import corpus as corpora
 from ui import jobs
 from ui.text import JOINER, code, plain
@@ -56,7 +56,7 @@ ON_DISK = [p for p in ALL if "/" not in p]  # payloads that can be a file name
 # Fields shown as markdown (the rest are ids, option values of drop-downs, widget values, icons...).
 MARKDOWN_FIELDS = {"body", "label", "help", "delta", "text", "caption"}
 MARKDOWN_OPTIONS = {"radio"}  # widgets whose options are markdown too
-NEVER = {"latex", "html", "code"}  # raw LaTeX, HTML and code: no user text may reach them
+NEVER = {"latex", "code"}  # raw LaTeX and code: no user text may reach them (st.html: escaped)
 
 COUNTS: Counter[str] = Counter()
 
@@ -67,7 +67,12 @@ def forms(payload: str) -> tuple[str, ...]:
 
 
 def seen_as_typed(shown: str, sentinel: str) -> bool:
-    return any(f in shown for f in forms(BY_SENTINEL[sentinel]))
+    """The payload is seen verbatim, or a label shortens it: its start up to the sentinel or beyond, then …"""
+    payload = BY_SENTINEL[sentinel]
+    if any(f in shown for f in forms(payload)):
+        return True
+    start = payload.index(sentinel) + len(sentinel)
+    return any(f"{payload[:k]}…" in shown for k in range(start, len(payload)))
 
 
 def check_texts(at: Any) -> list[str]:
@@ -91,6 +96,13 @@ def check_texts(at: Any) -> list[str]:
             continue
         if ft.element in NEVER:
             bad.append(f"{ft!r}: user text inside raw {ft.element}")
+            continue
+        if ft.element == "html":
+            shown = visible_html(ft.text)
+            for sentinel in hits:
+                COUNTS["payloads checked"] += 1
+                if not seen_as_typed(shown, sentinel):
+                    bad.append(f"{ft!r} shows {shown[:160]!r}")
             continue
         last = ft.field.rsplit(".", 1)[-1]
         if last in MARKDOWN_FIELDS or (last == "options" and ft.element in MARKDOWN_OPTIONS):
@@ -249,6 +261,42 @@ def test_model_folder_names_are_shown_as_typed(tmp_path: Path, cache: Path) -> N
         at = run_app(script, **state)
         assert_plain(at, f"{script}: model folder {MODEL!r}")
         assert any(f"⟦code⟧{model}⟦/code⟧" in visible(c.value) for c in at.sidebar.caption)
+
+
+def tokenizing_model(dest: Path, tokens: list[str]) -> Path:
+    """A tiny seeded GPT-2 folder whose tokenizer splits at white space and knows each of ``tokens`` as
+    one token (a real BPE vocabulary holds tokens such as ``</`` or ``<b>``), with no special token in
+    front: every token label, the first one included, is a payload."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2Model, PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, **{t: i + 1 for i, t in enumerate(tokens)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=len(vocab), n_positions=64, bos_token_id=None,
+                     eos_token_id=None)
+    GPT2Model(cfg).save_pretrained(dest)
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(dest)
+    return dest
+
+
+def test_a_models_tokens_are_shown_as_typed(tmp_path: Path, cache: Path) -> None:
+    """Token labels reach captions, metric labels, the token picker, strips and chart labels: a local
+    model whose tokens are payloads (one token each) shows each as typed on both real-model views."""
+    tokens = sorted((p for p in ALL if " " not in p), key=lambda p: not p.startswith("<"))  # a tag first
+    folder = tokenizing_model(tmp_path / "models" / "payload-gpt2", tokens)
+    text = " ".join(tokens)
+    for script, state in (("pages/1_Heatmaps.py", {"rt_src": "real", "rt_model": "local", "rt_path": str(folder),
+                                                    "rt_text": text, "rt_tok": "3"}),
+                          ("pages/4_Attention_sinks.py", {"snk_view": "model", "snk_model": "local",
+                                                          "snk_path": str(folder), "snk_text": text, "snk_tok": "3"})):
+        at = run_app(script, **state)
+        assert not at.error, [e.value for e in at.error]
+        before = COUNTS["payloads checked"]
+        assert_plain(at, f"{script} with payload tokens")
+        assert COUNTS["payloads checked"] - before >= len(tokens), "the tokens were shown somewhere"
 
 
 # ---------------------------------------------------------------------------- corpus file names

@@ -15,9 +15,10 @@ The text reads exactly as typed.
 
 from __future__ import annotations
 
+import html
 import re
 
-__all__ = ["JOINER", "code", "plain"]
+__all__ = ["JOINER", "chart", "code", "plain"]
 
 JOINER = "\u2060"  # WORD JOINER: zero width, no line break; breaks ``:name:`` shortcodes
 # a colon that opens a shortcode candidate: `:smile:`, `:+1:`, `:material/home:`, `:streamlit:`
@@ -67,3 +68,10 @@ def code(text: object) -> str:
     fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or (s.startswith(" ") and s.endswith(" ")) else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def chart(text: object) -> str:
+    """``text`` inside a Plotly string (a title, a trace name, an axis category, a hover text): Plotly
+    draws a subset of HTML there (``<b>``, ``<a href>``, ``<br>``, entities), so ``&``, ``<`` and ``>``
+    become entities and the text is drawn as typed."""
+    return html.escape(str(text), quote=False)
