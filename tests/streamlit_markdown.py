@@ -4,7 +4,8 @@ Streamlit (1.67) renders element bodies, captions, labels, tab titles and metric
 react-markdown: CommonMark + GFM (autolinked ``www.`` / ``http://`` / e-mail literals, ``~strike~``,
 tables), ``$...$`` / ``$$...$$`` LaTeX, ``:red[...]``-style directives (``:small``, ``:blue-badge``,
 a bare known name colours nothing and vanishes), and, on the parsed text, ``:material/name:`` icons,
-``:streamlit:`` and ``:emoji:`` shortcodes (its bundle: ``StreamlitMarkdown.*.js``). Plotly draws a
+``:streamlit:`` and ``:emoji:`` shortcodes and arrows (``a -> b`` as ``a → b``; its bundle:
+``StreamlitMarkdown.*.js``); GFM's autolinks are also found in the parsed text. Plotly draws a
 pseudo-HTML subset (``<b>``, ``<a href>``, ``<br>``...) in every title, name, label and hover text.
 
 :func:`visible` returns the text a reader sees, every construct that is not the literal
@@ -39,14 +40,17 @@ _BLOCK_MARKS = {"heading_open": "⟦h⟧", "blockquote_open": "⟦quote⟧", "bu
 _SYNTAX = [
     ("⟦math⟧", re.compile(r"\$\$[\s\S]+?\$\$|\$(?![\s$])[^$\n]*?[^\s$]\$(?!\d)|\$[^\s$]\$")),
     ("⟦directive⟧", re.compile(r"(?<!:):[A-Za-z][\w-]*")),
-    ("⟦autolink⟧", re.compile(r"(?i)\b(?:https?://|www\.)[^\s<]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
     ("⟦s⟧", re.compile(r"~[^~\s][^~]*~")),
 ]
-# replacements Streamlit makes on the parsed text (escapes do not stop them)
+# replacements made on the parsed text, where escapes do not stop them: GFM's autolink literals
+# (mdast-util-gfm-autolink-literal's transform), Streamlit's icons, logo, emoji and arrows
 _TEXT = [
+    ("⟦autolink⟧", re.compile(r"(?i)(?<!\w)(?:https?://|www(?=\.))[-.\w]+[^ \t\r\n]*")),
+    ("⟦autolink⟧", re.compile(r"(?<![\w.+-])[-.\w+]+@[-\w]+(?:\.[-\w]+)+")),
     ("⟦icon⟧", re.compile(r":material_\w+:")),
     ("⟦logo⟧", re.compile(r":streamlit:")),
     ("⟦emoji⟧", re.compile(r":[\w+-]+:")),
+    ("⟦typo⟧", re.compile(r"(?<!\S)(?:<->|->|<-|--|>=|<=|~=)(?!\S)")),
 ]
 
 

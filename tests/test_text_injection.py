@@ -140,7 +140,9 @@ def test_the_check_can_fail_and_plain_passes_it(payload: str) -> None:
                                   "http://example/phish www.example.com <http://example/a>",
                                   "a\\[b\\](c) \\ end", "line\nbreak", "12:30 a:b :material/home: ::x",
                                   ":red[x] :blue y :small[z]", "&amp; &#65; R&D", "    four spaces",
-                                  "1. one", "- item", "> quote", "x_y_z _a_ __b__", "~x~ ~~y~~"])
+                                  "1. one", "- item", "> quote", "x_y_z _a_ __b__", "~x~ ~~y~~",
+                                  "a -> b <- c <-> d -- e >= f <= g ~= h", "mail me@e.xy or https://e.x",
+                                  "--flag a->b x--y"])
 def test_plain_renders_exactly_the_characters(text: str) -> None:
     body = plain(text)
     assert visible(body) == text.replace("\n", " ").lstrip()

@@ -7,10 +7,10 @@ file name or an exception message that echoes one could therefore draw a link
 (``[Session expired](http://evil)``), load an image (``![x](http://evil/x.png)``), autolink a
 bare ``http://`` address or show an icon. :func:`plain` backslash-escapes every character that
 could start markup (CommonMark allows escaping any ASCII punctuation, and the escape is
-invisible in the output). Shortcodes are replaced *after* markdown is parsed, on the text itself,
-so no escape stops them: :func:`plain` puts an invisible WORD JOINER (U+2060) after a colon that
-could open one, which Streamlit's patterns (``:name:``, ``:material/name:``) no longer match.
-The text reads exactly as typed.
+invisible in the output). Some patterns are found *after* markdown is parsed, in the text itself,
+where no escape stops them: shortcodes, GFM's ``www.`` / ``http://`` / e-mail autolinks and the
+typographic arrows (``a -> b`` drawn as ``a → b``). :func:`plain` breaks each with an invisible
+WORD JOINER (U+2060). The text reads exactly as typed (a copy holds the joiners).
 """
 
 from __future__ import annotations
@@ -20,9 +20,20 @@ import re
 
 __all__ = ["JOINER", "chart", "code", "plain"]
 
-JOINER = "\u2060"  # WORD JOINER: zero width, no line break; breaks ``:name:`` shortcodes
+JOINER = "\u2060"  # WORD JOINER: zero width, no line break; breaks patterns found in parsed text
 # a colon that opens a shortcode candidate: `:smile:`, `:+1:`, `:material/home:`, `:streamlit:`
 _SHORTCODE = re.compile(r":(?=[\w+/-]+:)")
+# patterns Streamlit's renderer finds in the parsed text (so escapes do not stop them), and where a
+# joiner breaks each: shortcodes after their colon, `www.` / `scheme://` before the dot / colon,
+# e-mail addresses before the `@`, typographic arrows (->, <-, <->, --, >=, <=, ~= between spaces)
+# after their first character
+_IN_TEXT = [
+    (_SHORTCODE, ":" + JOINER),
+    (re.compile(r"(?i)(?<=\bwww)(?=\.)"), JOINER),
+    (re.compile(r"(?<=\w)(?=://)"), JOINER),
+    (re.compile(r"(?<=[-.\w+])(?=@)"), JOINER),
+    (re.compile(r"(?<!\S)([<>~-])(?=(?:->|-|>|=)(?!\S))"), "\\1" + JOINER),
+]
 # characters that start markup anywhere: links/images ([ ]), autolinks and HTML (< >), code (`),
 # emphasis (* ~), LaTeX ($), e-mail autolinks (@), entities (&amp;) and the escape character itself
 _ALWAYS = {ord(c): "\\" + c for c in "\\`*[]<>$~@&"}
@@ -32,7 +43,6 @@ _MARKUP = [
     # a directive (`:red[x]`, `:small[x]`, a bare `:blue` that colours nothing and vanishes) and
     # scheme://... (autolinked by GFM) both start with a colon before a letter or `//`
     (re.compile(r":(?=[A-Za-z]|//)"), r"\\:"),
-    (re.compile(r"(?i)\b(www)\."), r"\1\\."),  # www.example is autolinked too
     (re.compile(r"^(\s*)([#>+=|-])"), r"\1\\\2"),  # a heading, quote or list marker at the start
     (re.compile(r"^(\s*\d+)([.)])"), r"\1\\\2"),  # an ordered-list marker at the start
 ]
@@ -48,10 +58,14 @@ def plain(text: object) -> str:
     """``text`` as markdown that renders to exactly its characters (line breaks become spaces).
 
     Only characters that could start markup are escaped (CommonMark backslash escapes, invisible
-    in the output), so ordinary messages read the same in the source and on the screen; a colon
-    that could open a ``:shortcode:`` is followed by an invisible :data:`JOINER`.
+    in the output), so ordinary messages read the same in the source and on the screen; what the
+    renderer finds in the parsed text (shortcodes, autolinks, arrows) is broken by an invisible
+    :data:`JOINER`.
     """
-    s = _SHORTCODE.sub(":" + JOINER, _one_line(text)).translate(_ALWAYS)
+    s = _one_line(text)
+    for pattern, repl in _IN_TEXT:
+        s = pattern.sub(repl, s)
+    s = s.translate(_ALWAYS)
     for pattern, repl in _MARKUP:
         s = pattern.sub(repl, s)
     return s
