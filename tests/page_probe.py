@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import threading
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
@@ -32,21 +33,39 @@ class _Declared(Exception):  # noqa: N818 - a signal, not an error
 
 @cache
 def page_params(script: str) -> tuple[Param, ...]:
-    """Every Param a page reads from the URL: the shared ones (device, seed, dtype, present) and its own."""
-    import ui.page
+    """Every Param a page reads from the URL: the shared ones (device, seed, dtype, present) and its own.
 
-    def declared(**kwargs: Any) -> None:
-        raise _Declared(tuple(kwargs["params"]))
+    The page script runs in a thread of its own, as Streamlit runs it: importing ``ui.page`` flushes
+    denormal floats to zero in the thread that imports it (``torch.set_flush_denormal``), which must
+    not change the numbers of the tests that run after this one in the main thread.
+    """
+    found: list[tuple[Param, ...] | BaseException] = []
 
-    original = ui.page.run_page
-    ui.page.run_page = declared
-    try:
-        runpy.run_path(str(ROOT / script), run_name="__page_probe__")
-    except _Declared as got:
-        return (*ui.page.GLOBAL_PARAMS, *got.args[0])
-    finally:
-        ui.page.run_page = original
-    raise AssertionError(f"{script} never called run_page")
+    def probe() -> None:
+        import ui.page
+
+        def declared(**kwargs: Any) -> None:
+            raise _Declared(tuple(kwargs["params"]))
+
+        original = ui.page.run_page
+        ui.page.run_page = declared
+        try:
+            runpy.run_path(str(ROOT / script), run_name="__page_probe__")
+            found.append(AssertionError(f"{script} never called run_page"))
+        except _Declared as got:
+            found.append((*ui.page.GLOBAL_PARAMS, *got.args[0]))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            found.append(exc)
+        finally:
+            ui.page.run_page = original
+
+    worker = threading.Thread(target=probe, name=f"page-probe {script}")
+    worker.start()
+    worker.join()
+    (result,) = found
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 class FieldText:

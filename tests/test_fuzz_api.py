@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import resource
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -38,6 +39,17 @@ RAN = {"calls": 0, "results": 0, "errors": 0}
 @pytest.fixture(autouse=True)
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(budget.MAX_BYTES_ENV, "64M")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def subnormals() -> Iterator[None]:
+    """Hypothesis draws subnormal floats and refuses to run where they flush to zero: importing
+    ``ui.page`` (any test module that imports a page helper does) turns flushing on in this thread.
+    Off for this module, then as it was."""
+    flushing = float(torch.tensor([1e-40]) * 1.0) == 0.0
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(flushing)
 
 
 def tensor(shape: tuple[int, ...], dtype: torch.dtype, fill: str) -> torch.Tensor:
