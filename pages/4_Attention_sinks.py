@@ -22,6 +22,7 @@ from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theor
 from ui import cached, causal, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.text import plain
 from ui.views import sinks as view
 
 P_VIEW = Param("snk_view", "lab", options=("lab", "model"))
@@ -248,13 +249,13 @@ def model_view(ctx: PageContext) -> None:
     c[0].metric("Tokens L", f"{L}", f"uniform share 1/L = {1 / L:.3f}" if not att.causal else "causal",
                 delta_color="off", delta_arrow="off")
     layers = f"layer {mid.start}" if len(mid) == 1 else f"layers {mid.start}–{mid.stop - 1}"
-    c[1].metric(f"Mass on {labels['first']}, {layers}", f"{first_mid:.2f}",
+    c[1].metric(f"Mass on {plain(labels['first'])}, {layers}", f"{first_mid:.2f}",
                 f"{first_mid / uni:.1f}× uniform ({uni:.3f})", delta_color="off", delta_arrow="off",
                 help="Mean over those layers, all heads and all queries of the weight on the first token.")
-    c[2].metric(f"Sink heads for {labels['first']}", f"{rep.sink_heads(0)} of {lm.layers * lm.heads}",
+    c[2].metric(f"Sink heads for {plain(labels['first'])}", f"{rep.sink_heads(0)} of {lm.layers * lm.heads}",
                 help=f"Heads whose mean weight on key 0 exceeds ε = {eps:g}.")
     other = "special" if bool(att.categories()["special"].any()) else "punct"  # a text without [SEP]/EOS
-    c[3].metric(f"Mass on {labels[other]}", f"{float(rep.mass[other].mean()):.3f}",
+    c[3].metric(f"Mass on {plain(labels[other])}", f"{float(rep.mass[other].mean()):.3f}",
                 f"uniform {rep.uniform[other]:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
     st.markdown("##### Every head (rows: layers, columns: heads)")
@@ -316,7 +317,7 @@ def glance_caption(att, rep, labels: dict[str, str]) -> str:
     return (f"Dashed: what each key set would get if every query spread its weight evenly over the keys it "
             f"sees. Under the causal mask query i sees only the i + 1 tokens up to itself, so the first "
             f"token's even share is the mean of 1/(i + 1): {uni:.3f} for these {L} tokens, not 1/L = "
-            f"{1 / L:.3f}. This model puts the most on {labels['first']} in layer {top}: "
+            f"{1 / L:.3f}. This model puts the most on {plain(labels['first'])} in layer {top}: "
             f"{float(per_layer[top]):.3f}, {float(per_layer[top]) / uni:.1f}× the even share. A decoder "
             "that parks its spare weight on its first token (the sink StreamingLLM keeps in its cache) "
             "draws that curve far above the dashed line.")

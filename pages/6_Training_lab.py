@@ -185,8 +185,8 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
     if kind == "stdlib":
         return _stdlib()
     if kind == "upload":
-        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=["txt"], key="tr_upload",
-                                 max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
+        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=list(corpora.UPLOADER_TYPES),
+                                 key="tr_upload", max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
         if up is None:
             st.info("Upload a .txt file in the sidebar to train on it.", icon=":material/upload_file:")
             return None
@@ -274,7 +274,7 @@ def live(ctx: PageContext) -> None:
             est = estimate_seconds(configs, references(ctx.device), len(vocab))
             n = len(configs)
             line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
-                    f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
+                    f" on {plain(corpus.name)} ({len(corpus.text):,} characters, {len(vocab)} "
                     f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
@@ -312,11 +312,12 @@ def job_status(job_id: str, polling: bool) -> None:
     snap = job.snapshot()
     if polling and not job.active:
         st.rerun()  # finished since the page ran: redraw the page once (stops polling, lists the runs)
-    if snap["state"] == "queued":
-        ahead = QUEUE.position(job)
-        if ahead is not None:
-            st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
-                    "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    ahead = QUEUE.position(job) if snap["state"] == "queued" else None
+    if ahead:
+        st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
+                "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    elif snap["state"] == "queued":  # nothing ahead: the worker is starting it
+        st.progress(0.0, text=f"run 1 of {snap['n_runs']} ({snap['label']}): starting…")
     elif snap["state"] == "running":
         i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
         frac = (i + (step / total if total else 0.0)) / n
@@ -373,17 +374,29 @@ def compare(ctx: PageContext) -> None:
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
-        st.caption(f"No kept runs yet. Finished runs are kept in {cache_dir()}.")
+        st.caption(f"No kept runs yet. Finished runs are kept in {plain(cache_dir())}.")
         return
     if not chosen:
-        st.caption(f"{len(runs)} kept run{'s' if len(runs) != 1 else ''} in {cache_dir()}: choose some under "
-                   "Compare in the sidebar to overlay their curves.")
+        st.caption(runs_listed(runs) + ": choose some under Compare in the sidebar to overlay their curves.")
         return
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
     table = view.runs_table(recs)
     st.dataframe(table, hide_index=True)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
+
+
+def runs_listed(runs: list[dict[str, Any]]) -> str:
+    """'3 kept runs in <folder>', and the runs the folder refused (held in memory) counted apart."""
+    held = {r["id"] for r in QUEUE.unsaved()}
+    n_held = sum(r["id"] in held for r in runs)
+    n_kept = len(runs) - n_held
+    folder = plain(cache_dir())
+    parts = [f"{n_kept} kept run{'s' if n_kept != 1 else ''} in {folder}"] if n_kept else []
+    if n_held:
+        parts.append(f"{n_held} run{'s' if n_held != 1 else ''} that could not be kept in {folder}, listed "
+                     "until the server restarts")
+    return "; ".join(parts)
 
 
 def body(ctx: PageContext) -> None:

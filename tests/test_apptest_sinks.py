@@ -36,6 +36,7 @@ from tests.chart_data import (
 )
 from tests.chart_data import set_widget as _set
 from tests.chart_data import walk as _walk
+from tests.streamlit_markdown import visible
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
@@ -244,7 +245,7 @@ def check_model(at: AppTest, lm: LoadedModel) -> None:
 def test_model_view_defaults(lm: LoadedModel) -> None:
     at = run_app(PAGE, snk_view="model")
     check_model(at, lm)
-    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    metrics = {visible(m.label): (m.value, m.delta) for m in at.metric}  # labels as shown (ui.text.plain)
     value, delta = metrics["Mass on [CLS], layers 1–4"]
     assert float(value) > 0.3 and "× uniform" in delta
     att = run_text(lm, DEFAULT_TEXT)
@@ -301,7 +302,7 @@ def test_model_view_local_folders(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
     make_tiny_gpt2(root / "tiny-gpt2")
     _set(at, "text_input", "snk_path", "tiny-gpt2")
     no_errors(at)
-    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    metrics = {visible(m.label): (m.value, m.delta) for m in at.metric}  # labels as shown (ui.text.plain)
     assert metrics["Tokens L"][1] == "causal" and metrics["Sink heads for [CLS]"][0].endswith("of 4")
     att = run_text(load_model("tiny-gpt2"), DEFAULT_TEXT)
     rep = sink_report(att.attentions, att.categories(), causal=True, eps=0.3)

@@ -157,17 +157,30 @@ def encode_text(text: str, vocab: str) -> Tensor:
     return torch.tensor([index[c] for c in text], dtype=torch.int64)
 
 
+def _split_fits(n: int, context: int) -> bool:
+    cut = int(n * 0.9)
+    return cut >= context + 1 and n - cut >= context + 1
+
+
+def min_corpus_chars(context: int) -> int:
+    """The fewest tokens :func:`split_text` accepts for ``context``: the smallest ``n`` whose 90/10
+    split leaves ``context + 1`` tokens on both sides (found with the same test, so the number a
+    message states is the one that is needed)."""
+    n = 10 * max(int(context), 0)  # below this the validation tenth is shorter than context + 1
+    while not _split_fits(n, context):
+        n += 1
+    return n
+
+
 def split_text(n: int, context: int) -> int:
     """Where the 90/10 split of ``n`` tokens falls; both parts need ``context + 1`` tokens."""
-    cut = int(n * 0.9)
-    need = math.ceil((context + 1) / 0.1)
-    if cut < context + 1 or n - cut < context + 1:
+    if not _split_fits(n, context):
         raise AttnInputError(
             f"the corpus has {n:,} characters: too short for a context of {context}. Training "
             f"keeps the last 10% for validation and each part needs {context + 1} characters, "
-            f"so at least {need:,} characters are needed."
+            f"so at least {min_corpus_chars(context):,} characters are needed."
         )
-    return cut
+    return int(n * 0.9)
 
 
 def divergence_threshold(vocab_size: int) -> float:
