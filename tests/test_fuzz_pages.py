@@ -38,10 +38,7 @@ JUNK = ("nan", "inf", "-inf", "1e309", "", " ", "abc", "0x1f", "1_000", "٣", "1
 # A refusal that a valid state may meet: the work or memory budget (attncore.budget's messages).
 BUDGET = re.compile(r"would (?:be|need about) .*; the limit is |ran out of memory")
 # Findings filed for other owners, expected until their fix is merged: (page, message fragment, reason).
-KNOWN: list[tuple[str, str, str]] = [
-    ("pages/5_Kernels.py", "groups must be between 1 and 16; got 32",
-     "issue 26 item 1: the Kernels groups bound (the kernels engineer's fix)"),
-]
+KNOWN: list[tuple[str, str, str]] = []
 # The Kernels page times every backend at every length: at its CPU budget (1e12 flops) one state can take
 # minutes. The fuzz lowers the budget so that a heavy state is refused by it (a path it checks too) and a
 # light one is timed in seconds; the page's own tests time at the full budget.
