@@ -35,8 +35,8 @@ class _Declared(Exception):  # noqa: N818 - a signal, not an error
 def page_params(script: str) -> tuple[Param, ...]:
     """Every Param a page reads from the URL: the shared ones (device, seed, dtype, present) and its own.
 
-    The page script runs in a thread of its own, as Streamlit runs it: importing ``ui.page`` flushes
-    denormal floats to zero in the thread that imports it (``torch.set_flush_denormal``), which must
+    The page script runs in a thread of its own, as Streamlit runs it: ``ui.page.run_page`` flushes
+    denormal floats to zero in the thread that runs it (``torch.set_flush_denormal``), which must
     not change the numbers of the tests that run after this one in the main thread.
     """
     found: list[tuple[Param, ...] | BaseException] = []
