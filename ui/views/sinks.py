@@ -19,7 +19,7 @@ from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, downsample_stack, sty
 from ui.views import realtext as realtext_views
 
 ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+              "sigmoid": "sigmoid −log n", "relu": "ReLU ÷ n", "gated": "gated softmax"}
 ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
 ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
               ("output_rms", "output RMS", True))
