@@ -19,12 +19,12 @@ from attncore.sinks import (
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
-from ui import cached, causal, realtext, widgets
+from ui import cached, causal, learned, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import sinks as view
 
-P_VIEW = Param("snk_view", "lab", options=("lab", "model"))
+P_VIEW = Param("snk_view", "lab", options=("lab", "model", "learned"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
 P_SINK = Param("snk_sink", True)
 P_LOG = Param("snk_log", True)
@@ -43,7 +43,7 @@ GATE_HELP = (
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
-          *MP_NEXT.all())
+          *MP_NEXT.all(), *learned.SINKS_PARAMS)
 
 
 
@@ -371,12 +371,16 @@ def uniform_metric_sentence(L: int, causal: bool, eps: float) -> str:
 def body(ctx: PageContext) -> None:
     st.title("Attention sinks")
     part = widgets.radio(P_VIEW, "Part", where=ctx.controls, horizontal=False,
-                         labels={"lab": "synthetic sink lab", "model": "sinks in a real model"})
+                         labels={"lab": "synthetic sink lab", "model": "sinks in a real model",
+                                 "learned": "a sink learned here"})
     explain()
     if part == "lab":
         lab(ctx)
-    else:
+    elif part == "model":
         model_view(ctx)
+    else:
+        learned.learned_part(ctx)
+        explain_more()
 
 
 run_page(title="Attention sinks", icon=":material/anchor:", params=PARAMS, body=body,

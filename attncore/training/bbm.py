@@ -48,11 +48,15 @@ __all__ = [
     "EVAL_SEED",
     "EVAL_SEQS",
     "MIN_CONTEXT",
+    "MAX_VIEW_TOKENS",
     "MIN_DISTINCT",
     "N_TRIGGERS",
     "SINK_THRESHOLD",
     "BBMResult",
+    "Cancel",
+    "Progress",
     "BigramBackcopy",
+    "SequenceView",
     "bbm_label",
     "bbm_streaming",
     "bos_ablation",
@@ -60,6 +64,7 @@ __all__ = [
     "eval_sequences",
     "first_crossing",
     "probe",
+    "sequence_view",
     "train_bbm",
 ]
 
@@ -408,6 +413,60 @@ def _sink_head(p: dict[str, Any]) -> float | None:
     """The largest BOS weight from non-trigger positions over every layer and head."""
     vals = [v for row in p["bos_other"] if row is not None for v in row]
     return max(vals) if vals else None
+
+
+MAX_VIEW_TOKENS = 256  # a sequence the app's views show: (N, H, L, L) weights are kept
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    """One model on one sequence, for a page.
+
+    Attributes:
+        chars: the sequence's characters (BOS first).
+        roles: (L,) what predicting the next token from each position needs (:meth:`BigramBackcopy.roles`).
+        weights: (N, H, L, L) float32 CPU attention weights (the variant's own normaliser).
+        loss: (L - 1,) float64 loss of predicting each next token.
+        gates: (N, H, L) mean gate per head and position (gated variant), else None.
+    """
+
+    chars: str
+    roles: Tensor
+    weights: Tensor
+    loss: Tensor
+    gates: Tensor | None
+
+    @property
+    def bos(self) -> Tensor:
+        """(N, H, L) weight on BOS from every position."""
+        return self.weights[..., 0]
+
+    @property
+    def nowhere(self) -> Tensor:
+        """(N, H, L) weight sent nowhere (1 - the row's sum)."""
+        return 1.0 - self.weights.double().sum(dim=-1)
+
+
+@torch.no_grad()
+def sequence_view(model: CharTransformer, task: BigramBackcopy, ids: Tensor) -> SequenceView:
+    """``model`` on one sequence ``ids`` (L,) starting with BOS, 2 <= L <= :data:`MAX_VIEW_TOKENS`."""
+    L = int(ids.shape[0])
+    if not 2 <= L <= MAX_VIEW_TOKENS or int(ids[0]) != task.bos:
+        raise AttnInputError(f"show a sequence of 2 to {MAX_VIEW_TOKENS} tokens that starts with BOS; "
+                             f"got {L}.")
+    if model.vocab != task.vocab:
+        raise AttnInputError("this model was not trained on this task (its vocabulary differs).")
+    x = ids[None].to(model.device)  # (1, L)
+    cap = capture(model, x)
+    nll = F.cross_entropy(cap.logits[0, :-1].float(), x[0, 1:], reduction="none").double().cpu()
+    weights = torch.stack([w[0] for w in cap.weights]).float().cpu()  # (N, H, L, L)
+    gates = None
+    if cap.gates:
+        H = weights.shape[1]
+        per_head = [g[0].view(L, H, -1).mean(dim=-1).t() for g in cap.gates]  # each (H, L)
+        gates = torch.stack(per_head).float().cpu()  # (N, H, L)
+    return SequenceView(chars=task.chars(ids), roles=task.roles(ids[None])[0], weights=weights, loss=nll,
+                        gates=gates)
 
 
 # ---------------------------------------------------------------------------- training

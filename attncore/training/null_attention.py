@@ -18,17 +18,22 @@ import math
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.training import io as _io
 from attncore.training.bbm import (
     EVAL_SEED,
     SINK_THRESHOLD,
     BBMResult,
     BigramBackcopy,
+    Cancel,
+    Progress,
     bbm_label,
     bbm_streaming,
     bos_ablation,
@@ -37,7 +42,8 @@ from attncore.training.bbm import (
     train_bbm,
 )
 from attncore.training.config import TrainConfig
-from attncore.training.io import save_model
+from attncore.training.io import load_model, save_model
+from attncore.training.model import CharTransformer
 
 if TYPE_CHECKING:  # the Recorder lives in experiments.py, which imports this module
     from attncore.training.experiments import Recorder
@@ -48,11 +54,20 @@ __all__ = [
     "KL_TOL",
     "MATTERS",
     "MODELS_DIR",
+    "SHIPPED",
     "SIZES",
     "Z",
     "mean_se",
+    "models_dir",
+    "shipped_model",
+    "shipped_task",
+    "slug",
+    "TestedRun",
+    "live_test_sizes",
     "run_null_attention",
     "summarise",
+    "held_out_sets",
+    "train_and_test",
     "verdicts",
 ]
 
@@ -106,6 +121,43 @@ MODEL_NOTE = (
     "use learned absolute positions and an untied output). Rotary positions let the StreamingLLM test place "
     "cached keys at their slots, and the app's other pages already read this model."
 )
+
+
+# ---------------------------------------------------------------------------- the shipped models
+
+
+def slug(label: str) -> str:
+    """A folder name for a variant label ('sink logit b₀=-5' -> 'sink_logit_b0_m5')."""
+    s = label.replace("₀", "0").replace("-", "m").replace(".", "p")
+    return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
+
+
+SHIPPED: dict[str, str] = {slug(bbm_label(c, with_seed=False)): bbm_label(c, with_seed=False)
+                           for c in ({"seed": 0, **v} for v in _V)}
+"""Folder name -> label of every variant whose seed-0 model the command saves (in the command's order)."""
+
+
+def models_dir(directory: str | Path | None = None) -> Path:
+    """Where the shipped models and the task live: ``directory/null_attention_models`` (default: the
+    results shipped in this package)."""
+    return Path(directory or _io.RESULTS_DIR) / MODELS_DIR
+
+
+def shipped_task(directory: str | Path | None = None) -> BigramBackcopy:
+    """The Bigram-Backcopy task the shipped models learned (rebuilt from its counts, no corpus needed)."""
+    path = models_dir(directory) / "task.json"
+    if not path.is_file():
+        raise AttnInputError(f"no shipped Bigram-Backcopy task ({path.name}); make it with python -m "
+                             "attncore.training.experiments null_attention --out DIR.")
+    return BigramBackcopy.load(path)
+
+
+def shipped_model(name: str, device: str | torch.device = "cpu",
+                  directory: str | Path | None = None) -> CharTransformer:
+    """The seed-0 model of the variant ``name`` (a key of :data:`SHIPPED`)."""
+    if name not in SHIPPED:
+        raise AttnInputError(f"no shipped model {name!r}; choose one of {', '.join(SHIPPED)}.")
+    return load_model(models_dir(directory) / name, device)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -192,7 +244,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     that reached it)."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
-        label = run.get("label") or bbm_label(run["config"], with_seed=False)
+        label = bbm_label(run["config"], with_seed=False)
         entry = out.setdefault(label, {"label": label, "variant": run["config"]["variant"], "runs": []})
         entry["runs"].append(run)
     for s in out.values():
@@ -255,11 +307,14 @@ def _pm(s: dict[str, Any], digits: int = 2) -> str:
     return f"{s['mean']:.{d}f} ± {s['se']:.{d}f}"
 
 
-def _differs(a: dict[str, Any], b: dict[str, Any], floor: float = 0.0) -> int:
+ONE_SEED = "one seed, so no standard error and no verdict"
+
+
+def _differs(a: dict[str, Any], b: dict[str, Any], floor: float = 0.0) -> int | None:
     """1 if a's mean exceeds b's by more than Z combined standard errors (and ``floor``), -1 if it is
-    below by as much, 0 otherwise (or when a standard error is missing)."""
+    below by as much, 0 otherwise; None without two standard errors (fewer than 2 seeds)."""
     if a["mean"] is None or b["mean"] is None or a["se"] is None or b["se"] is None:
-        return 0
+        return None
     d = a["mean"] - b["mean"]
     se = math.sqrt(a["se"] ** 2 + b["se"] ** 2)
     if abs(d) > max(Z * se, floor):
@@ -267,11 +322,11 @@ def _differs(a: dict[str, Any], b: dict[str, Any], floor: float = 0.0) -> int:
     return 0
 
 
-def _above(s: dict[str, Any], level: float, floor: float = 0.0) -> int:
+def _above(s: dict[str, Any], level: float, floor: float = 0.0) -> int | None:
     """1 if the mean exceeds ``level`` by more than Z standard errors (and ``floor``), -1 if below by
-    as much, 0 otherwise."""
+    as much, 0 otherwise; None without a standard error."""
     if s["mean"] is None or s["se"] is None:
-        return 0
+        return None
     d = s["mean"] - level
     if abs(d) > max(Z * s["se"], floor):
         return 1 if d > 0 else -1
@@ -291,19 +346,21 @@ def sink_sentence(s: dict[str, Any]) -> str:
     n, k, bo, bt = s["n_usable"], s["n_sink"], s["bos_other"], s["bos_trigger"]
     where = (f"non-trigger positions put {_pm(bo)} of their weight on BOS at the end, trigger positions "
              f"{_pm(bt, 3)}")
+    seeds = f"{n} seed" if n == 1 else f"{n} seeds"
     if n == 0:
         return f"{s['label']}: no run finished without diverging, so there is nothing to judge."
     if k == n:
         first = [c for c in s["crossings"] if c is not None]
         when = f" by {_steps(first)}" if first else ""
-        return f"{s['label']} forms a sink in {k}/{n} seeds{when}: {where}."
+        return f"{s['label']} forms a sink in {k} of {seeds}{when}: {where}."
     transient = s["n_crossed"] - k
-    tail = (f" {transient} seed{'s' if transient != 1 else ''} crossed 0.3 on the way "
-            f"({_steps(s['crossings'])}) "
-            "and left it again: a transient sink." if transient > 0 else "")
+    tail = ""
+    if transient > 0:
+        tail = (f" {transient} seed{'s' if transient != 1 else ''} crossed 0.3 on the way "
+                f"({_steps(s['crossings'])}) and left it again: a transient sink.")
     if k == 0:
-        return f"{s['label']} does not form a sink (0/{n} seeds above 0.3 at the end): {where}.{tail}"
-    return f"{s['label']} forms a sink in {k}/{n} seeds only: {where}.{tail}"
+        return f"{s['label']} does not form a sink (0 of {seeds} above 0.3 at the end): {where}.{tail}"
+    return f"{s['label']} forms a sink in {k} of {seeds} only: {where}.{tail}"
 
 
 def learned_sentence(s: dict[str, Any]) -> str:
@@ -316,60 +373,76 @@ def learned_sentence(s: dict[str, Any]) -> str:
     div = "".join(f" Seed {seed} diverged at step {at}." for seed, at in s["diverged"])
     if n == 0:
         return f"{s['label']}: every seed diverged.{div}"
-    word = "learned the task" if k == n else "did not learn the task" if k == 0 else "learned the task"
-    return f"{s['label']} {word} in {k}/{n} seeds ({nums}).{div}"
+    word = "did not learn the task" if k == 0 else "learned the task"
+    return f"{s['label']} {word} in {k} of {n} seed{'s' if n != 1 else ''} ({nums}).{div}"
 
 
-def _fix_sentences(s: dict[str, Any], soft: dict[str, Any] | None) -> list[str]:
-    out = []
-    if soft is not None and s is not soft:
-        c = _differs(s["bos_other"], soft["bos_other"])
-        a, b = _pm(s["bos_other"]), _pm(soft["bos_other"])
-        out.append({-1: f"Its BOS weight from non-trigger positions is lower than softmax's ({a} vs {b}), by "
-                        f"more than {Z:g} standard errors.",
-                    1: f"Its BOS weight from non-trigger positions is higher than softmax's ({a} vs {b}), by "
-                       f"more than {Z:g} standard errors.",
-                    0: f"Its BOS weight from non-trigger positions ({a}) is not distinguishable from "
-                       f"softmax's ({b}) at {Z:g} standard errors."}[c])
-    if s["variant"] in ("softmax1", "sink_logit", "sigmoid", "relu"):
-        nw, nt = s["nowhere_other"], s["nowhere_trigger"]
-        if _above(nw, 0.5) <= 0:
-            tail = "the head does not send most of its weight nowhere."
-        elif _differs(nw, nt) > 0:
-            tail = "the head attends to nothing where it is not needed, and reads where it is."
-        else:
-            tail = "most of every row's weight goes nowhere, trigger positions included"
-            tail += (" (with ReLU ÷ nᵢ a row's total stays small; what the head reads is in the few weights "
-                     "left)." if s["variant"] == "relu" else ".")
-        out.append(f"Non-trigger positions send {_pm(nw)} of their weight nowhere (trigger positions "
-                   f"{_pm(nt)}): {tail}")
-    if s["variant"] == "gated":
-        go, gt = s["gate_other"], s["gate_trigger"]
-        c = _differs(go, gt)
-        out.append(f"The gate is {_pm(go)} at non-trigger positions against {_pm(gt)} at trigger positions: "
-                   + {-1: "it closes where the head is not needed.",
-                      1: "it is more open where the head is not needed.",
-                      0: "no difference at this precision."}[c])
-    return out
+def compare_sentence(s: dict[str, Any], soft: dict[str, Any]) -> str:
+    """Rule: a fix's BOS weight differs from softmax's when the means differ by more than Z combined
+    standard errors."""
+    c = _differs(s["bos_other"], soft["bos_other"])
+    a, b = _pm(s["bos_other"]), _pm(soft["bos_other"])
+    if c is None:
+        return f"Its BOS weight from non-trigger positions is {a} against softmax's {b} ({ONE_SEED})."
+    return {-1: f"Its BOS weight from non-trigger positions is lower than softmax's ({a} vs {b}), by more "
+                f"than {Z:g} standard errors.",
+            1: f"Its BOS weight from non-trigger positions is higher than softmax's ({a} vs {b}), by more "
+               f"than {Z:g} standard errors.",
+            0: f"Its BOS weight from non-trigger positions ({a}) is not distinguishable from softmax's ({b}) "
+               f"at {Z:g} standard errors."}[c]
+
+
+def nowhere_sentence(s: dict[str, Any]) -> str:
+    """Rule: a head attends to nothing when non-trigger positions send more than half their weight nowhere
+    (by Z standard errors), and reads where it is needed when trigger positions send less."""
+    nw, nt = s["nowhere_other"], s["nowhere_trigger"]
+    head = f"Non-trigger positions send {_pm(nw)} of their weight nowhere (trigger positions {_pm(nt)}): "
+    up = _above(nw, 0.5)
+    if up is None:
+        return head + f"{ONE_SEED}."
+    if up <= 0:
+        return head + "the head does not send most of its weight nowhere."
+    if _differs(nw, nt) == 1:
+        return head + "the head attends to nothing where it is not needed, and reads where it is."
+    tail = "most of every row's weight goes nowhere, trigger positions included"
+    if s["variant"] == "relu":
+        tail += " (with ReLU ÷ nᵢ a row's total stays small; what the head reads is in the few weights left)"
+    return head + tail + "."
+
+
+def gate_sentence(s: dict[str, Any]) -> str:
+    """Rule: the gate closes where the head is not needed when its mean at non-trigger positions is below
+    its mean at trigger positions by more than Z combined standard errors."""
+    go, gt = s["gate_other"], s["gate_trigger"]
+    c = _differs(go, gt)
+    head = f"The gate is {_pm(go)} at non-trigger positions against {_pm(gt)} at trigger positions: "
+    if c is None:
+        return head + f"{ONE_SEED}."
+    return head + {-1: "it closes where the head is not needed.", 1: "it is more open where the head is not "
+                   "needed.", 0: "no difference at this precision."}[c]
 
 
 def value_sentence(s: dict[str, Any]) -> str:
     """The value-state drain: BOS's value norm over the mean value norm, against 1."""
     v = s["value_ratio"]
     c = _above(v, 1.0)
-    return (f"BOS's value norm is {_pm(v)} times the mean value norm: "
-            + {-1: "a value-state drain (BOS writes less than a typical token).",
-               1: "larger than a typical token's.", 0: "not distinguishable from a typical token's."}[c])
+    head = f"BOS's value norm is {_pm(v)} times the mean value norm: "
+    if c is None:
+        return head + f"{ONE_SEED}."
+    return head + {-1: "a value-state drain (BOS writes less than a typical token).",
+                   1: "larger than a typical token's.", 0: "not distinguishable from a typical token's."}[c]
 
 
 def ablation_sentence(s: dict[str, Any]) -> str:
     """Rule: hiding BOS matters when the loss rises by more than Z standard errors and 0.01 nats."""
     a, b = s["ablation_bigram"], s["ablation_copy"]
     c = _above(a, 0.0, MATTERS)
-    return (f"Hiding BOS from every query changes the loss at non-trigger positions by {_signed(a)} nats "
-            f"(trigger positions {_signed(b)}): "
-            + {1: "the model needs its BOS.", 0: "BOS does not matter to it.", -1: "the model does better "
-               "without BOS."}[c])
+    head = (f"Hiding BOS from every query changes the loss at non-trigger positions by {_signed(a)} nats "
+            f"(trigger positions {_signed(b)}): ")
+    if c is None:
+        return head + f"{ONE_SEED}."
+    return head + {1: "the model needs its BOS.", 0: "BOS does not matter to it.",
+                   -1: "the model does better without BOS."}[c]
 
 
 def streaming_sentence(s: dict[str, Any], window: int | None) -> str:
@@ -377,12 +450,13 @@ def streaming_sentence(s: dict[str, Any], window: int | None) -> str:
     e = s["evict_bigram"]
     c = _above(e, 0.0, MATTERS)
     w = f" of {window} tokens" if window else ""
-    return (f"Streaming past the training length with a sliding window{w}: non-trigger loss "
-            f"{_pm(s['window'], 3)} "
-            f"without BOS, {_pm(s['window_bos'], 3)} with BOS kept (full cache {_pm(s['full'], 3)}); "
-            f"evicting BOS changes it by {_signed(e)}: "
-            + {1: "evicting the sink hurts.", 0: "evicting BOS makes no difference.", -1: "evicting BOS "
-                                                                                          "helps."}[c])
+    head = (f"Streaming past the training length with a sliding window{w}: non-trigger loss "
+            f"{_pm(s['window'], 3)} without BOS, {_pm(s['window_bos'], 3)} with BOS kept (full cache "
+            f"{_pm(s['full'], 3)}); evicting BOS changes it by {_signed(e)}: ")
+    if c is None:
+        return head + f"{ONE_SEED}."
+    return head + {1: "evicting the sink hurts.", 0: "evicting BOS makes no difference.",
+                   -1: "evicting BOS helps."}[c]
 
 
 def _signed(s: dict[str, Any], digits: int = 3) -> str:
@@ -412,7 +486,12 @@ def verdicts(summary: dict[str, dict[str, Any]], window: int | None = None) -> d
                          "from trigger positions.")
         elif s["n_usable"]:
             lines.append(sink_sentence(s))
-            lines += _fix_sentences(s, soft)
+            if soft is not None and s is not soft:
+                lines.append(compare_sentence(s, soft))
+            if s["variant"] in ("softmax1", "sink_logit", "sigmoid", "relu"):
+                lines.append(nowhere_sentence(s))
+            if s["variant"] == "gated":
+                lines.append(gate_sentence(s))
             lines.append(value_sentence(s))
             if s["ablation_bigram"]["mean"] is not None:
                 lines.append(ablation_sentence(s))
@@ -466,17 +545,75 @@ def _round(x: Any, digits: int = 5) -> Any:
     return x
 
 
-def run_record(r: BBMResult, ablation: dict[str, Any] | None,
-               streaming: dict[str, Any] | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TestedRun:
+    """A Bigram-Backcopy training run and the two tests on its model (None when it diverged or was stopped).
+
+    Attributes:
+        result: the training run.
+        ablation: :func:`~attncore.training.bbm.bos_ablation` on held-out sequences.
+        streaming: :func:`~attncore.training.bbm.bbm_streaming` on longer held-out sequences.
+        test_s: seconds the two tests took.
+    """
+
+    result: BBMResult
+    ablation: dict[str, Any] | None
+    streaming: dict[str, Any] | None
+    test_s: float
+
+    @property
+    def config(self) -> TrainConfig:
+        """The run's settings."""
+        return self.result.config
+
+    def curves(self) -> dict[str, Any]:
+        """The run's JSON-able part with the tests added."""
+        return {**self.result.curves(), "ablation": self.ablation, "streaming": self.streaming,
+                "test_s": self.test_s}
+
+
+def held_out_sets(task: BigramBackcopy, context: int, sizes: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """The fixed held-out sequences of the two tests: (ablation_seqs, context + 1) and
+    (stream_seqs, stream_len)."""
+    ab = eval_sequences(task, context, n=int(sizes["ablation_seqs"]), seed=EVAL_SEED + 1)
+    g = torch.Generator(device="cpu")
+    g.manual_seed(EVAL_SEED + 2)
+    return ab, task.sample(int(sizes["stream_seqs"]), int(sizes["stream_len"]), g)
+
+
+def live_test_sizes(context: int) -> dict[str, int]:
+    """The tests' sizes for a live run: 64 sequences for the ablation, 8 of 4 x the context streamed
+    through a window of a quarter of the context."""
+    return {"ablation_seqs": 64, "stream_seqs": 8, "stream_len": 4 * context, "window": max(1, context // 4)}
+
+
+def train_and_test(config: TrainConfig, source: BigramBackcopy | str, *,
+                   device: str | torch.device | None = None, progress: Progress | None = None,
+                   cancel: Cancel | None = None, sizes: dict[str, Any] | None = None,
+                   held_out: tuple[Tensor, Tensor] | None = None) -> TestedRun:
+    """:func:`~attncore.training.bbm.train_bbm`, then (unless it diverged or was stopped) the BOS ablation and
+    the streaming test with ``sizes`` (default :func:`live_test_sizes`) on ``held_out`` sequences (default
+    :func:`held_out_sets`)."""
+    task = source if isinstance(source, BigramBackcopy) else BigramBackcopy.from_text(source)
+    r = train_bbm(config, task, device=device, progress=progress, cancel=cancel)
+    if r.diverged_at is not None or r.cancelled:
+        return TestedRun(r, None, None, 0.0)
+    t0 = time.perf_counter()
+    sz = sizes or live_test_sizes(config.context)
+    ab_ids, stream_ids = held_out or held_out_sets(task, config.context, sz)
+    ab = bos_ablation(r.model, task, ab_ids)
+    st = bbm_streaming(r.model, task, stream_ids, int(sz["window"]))
+    return TestedRun(r, ab, st, time.perf_counter() - t0)
+
+
+def run_record(run: TestedRun) -> dict[str, Any]:
     """The JSON record of one run (no per-step batch losses: the evaluation points carry the curves)."""
-    c = r.curves()
-    keep = ("label", "config", "steps", "train_loss", "val_loss", "probes", "sink_step", "diverged_at",
-            "final_train_loss", "final_val_loss", "tokens_per_s", "data_s", "eval_s", "wall_s", "device")
-    rec = {k: c[k] for k in keep}
-    rec["name"] = c["label"]
-    rec["label"] = bbm_label(r.config, with_seed=False)
-    rec["variant"] = r.config.variant
-    rec["ablation"], rec["streaming"] = ablation, streaming
+    c = run.curves()
+    keep = ("config", "steps", "train_loss", "val_loss", "probes", "sink_step", "diverged_at",
+            "final_train_loss", "final_val_loss", "tokens_per_s", "data_s", "eval_s", "wall_s", "device",
+            "ablation", "streaming", "test_s")
+    rec = {"name": c["label"], "label": bbm_label(run.config, with_seed=False), "variant": run.config.variant,
+           **{k: c[k] for k in keep}}
     return _round(rec)
 
 
@@ -513,12 +650,6 @@ def run_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
-def slug(label: str) -> str:
-    """A folder name for a variant label ('sink logit b₀=-5' -> 'sink_logit_b0_m5')."""
-    s = label.replace("₀", "0").replace("-", "m").replace(".", "p")
-    return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
-
-
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -533,11 +664,7 @@ def run_null_attention(text: str, out: Path, rec: Recorder, sizes: dict[str, Any
     check_sizes(sizes)
     task = BigramBackcopy.from_text(text)
     base = TrainConfig(seed=seed, **sizes["config"])
-    T = base.context
-    ab_ids = eval_sequences(task, T, n=sizes["ablation_seqs"], seed=EVAL_SEED + 1)
-    g = torch.Generator(device="cpu")
-    g.manual_seed(EVAL_SEED + 2)
-    stream_ids = task.sample(sizes["stream_seqs"], sizes["stream_len"], g)
+    held_out = held_out_sets(task, base.context, sizes)
     models = out / MODELS_DIR
     task.save(models / "task.json")
     rec.doc["task"] = task.to_dict()
@@ -546,13 +673,9 @@ def run_null_attention(text: str, out: Path, rec: Recorder, sizes: dict[str, Any
         for changes in sizes["variants"]:
             cfg = base.replace(seed=seed + k, **changes)
             t0 = time.perf_counter()
-            r = train_bbm(cfg, task, device=device)
-            ab = st = None
-            if r.diverged_at is None:
-                ab = bos_ablation(r.model, task, ab_ids)
-                st = bbm_streaming(r.model, task, stream_ids, int(sizes["window"]))
-            record = run_record(r, ab, st)
-            record["measure_s"] = round(time.perf_counter() - t0 - r.wall_s, 1)
+            run = train_and_test(cfg, task, device=device, sizes=sizes, held_out=held_out)
+            r = run.result
+            record = run_record(run)
             rec.add(record)
             if k == 0 and r.diverged_at is None:
                 r.model.meta = {"made_by": rec.doc["command"], "experiment": "null_attention",
