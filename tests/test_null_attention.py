@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -192,3 +193,26 @@ def test_shipped_result_has_three_seeds_of_every_variant_and_its_models() -> Non
         assert m.meta["seed"] == 0 and m.meta["label"] == SHIPPED[name] and m.config.n_layer == 1
     # every seed learned the task, so every sink verdict is drawn
     assert all(s["n_learned"] == s["n_usable"] == s["n"] for s in sm.values())
+
+
+def check_null_attention_verdicts(d: dict[str, Any]) -> None:
+    """Every variant's sink verdict names the counts and the mean it is computed from (a result file)."""
+    sm = summarise(d["runs"])
+    judged = verdicts(sm, (d.get("sizes") or {}).get("window"))
+    for label, s in sm.items():
+        lines = judged[label]
+        assert lines[0].startswith(f"{label} {'did not learn' if s['n_learned'] == 0 else 'learned'} the task in "
+                                   f"{s['n_learned']} of {s['n_usable']} seed")
+        if s["n_usable"] and s["n_learned"] == s["n_usable"]:
+            n, k = s["n_usable"], s["n_sink"]
+            want = (f"forms a sink in {k} of {n}" if k == n else "does not form a sink" if k == 0 else
+                    f"forms a sink in {k} of {n} seeds only")
+            assert want in lines[1], lines[1]
+            shown = re.search(r"non-trigger positions put (\d+\.\d+)", lines[1]).group(1)
+            assert abs(float(shown) - s["bos_other"]["mean"]) <= 0.5 * 10 ** -len(shown.split(".")[1])
+            finals = [p["bos_other"] for p in s["per_seed"] if p["diverged_at"] is None]
+            assert k == sum(v > 0.3 for v in finals)
+
+
+def test_shipped_verdicts_are_true_of_the_numbers() -> None:
+    check_null_attention_verdicts(shipped())

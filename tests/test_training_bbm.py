@@ -296,10 +296,11 @@ def test_train_is_seeded_and_probes_every_eval_point(task: BigramBackcopy) -> No
 
 def test_cancel_and_divergence_stop_with_an_eval_point(task: BigramBackcopy, monkeypatch) -> None:
     calls = []
-    r = train_bbm(tiny_config(steps=20, eval_every=10), task, device="cpu", cancel=lambda: len(calls) >= 4,
+    r = train_bbm(tiny_config(steps=20, eval_every=10), task, device="cpu", cancel=lambda: len(calls) >= 5,
                   progress=lambda *a: calls.append(a))
     assert r.cancelled and len(r.batch_loss) == 4 and r.steps[-1] == 4
-    assert len(calls[0]) == 5  # step, total, loss, val, probe
+    assert calls[0][:3] == (0, 20, None) and calls[0][4]["loss"] == calls[0][3]  # the untrained model first
+    assert len(calls[1]) == 5 and calls[1][0] == 1 and calls[1][3] is None  # step, total, loss, val, probe
     monkeypatch.setattr(bbm_mod, "divergence_threshold", lambda v: 0.0)
     d = train_bbm(tiny_config(), task, device="cpu")
     assert d.diverged_at == 1 and d.batch_loss == [] and d.steps == [0]

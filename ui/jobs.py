@@ -408,11 +408,12 @@ class JobQueue:
                 job.batch_loss, job.eval_steps, job.eval_loss, job.probes = [], [], [], []
                 job.run_started = time.perf_counter()
 
-            def progress(step: int, total: int, loss: float, val: float | None,
+            def progress(step: int, total: int, loss: float | None, val: float | None,
                          probe: dict[str, Any] | None = None) -> None:
                 with job._lock:
                     job.step, job.total = step, total
-                    job.batch_loss.append(loss)
+                    if loss is not None:  # None: the Bigram-Backcopy runner's step-0 probe
+                        job.batch_loss.append(loss)
                     if val is not None:
                         job.eval_steps.append(step)
                         job.eval_loss.append(val)

@@ -565,7 +565,8 @@ def train_bbm(
 
     Args:
         progress: called after every step as ``progress(step, total, batch_loss, val_loss, probe)``
-            (the last two None except at evaluation steps).
+            (the last two None except at evaluation steps), and once before the first step with
+            ``step = 0`` and ``batch_loss = None`` (the untrained model's probe).
         cancel: called before every step; True stops the run (``cancelled=True``) with an
             evaluation point at the step reached.
     """
@@ -607,7 +608,9 @@ def train_bbm(
         times["eval"] += time.perf_counter() - t0
         return p
 
-    eval_point(0)
+    p0 = eval_point(0)
+    if progress is not None:
+        progress(0, config.steps, None, p0["loss"], p0)
     model.train()
     step = 0
     for step in range(1, config.steps + 1):

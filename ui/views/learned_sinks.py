@@ -147,14 +147,9 @@ def value_figure(summary: dict[str, dict[str, Any]]) -> go.Figure:
 
 
 def seq_labels(chars: str, roles: Sequence[int]) -> list[str]:
-    """Axis labels of a sequence: 'i c', the BOS row 'BOS', trigger rows marked '▸'."""
-    out = []
-    for i, (c, r) in enumerate(zip(chars, roles, strict=True)):
-        if r == 0:
-            out.append(f"{i} BOS")
-        else:
-            out.append(f"{i} {char_label(c)}{' ▸' if r == COPY else ''}")
-    return out
+    """Axis labels of a sequence (the map numbers them): 'BOS', the characters, trigger rows marked '▸'."""
+    return ["BOS" if r == 0 else f"{char_label(c)}{' ▸' if r == COPY else ''}"
+            for c, r in zip(chars, roles, strict=True)]
 
 
 def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, title: str, view: str,
