@@ -32,9 +32,10 @@ from attncore.training.null_attention import (
     train_and_test,
     verdicts,
 )
+from tests import test_apptest_training as training_tests
 from tests.chart_data import all_data, decode, figure, no_errors, run_app, traces_named
 from ui import corpus as corpora
-from ui import jobs, learned
+from ui import learned
 from ui.jobs import QUEUE
 from ui.views import learned_sinks as view
 
@@ -45,6 +46,9 @@ if not SHAKESPEARE.is_file():
     SHAKESPEARE = Path("/work/shared/data/tinyshakespeare.txt")
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+cache = training_tests.cache  # fixture: runs are kept in a temporary folder
+_queue_idle = training_tests._queue_idle  # autouse: every test leaves the process-wide queue idle
 
 
 @pytest.fixture(scope="module")
@@ -64,35 +68,12 @@ def results(tiny_results: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, An
     return load_result("null_attention", tiny_results)
 
 
-@pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv(jobs.CACHE_DIR_ENV, str(d))
-    monkeypatch.delenv(corpora.CORPUS_DIRS_ENV, raising=False)
-    return d
-
-
-@pytest.fixture(autouse=True)
-def _queue_idle():
-    yield
-    for j in list(QUEUE._jobs.values()):
-        if j.active:
-            QUEUE.cancel(j)
-            assert QUEUE.wait(j, 120)
-
-
 def texts(at: AppTest, kind: str) -> list[str]:
     return [e.value for e in getattr(at, kind)]
 
 
 def markdown_text(at: AppTest) -> str:
     return "\n".join(m.value for m in at.markdown)
-
-
-def causal_nan(w: np.ndarray) -> np.ndarray:
-    a = np.array(w, dtype=np.float32)
-    a[np.triu_indices(a.shape[0], 1)] = np.nan
-    return a
 
 
 # ---------------------------------------------------------------------------- the shipped tab
@@ -129,7 +110,7 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     maps = figure(at, "sk-maps")
     for t, name in zip(maps["data"], SHIPPED, strict=True):
         w = sequence_view(shipped_model(name), task, ids).weights[0, 0].numpy()
-        np.testing.assert_allclose(decode(t["z"]), causal_nan(w), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(decode(t["z"]), np.asarray(w), rtol=1e-5, atol=1e-7)
     # the verdicts and the table are the attncore functions' own output
     judged = verdicts(sm, results["sizes"]["window"])
     md = markdown_text(at)
@@ -148,7 +129,7 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
 
 
 def plan(at: AppTest) -> str:
-    (line,) = [c for c in texts(at, "caption") if "training tokens on the task of" in c]
+    (line,) = [c for c in texts(at, "caption") if "training tokens of the task built from" in c]
     return line
 
 
@@ -245,7 +226,7 @@ def test_divergence_stops_the_curve_and_no_nan(results, cache, monkeypatch) -> N
     (t,) = traces_named(figure(at, "sk-job"), f"{rec['label']} (diverged at step 1)")
     assert list(decode(t["x"])) == [0]
     for arr in all_data(at):
-        assert np.isfinite(arr[~np.isnan(arr)]).all()
+        assert np.isfinite(arr).all()
     assert "nan" not in markdown_text(at).lower()
 
 
@@ -282,7 +263,7 @@ def test_learned_part_equals_the_models_on_the_sequence(results) -> None:
     for key, name in (("soft", "softmax"), ("fix", "softmax1")):
         v = sequence_view(shipped_model(name), task, ids)
         fig = figure(at, f"snk-learned-{key}")
-        np.testing.assert_allclose(decode(fig["data"][0]["z"]), causal_nan(v.weights[0, 0].numpy()), rtol=1e-5,
+        np.testing.assert_allclose(decode(fig["data"][0]["z"]), np.asarray(v.weights[0, 0].numpy()), rtol=1e-5,
                                    atol=1e-7)
         assert fig["data"][0]["y"][0] == "0:BOS"
         trig = [lab for lab, r in zip(fig["data"][0]["y"], v.roles.tolist(), strict=True) if r == 2]
@@ -303,7 +284,7 @@ def test_learned_part_controls(results) -> None:
     ids = task.sample(1, 64, make_generator(0))[0]
     relu = sequence_view(shipped_model("relu"), task, ids)
     np.testing.assert_allclose(decode(figure(at, "snk-learned-fix")["data"][0]["z"]),
-                               causal_nan(relu.weights[0, 0].numpy()), rtol=1e-5, atol=1e-7)
+                               np.asarray(relu.weights[0, 0].numpy()), rtol=1e-5, atol=1e-7)
     assert at.query_params["snk_lfix"] == "relu"
     at.slider(key="snk_llen").set_value(100).run()
     no_errors(at)

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from attncore.errors import AttnInputError
-from attncore.training import load_result
+from attncore.training import TrainConfig, load_result
 from attncore.training.null_attention import (
     SHIPPED,
     SIZES,
+    check_sizes,
     mean_se,
     shipped_model,
     shipped_task,
@@ -96,6 +97,17 @@ def test_sink_verdict_flips_with_the_numbers() -> None:
     assert "forms a sink in 2 of 3 seeds only" in lines_for(mixed, "softmax")[1]
 
 
+def test_overall_sentence_and_guo_et_al() -> None:
+    overall = verdicts(summarise(base_runs()))["overall"][0]
+    assert overall.startswith("Softmax forms a sink in 3/3 seeds. Without a sink at the end in any seed: softmax1.")
+    assert "non-trigger positions here: 0.90 at step 100; Guo et al. report 0.03 at step 100, 0.56 at step 300" \
+        in overall
+    runs = base_runs(bos_other=0.1, curve=[0.05, 0.1, 0.1])
+    assert verdicts(summarise(runs))["overall"][0].startswith("Softmax does not form a sink here (0/3 seeds)")
+    runs = base_runs() + [fake_run("gated", k, bos_other=0.8) for k in range(3)]
+    assert "Still with a sink in every seed: gated." in verdicts(summarise(runs))["overall"][0]
+
+
 def test_no_sink_verdict_without_learning_the_task() -> None:
     runs = base_runs(copy_loss=1.5)
     lines = lines_for(runs, "softmax")
@@ -103,7 +115,8 @@ def test_no_sink_verdict_without_learning_the_task() -> None:
     assert lines[1].startswith("No sink verdict for softmax")
     assert "learned the task in 0/3 seeds only, so no sink verdict" in verdicts(summarise(runs))["overall"][0]
     ok = lines_for(base_runs(), "softmax")[0]
-    assert ok.startswith("softmax learned the task in 3 of 3 seeds")
+    assert ok.startswith("softmax learned the task in 3 of 3 seeds (copy loss 0.010 ± 0.000 nats, 0 at best; at the "
+                         "other positions its predictions are 0.020 ± 0.000 nats from the true bigram rows")
 
 
 def test_comparison_with_softmax_flips() -> None:
@@ -140,6 +153,12 @@ def test_value_ablation_and_streaming_verdicts_flip() -> None:
     assert "not distinguishable from a typical token's" in flat[2]
     assert "BOS does not matter to it" in flat[3]
     assert "evicting BOS makes no difference" in flat[4]
+    small = lines_for(base_runs(ablation=0.004, evict=0.003), "softmax")
+    assert "a change beyond 2 standard errors but under 0.01 nats: BOS hardly matters to it" in small[3]
+    assert "evicting BOS hardly matters" in small[4]
+    relu = [fake_run("relu", k, bos_other=0.0, nowhere_other=0.99 + jitter(k, 0.001),
+                     nowhere_trigger=0.8 + jitter(k)) for k in range(3)]
+    assert "trigger positions included (with ReLU" in lines_for(base_runs() + relu, "ReLU")[3]
 
 
 def test_one_seed_gives_numbers_but_no_comparison() -> None:
@@ -163,6 +182,12 @@ def test_labels_slugs_and_sizes() -> None:
     assert list(SHIPPED.values()) == ["softmax", "softmax1", "sink logit b₀=0", "sink logit b₀=-5", "sigmoid",
                                       "gated", "ReLU"]
     assert SIZES["cpu"]["seeds"] >= 3 and SIZES["gpu"]["config"]["d_model"] == 256
+    for sizes in SIZES.values():  # every scale is a valid run of every variant
+        check_sizes(sizes)
+        for changes in sizes["variants"]:
+            TrainConfig(**{**sizes["config"], **changes})
+    with pytest.raises(AttnInputError, match="streaming window"):
+        check_sizes({**SIZES["tiny"], "window": 16})
     with pytest.raises(AttnInputError, match="no shipped model"):
         shipped_model("nope")
 

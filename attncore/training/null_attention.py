@@ -57,6 +57,7 @@ __all__ = [
     "SHIPPED",
     "SIZES",
     "Z",
+    "check_sizes",
     "mean_se",
     "models_dir",
     "shipped_model",
@@ -302,9 +303,10 @@ def _pm(s: dict[str, Any], digits: int = 2) -> str:
     if s["mean"] is None:
         return "no number"
     d = _digits(s, digits)
+    m = round(s["mean"], d) + 0.0  # + 0.0: no "-0.000"
     if s["se"] is None:
-        return f"{s['mean']:.{d}f}"
-    return f"{s['mean']:.{d}f} ± {s['se']:.{d}f}"
+        return f"{m:.{d}f}"
+    return f"{m:.{d}f} ± {s['se']:.{d}f}"
 
 
 ONE_SEED = "one seed, so no standard error and no verdict"
@@ -367,9 +369,10 @@ def learned_sentence(s: dict[str, Any]) -> str:
     """Whether the task was learned (rule: copy loss <= 0.05 nats and the bigram loss within 0.05 nats
     of the bigram entropy, measured as the mean KL divergence from the true rows)."""
     n, k = s["n_usable"], s["n_learned"]
-    nums = (f"copy loss {_pm(s['copy_loss'], 3)} nats (0 is perfect), bigram loss {_pm(s['bigram_loss'], 3)} "
-            f"against the bigram entropy {_pm(s['bigram_entropy'], 3)} ({_pm(s['bigram_excess'], 3)} above "
-            "it)")
+    nums = (f"copy loss {_pm(s['copy_loss'], 3)} nats, 0 at best; at the other positions its predictions are "
+            f"{_pm(s['bigram_excess'], 3)} nats from the true bigram rows, as a mean KL divergence: their "
+            f"entropy averages {_pm(s['bigram_entropy'], 3)}, the held-out loss there is "
+            f"{_pm(s['bigram_loss'], 3)}")
     div = "".join(f" Seed {seed} diverged at step {at}." for seed, at in s["diverged"])
     if n == 0:
         return f"{s['label']}: every seed diverged.{div}"
@@ -394,7 +397,8 @@ def compare_sentence(s: dict[str, Any], soft: dict[str, Any]) -> str:
 
 def nowhere_sentence(s: dict[str, Any]) -> str:
     """Rule: a head attends to nothing when non-trigger positions send more than half their weight nowhere
-    (by Z standard errors), and reads where it is needed when trigger positions send less."""
+    (by Z standard errors), and reads where it is needed when trigger positions send less (and not more
+    than half)."""
     nw, nt = s["nowhere_other"], s["nowhere_trigger"]
     head = f"Non-trigger positions send {_pm(nw)} of their weight nowhere (trigger positions {_pm(nt)}): "
     up = _above(nw, 0.5)
@@ -402,7 +406,7 @@ def nowhere_sentence(s: dict[str, Any]) -> str:
         return head + f"{ONE_SEED}."
     if up <= 0:
         return head + "the head does not send most of its weight nowhere."
-    if _differs(nw, nt) == 1:
+    if _above(nt, 0.5) != 1 and _differs(nw, nt) == 1:
         return head + "the head attends to nothing where it is not needed, and reads where it is."
     tail = "most of every row's weight goes nowhere, trigger positions included"
     if s["variant"] == "relu":
@@ -433,30 +437,39 @@ def value_sentence(s: dict[str, Any]) -> str:
                    1: "larger than a typical token's.", 0: "not distinguishable from a typical token's."}[c]
 
 
+def _effect(s: dict[str, Any], big: str, small_word: str, none: str, neg: str) -> str:
+    """The rule for a loss change: ``big`` when it exceeds Z standard errors and :data:`MATTERS` nats,
+    a measurable but small change when it exceeds Z standard errors only, ``none`` within them,
+    ``neg`` when it falls by more than both."""
+    c = _above(s, 0.0, MATTERS)
+    if c is None:
+        return f"{ONE_SEED}."
+    if c:
+        return big if c > 0 else neg
+    if _above(s, 0.0) in (1, -1):
+        return (f"a change beyond {Z:g} standard errors but under {MATTERS:g} nats: {small_word}.")
+    return none
+
+
 def ablation_sentence(s: dict[str, Any]) -> str:
     """Rule: hiding BOS matters when the loss rises by more than Z standard errors and 0.01 nats."""
     a, b = s["ablation_bigram"], s["ablation_copy"]
-    c = _above(a, 0.0, MATTERS)
     head = (f"Hiding BOS from every query changes the loss at non-trigger positions by {_signed(a)} nats "
             f"(trigger positions {_signed(b)}): ")
-    if c is None:
-        return head + f"{ONE_SEED}."
-    return head + {1: "the model needs its BOS.", 0: "BOS does not matter to it.",
-                   -1: "the model does better without BOS."}[c]
+    return head + _effect(a, "the model needs its BOS.", "BOS hardly matters to it",
+                          "no measurable change, BOS does not matter to it.",
+                          "the model does better without BOS.")
 
 
 def streaming_sentence(s: dict[str, Any], window: int | None) -> str:
     """Rule: evicting BOS hurts when window-only minus window+BOS exceeds Z standard errors and 0.01 nats."""
     e = s["evict_bigram"]
-    c = _above(e, 0.0, MATTERS)
     w = f" of {window} tokens" if window else ""
     head = (f"Streaming past the training length with a sliding window{w}: non-trigger loss "
             f"{_pm(s['window'], 3)} without BOS, {_pm(s['window_bos'], 3)} with BOS kept (full cache "
             f"{_pm(s['full'], 3)}); evicting BOS changes it by {_signed(e)}: ")
-    if c is None:
-        return head + f"{ONE_SEED}."
-    return head + {1: "evicting the sink hurts.", 0: "evicting BOS makes no difference.",
-                   -1: "evicting BOS helps."}[c]
+    return head + _effect(e, "evicting the sink hurts.", "evicting BOS hardly matters",
+                          "no measurable change, evicting BOS makes no difference.", "evicting BOS helps.")
 
 
 def _signed(s: dict[str, Any], digits: int = 3) -> str:
@@ -464,7 +477,8 @@ def _signed(s: dict[str, Any], digits: int = 3) -> str:
     if s["mean"] is None:
         return "no number"
     d = _digits(s, digits)
-    body = f"{s['mean']:+.{d}f}"
+    m = round(s["mean"], d) + 0.0
+    body = f"{m:+.{d}f}" if m != 0 else f"{0:.{d}f}"
     return body if s["se"] is None else f"{body} ± {s['se']:.{d}f}"
 
 
@@ -509,7 +523,8 @@ def overall_sentence(summary: dict[str, dict[str, Any]]) -> str:
              and s["n_learned"] == s["n_usable"]]
     unlearned = [s["label"] for s in summary.values() if s["n_usable"] and s["n_learned"] < s["n_usable"]]
     no_sink = [s["label"] for s in fixes if s["n_sink"] == 0]
-    some = [f"{s['label']} ({s['n_sink']}/{s['n_usable']})" for s in fixes if s["n_sink"] > 0]
+    every = [s["label"] for s in fixes if s["n_sink"] == s["n_usable"]]
+    some = [f"{s['label']} ({s['n_sink']}/{s['n_usable']})" for s in fixes if 0 < s["n_sink"] < s["n_usable"]]
     if soft is None or not soft["n_usable"]:
         head = "No softmax run to compare with."
     elif soft["n_learned"] < soft["n_usable"]:
@@ -524,11 +539,32 @@ def overall_sentence(summary: dict[str, dict[str, Any]]) -> str:
     parts = [head + "."]
     if no_sink:
         parts.append(f"Without a sink at the end in any seed: {', '.join(no_sink)}.")
+    if every:
+        parts.append(f"Still with a sink in every seed: {', '.join(every)}.")
     if some:
         parts.append(f"With a sink in some seeds: {', '.join(some)}.")
     if unlearned:
         parts.append(f"Not every seed learned the task for {', '.join(unlearned)}: no sink verdict for them.")
+    if soft is not None and soft["n_usable"]:
+        parts.append(guo_sentence(soft))
     return " ".join(parts)
+
+
+GUO_STEPS = {100: 0.03, 300: 0.56, 1000: 0.78}  # Guo et al.'s BOS weight from non-trigger positions
+
+
+def guo_sentence(soft: dict[str, Any]) -> str:
+    """This run's softmax BOS weight at Guo et al.'s steps (those it reached), beside theirs."""
+    c = soft["curves"]["bos_other_curve"]
+    here = [(st, m) for st, m in zip(c["steps"], c["mean"], strict=True) if st in GUO_STEPS and m is not None]
+    last, last_m = c["steps"][-1], c["mean"][-1]
+    ours = ", ".join(f"{m:.2f} at step {st}" for st, m in here)
+    end = f"{last_m:.2f} at its last step ({last})" if last_m is not None and last not in GUO_STEPS else ""
+    theirs = ", ".join(f"{v:g} at step {st:,}" for st, v in GUO_STEPS.items())
+    return (f"Softmax's mean weight on BOS from non-trigger positions here: "
+            f"{', '.join(x for x in (ours, end) if x)}; Guo et al. report {theirs} (width 256, sequences of "
+            "256, batch 512, learning rate 3e-4; here a smaller model, batch and sequence with a larger "
+            "learning rate, so steps are not comparable one for one).")
 
 
 # ---------------------------------------------------------------------------- the command
@@ -609,7 +645,7 @@ def train_and_test(config: TrainConfig, source: BigramBackcopy | str, *,
 def run_record(run: TestedRun) -> dict[str, Any]:
     """The JSON record of one run (no per-step batch losses: the evaluation points carry the curves)."""
     c = run.curves()
-    keep = ("config", "steps", "train_loss", "val_loss", "probes", "sink_step", "diverged_at",
+    keep = ("config", "vocab_size", "steps", "train_loss", "val_loss", "probes", "sink_step", "diverged_at",
             "final_train_loss", "final_val_loss", "tokens_per_s", "data_s", "eval_s", "wall_s", "device",
             "ablation", "streaming", "test_s")
     rec = {"name": c["label"], "label": bbm_label(run.config, with_seed=False), "variant": run.config.variant,
@@ -621,7 +657,7 @@ def table_rows(summary: dict[str, dict[str, Any]]) -> tuple[list[str], list[list
     """The printed summary table: per variant, mean ± standard error over seeds as text cells."""
     cols = ["variant", "seeds learned", "sink seeds", "BOS w (non-trigger)", "BOS w (trigger)", "sink share",
             "nowhere (non-trigger)", "value ratio", "ablation Δ (non-trig)", "ablation Δ (trig)",
-            "window", "window+BOS", "full", "copy loss", "bigram loss", "bigram entropy"]
+            "window", "window+BOS", "full", "copy loss", "bigram loss", "bigram entropy", "bigram KL"]
     rows = []
     for s in summary.values():
         rows.append([s["label"], f"{s['n_learned']}/{s['n']}", f"{s['n_sink']}/{s['n']}",
@@ -629,7 +665,7 @@ def table_rows(summary: dict[str, dict[str, Any]]) -> tuple[list[str], list[list
                      _pm(s["nowhere_other"], 3), _pm(s["value_ratio"], 3), _signed(s["ablation_bigram"]),
                      _signed(s["ablation_copy"]), _pm(s["window"], 3), _pm(s["window_bos"], 3),
                      _pm(s["full"], 3), _pm(s["copy_loss"], 3), _pm(s["bigram_loss"], 3),
-                     _pm(s["bigram_entropy"], 3)])
+                     _pm(s["bigram_entropy"], 3), _pm(s["bigram_excess"], 3)])
     return cols, rows
 
 
