@@ -254,8 +254,8 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
         else:
             tokens = sum(cf.steps * cf.batch * cf.context for cf in configs)
             line = (f"{len(configs)} run{'s' if len(configs) != 1 else ''} × {c['steps']} steps = {tokens:,} "
-                    f"training tokens on the task of {corpus.name} ({task.size - 1} distinct characters; "
-                    f"{_task_sentence(task.to_dict())}) on {ctx.device_label}.")
+                    f"training tokens of the task built from {corpus.name} ({task.size - 1} distinct "
+                    f"characters; {_task_sentence(task.to_dict())}) on {ctx.device_label}.")
             est = estimate_seconds(configs, _references(ctx.device), task.size)
             if est is not None:
                 line += (f" Estimated training time: {_duration(est.seconds)}, scaled by model FLOPs from "

@@ -156,24 +156,16 @@ def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, title: 
                height: int = 460) -> go.Figure:
     """One head's causal attention map (T, T) on a sequence; rows of trigger positions end in '▸'."""
     labels = seq_labels(chars, roles)
-    fig = figures.heatmap(_causal(weights), title=title, x_labels=labels, y_labels=labels, zmin=0.0, zmax=1.0,
+    fig = figures.heatmap(weights, title=title, x_labels=labels, y_labels=labels, zmin=0.0, zmax=1.0,
                           height=height, x_title="key", y_title="query (▸ = trigger: its head must copy)")
     return _view(fig, view)
 
 
 def maps_grid_figure(maps: Sequence[tuple[str, np.ndarray]]) -> go.Figure:
-    """One small causal map (T, T) per variant (above the diagonal blank), sharing one colour scale."""
-    blank = [_causal(w) for _, w in maps]
-    fig = figures.heatmap_grid(blank, [name for name, _ in maps], cols=min(4, len(maps)), max_side=64,
-                               zmin=0.0, zmax=1.0, cell_height=230)
+    """One small causal map (T, T) per variant (0 above the diagonal), sharing one colour scale."""
+    fig = figures.heatmap_grid([w for _, w in maps], [name for name, _ in maps], cols=min(4, len(maps)),
+                               max_side=64, zmin=0.0, zmax=1.0, cell_height=230)
     return _view(fig, "sk-maps")
-
-
-def _causal(w: np.ndarray) -> np.ndarray:
-    """The weights with the cells above the diagonal (keys a query cannot see) as NaN (drawn blank)."""
-    a = np.array(w, dtype=np.float32)
-    a[np.triu_indices(a.shape[0], 1, a.shape[1])] = np.nan
-    return a
 
 
 def bos_position_figure(chars: str, roles: Sequence[int],
