@@ -136,7 +136,7 @@ def plan(at: AppTest) -> str:
 def test_live_controls_change_the_plan_and_the_url(results, cache) -> None:
     at = run_app(LAB)
     no_errors(at)
-    assert plan(at).startswith("2 runs × 300 steps = 2,457,600 training tokens")  # softmax and softmax1
+    assert plan(at).startswith("2 runs × 600 steps = 4,915,200 training tokens")  # softmax and softmax1
     at.multiselect(key="sk_vars").set_value(["standard", "sink_logit", "relu"]).run()
     at.number_input(key="sk_seeds").set_value(2).run()
     at.slider(key="sk_steps").set_value(100).run()
@@ -154,6 +154,8 @@ def test_live_controls_change_the_plan_and_the_url(results, cache) -> None:
     assert [c.sink_init for c in configs] == [0.0, -3.0, 0.0] * 2 and [c.seed for c in configs] == [0] * 3 + [1] * 3
     assert {c.n_layer for c in configs} == {2} and {c.n_head for c in configs} == {2}
     assert not at.button(key="sk_run").disabled
+    took = [r["wall_s"] + r["test_s"] for r in results["runs"]]
+    assert f"The shipped runs (this size, 6 steps) took {min(took):.0f}–{max(took):.0f} s each" in markdown_text(at)
 
 
 def test_bad_input_gives_plain_messages(results, cache, tmp_path, monkeypatch) -> None:

@@ -89,8 +89,7 @@ def bos_curves_figure(summary: dict[str, dict[str, Any]], *, view: str = "sk-cur
                             theory=True, color=PALETTE[7], extra={"legendgroup": "threshold"}))
         panels.append(Panel(title, curves=curves, bands=bands, x_title="training step",
                             y_title="weight on BOS", y_range=(-0.02, 1.02)))
-    fig = figures.panel_grid(panels, cols=2, height=400)
-    figures.legend_below(fig)
+    fig = figures.panel_grid(panels, cols=2, height=420)  # its legend sits above the panels
     return _view(fig, view)
 
 
@@ -152,7 +151,7 @@ def seq_labels(chars: str, roles: Sequence[int]) -> list[str]:
             for c, r in zip(chars, roles, strict=True)]
 
 
-def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, title: str, view: str,
+def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, view: str, title: str | None = None,
                height: int = 460) -> go.Figure:
     """One head's causal attention map (T, T) on a sequence; rows of trigger positions end in '▸'."""
     labels = seq_labels(chars, roles)
