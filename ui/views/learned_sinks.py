@@ -157,14 +157,22 @@ def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, view: s
     labels = seq_labels(chars, roles)
     fig = figures.heatmap(weights, title=title, x_labels=labels, y_labels=labels, zmin=0.0, zmax=1.0,
                           height=height, x_title="key", y_title="query (▸ = trigger: its head must copy)")
-    return _view(fig, view)
+    # its own margins, room for the longest rotated key label ('255:␣ ▸') on top (measured in Chromium)
+    fig.update_layout(margin={"l": 110, "r": 102, "t": 100, "b": 20},
+                      meta={"view": view, "margins": "fixed"})
+    return fig
 
 
 def maps_grid_figure(maps: Sequence[tuple[str, np.ndarray]]) -> go.Figure:
     """One small causal map (T, T) per variant (0 above the diagonal), sharing one colour scale."""
     fig = figures.heatmap_grid([w for _, w in maps], [name for name, _ in maps], cols=min(4, len(maps)),
                                max_side=64, zmin=0.0, zmax=1.0, cell_height=230)
-    return _view(fig, "sk-maps")
+    # its own margins, wide enough for the colour bar (measured in Chromium), axes without automargin
+    fig.update_xaxes(automargin=False)
+    fig.update_yaxes(automargin=False)
+    fig.update_layout(margin={"l": 20, "r": 110, "t": 28, "b": 20},
+                      meta={"view": "sk-maps", "margins": "fixed"})
+    return fig
 
 
 def bos_position_figure(chars: str, roles: Sequence[int],
