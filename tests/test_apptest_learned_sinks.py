@@ -108,9 +108,13 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     task = shipped_task()
     ids = eval_sequences(task, results["sizes"]["config"]["context"], n=1)[0, :-1]
     maps = figure(at, "sk-maps")
-    for t, name in zip(maps["data"], SHIPPED, strict=True):
+    heat = [t for t in maps["data"] if t["type"] == "heatmap"]
+    for t, name in zip(heat, SHIPPED, strict=True):
         w = sequence_view(shipped_model(name), task, ids).weights[0, 0].numpy()
         np.testing.assert_allclose(decode(t["z"]), np.asarray(w), rtol=1e-5, atol=1e-7)
+    trig = [i for i, r in enumerate(task.roles(ids[None])[0].tolist()) if r == 2]
+    marks = [t for t in maps["data"] if t["type"] == "scatter"]
+    assert len(marks) == len(SHIPPED) and all(list(decode(t["y"])) == trig for t in marks)
     # the verdicts and the table are the attncore functions' own output
     judged = verdicts(sm, results["sizes"]["window"])
     md = markdown_text(at)

@@ -162,11 +162,11 @@ def maps_section(d: dict[str, Any]) -> None:
         return
     first = views[0][1]
     roles = first.roles.tolist()
-    st.plotly_chart(view.maps_grid_figure([(label, v.weights[0, 0].numpy()) for label, v in views]),
+    st.plotly_chart(view.maps_grid_figure([(label, v.weights[0, 0].numpy()) for label, v in views], roles),
                     key="chart_sk_maps")
     trig = [i for i, r in enumerate(roles) if r == COPY]
     st.caption(f"Seed 0 of each variant on the first held-out sequence ({len(roles)} tokens; rows are "
-               "queries, columns keys, the first column is BOS). Trigger rows: "
+               "queries, columns keys, the first column is BOS). Trigger rows (▸ left of each map): "
                f"{', '.join(map(str, trig)) or 'none'}; there the head must read the token just before (the "
                "sub-diagonal); elsewhere it has nothing to read. The Attention sinks page shows any "
                "sequence, larger.")

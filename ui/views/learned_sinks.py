@@ -163,10 +163,18 @@ def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, view: s
     return fig
 
 
-def maps_grid_figure(maps: Sequence[tuple[str, np.ndarray]]) -> go.Figure:
-    """One small causal map (T, T) per variant (0 above the diagonal), sharing one colour scale."""
+def maps_grid_figure(maps: Sequence[tuple[str, np.ndarray]], roles: Sequence[int] | None = None) -> go.Figure:
+    """One small causal map (T, T) per variant (0 above the diagonal), sharing one colour scale; with
+    ``roles`` (T,), a triangle left of each map marks the trigger rows."""
     fig = figures.heatmap_grid([w for _, w in maps], [name for name, _ in maps], cols=min(4, len(maps)),
                                max_side=64, zmin=0.0, zmax=1.0, cell_height=230)
+    trig = [] if roles is None else [i for i, r in enumerate(roles) if r == COPY]
+    if trig and all(np.asarray(w).shape[0] <= 64 for _, w in maps):  # one row per cell: marks line up
+        fig.add_traces([go.Scatter(x=[-1.5] * len(trig), y=trig, mode="markers", showlegend=False,
+                                   marker={"symbol": "triangle-right", "size": 5, "color": PALETTE[5]},
+                                   hovertemplate="trigger row %{y}<extra></extra>",
+                                   xaxis=f"x{figures.axis_name(i)}", yaxis=f"y{figures.axis_name(i)}")
+                        for i in range(len(maps))])
     # its own margins, wide enough for the colour bar (measured in Chromium), axes without automargin
     fig.update_xaxes(automargin=False)
     fig.update_yaxes(automargin=False)
