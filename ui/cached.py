@@ -384,13 +384,13 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
 
 
 # ---------------------------------------------------------------------------- Kernels page (issue 13)
-KERNEL_REPEATS = 3  # timed calls per backend after a warm-up (fewer once a second is spent)
+KERNEL_REPEATS = 9  # interleaved timed rounds after a warm-up (fewer once the paths spent 0.5 s each)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def kernel_probe(spec: _kernels.KernelSpec, T: int, device: str) -> Timed[_kernels.SizeResult]:
     """Every SDPA backend, the default dispatch and both baselines at L = S = T (no memory yet)."""
-    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=1.0,
+    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=0.5,
                                         measure_memory=False))
 
 
