@@ -13,7 +13,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.train import split_text
 from ui import corpus as corpora
-from ui import widgets
+from ui import learned, widgets
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -37,20 +37,22 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
 
 JOB_KEY = "_tr_job"  # this session's job id
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
-          "sinks": "3 · Sinks and their fixes"}
+          "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
 # One sentence above each experiment's first chart: the question, and where the claim is published.
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
                 "\"Almost-scaled dot-product attention\" post reports?",
     "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
                "\"Scaled Attention: Why √d Matters\" tutorial's scaling-ablation exercise suggests?",
-    "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
-             "first tokens rescue a sliding window (StreamingLLM)?",
+    "sinks": "Does a character model trained on Shakespeare put spare attention on its first token, do "
+             "softmax1, a learned sink logit and a gate change that, and does keeping the first tokens "
+             "rescue a sliding window (StreamingLLM)? For a task on which a sink is known to form, see the "
+             "tab **4 · A sink forms**.",
 }
 
 
@@ -147,10 +149,12 @@ def sinks_section(d: dict[str, Any]) -> None:
     st.caption(view.provenance(d))
 
 
-SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
+SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section,
+            "null_attention": learned.shipped_section}
 
 
-def shipped() -> None:
+def shipped() -> Any:
+    """The shipped experiments, one tab each; returns the "A sink forms" tab (its live runs go there)."""
     st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
@@ -172,6 +176,7 @@ def shipped() -> None:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
                                  f"attncore.training.experiments {name}."), icon=":material/draft:")
+    return tabs[RESULT_NAMES.index("null_attention")]
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -235,7 +240,8 @@ def duration(seconds: float) -> str:
     return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
 
 
-def live(ctx: PageContext) -> None:
+def live(ctx: PageContext) -> corpora.Corpus | None:
+    """Live runs of the character model; returns the chosen corpus (None when there is none yet)."""
     st.header("Live runs")
     where = ctx.controls
     where.markdown("#### Live run")
@@ -302,6 +308,7 @@ def live(ctx: PageContext) -> None:
             busy = True
     if job is not None:
         st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+    return corpus
 
 
 def job_status(job_id: str, polling: bool) -> None:
@@ -402,11 +409,14 @@ def runs_listed(runs: list[dict[str, Any]]) -> str:
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
     st.markdown("Every other page shows attention at initialisation; here a small character transformer "
-                "*learns* with attention in one of several variants. Three experiments on tiny Shakespeare "
-                "that ship with the app test published claims about training; your own runs are below.")
-    shipped()
-    live(ctx)
+                "*learns* with attention in one of several variants. Four experiments that ship with the app "
+                "(three on tiny Shakespeare, one on a task built from its character statistics) test "
+                "published claims about training; your own runs are below.")
+    sink_tab = shipped()
+    corpus = live(ctx)
     compare(ctx)
+    with sink_tab:
+        learned.live_section(ctx, corpus)
 
 
 run_page(title="Training lab", icon=":material/model_training:", params=PARAMS, body=body)

@@ -113,7 +113,7 @@ def check_lab(at: AppTest) -> None:
     cw = content_sweep(spec, cs, dev)
     mass, rms = figure(at, "snk-nothing-mass"), figure(at, "snk-nothing-rms")
     labels = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+              "sigmoid": "sigmoid −log n", "relu": "ReLU ÷ n", "gated": "gated softmax"}
     for name in ZOO:
         np.testing.assert_allclose(y_of(rms, labels[name]), cw.mean(f"rms_{name}"), rtol=rtol, atol=1e-7)
         if name != "gated":
@@ -124,6 +124,9 @@ def check_lab(at: AppTest) -> None:
                                T.real_mass_theory(spec.n, cs, spec.spread, extra_logit=spec.sink_logit), rtol=1e-5)
     np.testing.assert_allclose(y_of(mass, "sigmoid −log n theory"),
                                T.sigmoid_mass_theory(spec.n, cs, spec.spread), rtol=1e-5)
+    np.testing.assert_allclose(y_of(mass, "ReLU ÷ n theory"), T.relu_mass_theory(spec.n, cs, spec.spread), rtol=1e-5)
+    np.testing.assert_allclose(y_of(rms, "ReLU ÷ n theory"), T.relu_output_rms_theory(spec.n, cs, spec.spread),
+                               rtol=1e-5)
     grid = figure(at, "snk-zoo")
     assert len(grid["data"]) == len(ZOO)
     for tr, name in zip(grid["data"], ZOO, strict=True):

@@ -26,6 +26,7 @@ __all__ = [
     "build_vocab",
     "divergence_threshold",
     "encode_text",
+    "make_optimizer",
     "saturated_share",
     "split_text",
     "train",
@@ -202,6 +203,18 @@ def saturated_share(maps: list[Tensor], threshold: float = SATURATION_THRESHOLD)
     return overall, per_layer
 
 
+def make_optimizer(model: CharTransformer, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95) at ``config.lr``, decaying the 2-D weights by ``config.weight_decay``
+    and nothing else (norms, biases, per-head scalars)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
+
+
 def _lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``lr / 10``."""
     if cfg.warmup and step <= cfg.warmup:
@@ -285,13 +298,7 @@ def train(
     n_val_windows = min(max(4, math.ceil(EVAL_TOKENS / T)), len(val_data) - T)
     val_starts = torch.linspace(0, len(val_data) - T - 1, n_val_windows).round().to(torch.int64)
 
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr, betas=(0.9, 0.95), eps=1e-8,
-    )
+    opt = make_optimizer(model, config)
     limit = divergence_threshold(len(vocab))
     D = config.d_model
 

@@ -20,7 +20,7 @@ from ui.text import chart
 from ui.views import realtext as realtext_views
 
 ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+              "sigmoid": "sigmoid −log n", "relu": "ReLU ÷ n", "gated": "gated softmax"}
 ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
 ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
               ("output_rms", "output RMS", True))
