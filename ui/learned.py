@@ -86,7 +86,7 @@ PAPER = ('Guo et al. 2024 ("Active-Dormant Attention Heads: Mechanistically Demy
 
 
 def _task_sentence(task: dict[str, Any]) -> str:
-    trig = ", ".join(f"'{char_label(c)}'" for c in task["triggers"])
+    trig = ", ".join(f"'{plain(char_label(c))}'" for c in task["triggers"])  # a corpus's own characters
     return (f"BOS is a token of its own, the {N_TRIGGERS} triggers (the corpus's most frequent characters) "
             f"are {trig}, and the vocabulary has {task['vocab_size']} tokens.")
 
@@ -256,7 +256,7 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
         else:
             tokens = sum(cf.steps * cf.batch * cf.context for cf in configs)
             line = (f"{len(configs)} run{'s' if len(configs) != 1 else ''} × {c['steps']} steps = {tokens:,} "
-                    f"training tokens of the task built from {corpus.name} ({task.size - 1} distinct "
+                    f"training tokens of the task built from {plain(corpus.name)} ({task.size - 1} distinct "
                     f"characters; {_task_sentence(task.to_dict())}) on {ctx.device_label}.")
             est = estimate_seconds(configs, _references(ctx.device), task.size)
             if est is not None:
