@@ -11,6 +11,7 @@ import streamlit as st
 import attncore.training.io as training_io
 from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
+from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import corpus as corpora
 from ui import widgets
@@ -19,6 +20,8 @@ from ui.jobs import (
     QUEUE,
     SIZES,
     cache_dir,
+    calibration_cached,
+    calibrations_for,
     estimate_seconds,
     job_tokens,
     list_runs,
@@ -40,6 +43,11 @@ P_CMP = Param("tr_cmp", (), multi=True)
 PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
 
 JOB_KEY = "_tr_job"  # this session's job id
+INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained models "
+         "(MiniLM and the character model trained here). This page is about *training* itself: a small "
+         "character transformer learns with attention in one of several variants. Three experiments on tiny "
+         "Shakespeare, trained once with several seeds and shipped with the app, test published claims about "
+         "training; your own runs are below.")
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
           "sinks": "3 · Sinks and their fixes"}
@@ -48,7 +56,8 @@ QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
                 "\"Almost-scaled dot-product attention\" post reports?",
     "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
-               "\"Scaled Attention: Why √d Matters\" tutorial's scaling-ablation exercise suggests?",
+               "\"When Scaling Matters Most\" table of the \"Scaled Attention: Why √d Matters\" tutorial "
+               "predicts? (The comparison itself is the tutorial's scaling-ablation exercise.)",
     "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
              "first tokens rescue a sliding window (StreamingLLM)?",
 }
@@ -97,11 +106,19 @@ def claim_and_measure(d: dict[str, Any], measured: str, verdict: list[str]) -> N
     st.markdown("**Verdict.**\n" + "\n".join(f"- {sentence}" for sentence in verdict))
 
 
-def lr_sweep_section(d: dict[str, Any]) -> None:
+FULLY_SCALED_LATEX = (r"\text{fully scaled: } o=\sqrt{T/e}\;"
+                      r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{E}}+M\right)V\qquad"
+                      r"\text{per row: } o_i=\sqrt{n_i/e}\;\mathrm{softmax}\!\left(\tfrac{q_i K^\top}{\sqrt{E}}"
+                      r"+M_i\right)V")
+FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ the number of keys (the training "
+                      "context), $n_i$ the number of keys query $i$ sees under the causal mask ($i + 1$), $M$ "
+                      "the mask (0 or −∞).")
+
+
+def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("lr_sweep")
-    st.latex(r"\text{fully scaled: } o=\sqrt{T/e}\;"
-             r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{e}}+M\right)V\qquad"
-             r"\text{per row: } o_i=\sqrt{n_i/e}\;\cdots")
+    st.latex(FULLY_SCALED_LATEX)
+    st.caption(FULLY_SCALED_TERMS)
     left, right = st.columns(2)
     left.plotly_chart(view.lr_sweep_figure(d), key="chart_tr_lr")
     right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
@@ -114,14 +131,25 @@ def lr_sweep_section(d: dict[str, Any]) -> None:
     st.caption(view.provenance(d))
 
 
-def scaling_section(d: dict[str, Any]) -> None:
+@st.cache_data(max_entries=4, show_spinner=False)
+def _init_qk(config: dict[str, Any], device: str) -> QKStatistics:
+    return init_qk_statistics(config, _stdlib().text, device)
+
+
+def scaling_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("scaling")
-    st.latex(r"\operatorname{Var}(q\cdot k)=d_{\text{head}}:\quad"
+    st.latex(r"\operatorname{Var}(q\cdot k)=d_{\text{head}}\ \text{(independent entries of variance 1)}:\quad"
              r"\text{standard } \mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{d_{\text{head}}}}\right)V"
              r"\quad\text{vs. unscaled } \mathrm{softmax}(QK^\top)V")
+    cfg = dict(d["sizes"]["config"])
+    middle = d["sizes"]["d_heads"][len(d["sizes"]["d_heads"]) // 2]
+    stats = _init_qk({**cfg, "n_head": cfg["d_model"] // middle}, ctx.device)
+    st.markdown(view.init_variance_sentence(stats, cfg["d_model"]))
     st.plotly_chart(view.scaling_figure(d), key="chart_tr_scaling")
     st.caption("Same total width at every head dim (fewer, wider heads as d_head grows). A row counts as "
-               "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch.")
+               "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch. Each "
+               "line is the mean over the seeds; the gradient norm (before clipping) is read at the "
+               "evaluation points only.")
     claim_and_measure(d, view.scaling_measured(d), view.scaling_verdict(d))
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "scaling.csv", label="Download the table (CSV)",
@@ -129,17 +157,19 @@ def scaling_section(d: dict[str, Any]) -> None:
     st.caption(view.provenance(d))
 
 
-def sinks_section(d: dict[str, Any]) -> None:
+def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("sinks")
     st.latex(r"\alpha_0^{(\ell,h)}=\frac{1}{L}\sum_{i}A^{(\ell,h)}_{i0}\quad"
              r"\text{(mean weight on the first token; a sink head has }\alpha_0>\varepsilon)")
-    cols = st.columns(len(d["runs"]))
-    for col, run in zip(cols, d["runs"], strict=True):
-        col.plotly_chart(view.sinks_alpha_figure(run), key=f"chart_tr_sinks_{run['label']}")
+    labels = view.sink_labels(d)
+    cols = st.columns(len(labels))
+    for col, label in zip(cols, labels, strict=True):
+        col.plotly_chart(view.sinks_alpha_figure(d, label), key=f"chart_tr_sinks_{label}")
     st.plotly_chart(view.streaming_figure(d), key="chart_tr_streaming")
     st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
                "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; "
-               "losses are over the tokens beyond the training context.")
+               "losses are over the tokens beyond the training context. The bars start at zero; the error "
+               "bars are ±1 standard deviation over the seeds.")
     claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
@@ -150,7 +180,7 @@ def sinks_section(d: dict[str, Any]) -> None:
 SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
 
 
-def shipped() -> None:
+def shipped(ctx: PageContext) -> None:
     st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
@@ -167,7 +197,7 @@ def shipped() -> None:
                         "once it is complete.", icon=":material/hourglass_top:")
                 continue
             try:
-                SECTIONS[name](d)
+                SECTIONS[name](d, ctx)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
@@ -215,24 +245,22 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         return None
 
 
-def references(device: str) -> list[dict[str, Any]]:
-    """Measured runs to scale a time estimate from: kept runs on this device, then the shipped sweep."""
-    refs = [{**r, "label": f"your kept run {view.record_name(r)}"} for r in list_runs()
-            if r.get("device") == device and not r.get("diverged_at")]
+def time_estimate(configs: list[Any], text: str, vocab: int, device: str) -> str:
+    """' Estimated time: …' from calibrations measured on this server (a short real run per model
+    shape and attention path, cached), or why there is none yet."""
     try:
-        d = shipped_result("lr_sweep")
-        cpu = (d.get("machine") or {}).get("cpu", "?")
-        refs += [{**r, "label": f"the shipped run '{r['name']}' on {cpu}"} for r in d["runs"]
-                 if r.get("diverged_at") is None and (d.get("machine") or {}).get("device", "cpu") == device]
-    except AttnInputError:
-        pass
-    return refs
-
-
-def duration(seconds: float) -> str:
-    if seconds < 1:
-        return "under 1 s"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+        cached = [c for c in (calibration_cached(cfg, vocab, device) for cfg in configs) if c is not None]
+        est = estimate_seconds(configs, cached, vocab, device)
+        if est is None:
+            if QUEUE.running() is not None:  # a calibration now would time the job's competition
+                return " The time estimate is measured when no training job is running."
+            with st.spinner("Timing a few training steps on this server for the estimate…"):
+                est = estimate_seconds(configs, calibrations_for(configs, text, device), vocab, device)
+    except (AttnInputError, MemoryError) as exc:
+        return f" No time estimate: {exc}"
+    if est is None:
+        return ""
+    return f" Estimated time: {view.duration(est.seconds)}; {view.calibration_text(est)}"
 
 
 def live(ctx: PageContext) -> None:
@@ -271,16 +299,13 @@ def live(ctx: PageContext) -> None:
         except AttnInputError as exc:
             problem = str(exc)
         else:
-            est = estimate_seconds(configs, references(ctx.device), len(vocab))
             n = len(configs)
             line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
                     f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
                     f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
-            if est is not None:
-                line += (f" Estimated time: {duration(est.seconds)}, scaled by model FLOPs from "
-                         f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")
+            line += time_estimate(configs, corpus.text, len(vocab), ctx.device)
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
@@ -388,10 +413,8 @@ def compare(ctx: PageContext) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
-    st.markdown("Every other page shows attention at initialisation; here a small character transformer "
-                "*learns* with attention in one of several variants. Three experiments on tiny Shakespeare "
-                "that ship with the app test published claims about training; your own runs are below.")
-    shipped()
+    st.markdown(INTRO)
+    shipped(ctx)
     live(ctx)
     compare(ctx)
 

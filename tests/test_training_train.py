@@ -55,7 +55,7 @@ def test_bad_settings_are_refused_in_plain_words(bad: dict) -> None:
 
 def test_from_dict_rejects_unknown_keys() -> None:
     with pytest.raises(AttnInputError, match="unknown"):
-        TrainConfig.from_dict({"variant": "standard", "dropout": 0.1})
+        TrainConfig.from_dict({"variant": "standard", "momentum": 0.1})
 
 
 def test_memory_estimate_is_checked_before_allocating() -> None:

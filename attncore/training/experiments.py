@@ -2,8 +2,8 @@
 
 NAME is ``lr_sweep`` (Graphcore's "Almost-scaled dot-product attention": standard vs fully
 scaled attention over a learning-rate sweep), ``scaling`` (the "Why √d Matters" tutorial's
-scaling-ablation exercise: standard vs unscaled at
-head dims 16, 64, 256), ``sinks`` (first-token sinks and the StreamingLLM test for
+"When Scaling Matters Most" table, tested as its scaling-ablation exercise suggests:
+standard vs unscaled at head dims 16, 64, 256), ``sinks`` (first-token sinks and the StreamingLLM test for
 softmax, softmax1, a learned sink logit and gated attention) or ``all``. Each prints its
 result table and writes ``DIR/NAME.json`` (curves, tables, the command, the configs, the
 machine, the git commit, the wall time); ``lr_sweep`` also saves the best ``standard``
@@ -34,14 +34,16 @@ from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
 from attncore.training.train import TrainResult, best_val, split_text, train
 from attncore.training.verdicts import (
+    LR_VARIANTS,
     MIN_SEEDS,
     NOT_DISTINGUISHABLE,
-    CellStats,
     Comparison,
-    cell_stats,
-    compare,
-    compare_ratio,
-    second_half_median,
+    lr_sweep_analysis,
+    scale_text,
+    scaling_analysis,
+    sink_heads,
+    sinks_analysis,
+    stats_of,
 )
 
 __all__ = ["CLAIMS", "EXPERIMENTS", "SIZES", "main", "run_lr_sweep", "run_scaling", "run_sinks"]
@@ -115,10 +117,12 @@ CLAIMS: dict[str, str] = {
         " sqrt(T/e)) trained worse than standard attention on a Shakespeare character model: "
         "final training loss about 1.4 vs 1.2 at the best learning rate of a sweep."),
     "scaling": (
-        'The "Scaled Attention: Why √d Matters" tutorial (its scaling-ablation exercise): without'
-        " the 1/sqrt(d) scaling, attention logits grow like sqrt(d), softmax saturates (one "
-        "weight near 1) and its gradients vanish, so training suffers more the larger the head "
-        "dim."),
+        'The "Scaled Attention: Why √d Matters" tutorial: without the 1/sqrt(d) scaling, attention '
+        "logits grow like sqrt(d), softmax saturates (one weight near 1) and its gradients vanish; "
+        'its "When Scaling Matters Most" table calls the scaling critical for a high d_k and less '
+        "critical for a low one, so training without it should suffer more the larger the head dim. "
+        "The comparison is the tutorial's scaling-ablation exercise (train with and without the "
+        "scaling, compare learning curves)."),
     "sinks": (
         "Attention sinks are a learned workaround for softmax's lack of a null option (every "
         'query must spend a weight of 1); softmax1 (Evan Miller 2023, "Attention Is Off By One") '
@@ -393,31 +397,15 @@ def _train_logged(cfg: TrainConfig, text: str, device: torch.device, label: str,
 # ---------------------------------------------------------------------------- seeds and cells
 
 
-def _values(runs: list[dict[str, Any]], key: str) -> tuple[list[float], list[int]]:
-    """(values, seeds) of ``key`` over the runs that did not diverge and have it."""
-    kept = [r for r in runs if r.get("diverged_at") is None and r.get(key) is not None]
-    return [float(r[key]) for r in kept], [int(r["seed"]) for r in kept]
-
-
-def _stats(runs: list[dict[str, Any]], key: str) -> CellStats | None:
-    vals, seeds = _values(runs, key)
-    return cell_stats(vals, seeds) if vals else None
-
-
 def _mean_sd(runs: list[dict[str, Any]], key: str, digits: int = 5) -> list[Any]:
-    """[mean, sd] of ``key`` over a cell's runs (None where undefined), rounded."""
-    s = _stats(runs, key)
+    """[mean, sd] of ``key`` over a cell's converged runs (None where undefined), rounded."""
+    s = stats_of(runs, key)
     return [None, None] if s is None else [_r(s.mean, digits), _r(s.sd, digits) if s.sd is not None else None]
 
 
-def _comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> Comparison | None:
-    """:func:`~attncore.training.verdicts.compare` of ``key`` between two cells' runs (None when
-    a cell has no converged run)."""
-    va, sa = _values(a, key)
-    vb, sb = _values(b, key)
-    if not va or not vb:
-        return None
-    return compare(va, vb, seeds_a=sa, seeds_b=sb)
+def _cmp_dicts(comparisons: dict[Any, Comparison | None]) -> dict[str, Any]:
+    """JSON form of a mapping of comparisons."""
+    return {str(k): (c.to_dict() if c is not None else None) for k, c in comparisons.items()}
 
 
 def lrs_to_seed(first: dict[float, float | None]) -> list[float]:
@@ -436,17 +424,6 @@ def lrs_to_seed(first: dict[float, float | None]) -> list[float]:
     return sorted([best, min(near, key=lambda lr: (first[lr], lr))])
 
 
-def scale_text(config: dict[str, Any]) -> str:
-    """'3 layers, width 128, 4 heads, context 64, batch 32, 500 steps' from a sizes config."""
-    parts = [f"{config['n_layer']} layers", f"width {config['d_model']}"]
-    if "n_head" in config:
-        parts.append(f"{config['n_head']} heads")
-    parts += [f"context {config['context']}", f"batch {config['batch']}", f"{config['steps']} steps"]
-    if config.get("dropout"):
-        parts.append(f"dropout {config['dropout']:g}")
-    return ", ".join(parts)
-
-
 # ---------------------------------------------------------------------------- experiment 1
 
 
@@ -459,7 +436,7 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
     first seed's run of the best standard cell to ``out/causal_model``."""
     seeds = rec.seeds
     base = TrainConfig(**sizes["config"])
-    variants = ["standard", "fully_scaled", "fully_scaled_rows"]
+    variants = list(LR_VARIANTS)
     lrs = list(sizes["lrs"])
     cells: dict[tuple[str, float], list[dict[str, Any]]] = {}
     models: dict[float, Any] = {}
@@ -487,26 +464,15 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
         n_div = sum(r["diverged_at"] is not None for r in runs)
         rows.append([v, lr, len(runs), *_mean_sd(runs, "final_train_loss"), *_mean_sd(runs, "final_val_loss"),
                      *_mean_sd(runs, "best_val_loss"), n_div])
+    analysis = lr_sweep_analysis(rec.doc)
     best: dict[str, dict[str, Any]] = {}
-    for v in variants:
-        full = [(lr, runs) for (vv, lr), runs in cells.items() if vv == v and len(runs) == len(seeds)
-                and all(r["diverged_at"] is None for r in runs)]
-        if not full:
-            continue
-        lr, runs = min(full, key=lambda p: (_stats(p[1], "final_train_loss").mean, p[0]))  # type: ignore[union-attr]
-        tr, va = _stats(runs, "final_train_loss"), _stats(runs, "final_val_loss")
+    for v, (lr, runs) in analysis.best.items():
+        tr, va = stats_of(runs, "final_train_loss"), stats_of(runs, "final_val_loss")
         assert tr is not None and va is not None
         best[v] = {"lr": lr, "seeds": list(tr.seeds), "final_train_loss": _r(tr.mean),
                    "final_train_sd": _r(tr.sd) if tr.sd is not None else None,
-                   "final_val_loss": _r(va.mean), "final_val_sd": _r(va.sd) if va.sd is not None else None,
-                   "final_train_values": list(tr.values), "final_val_values": list(va.values)}
-    comparisons: dict[str, Any] = {}
-    for a, b in (("standard", "fully_scaled"), ("standard", "fully_scaled_rows"),
-                 ("fully_scaled", "fully_scaled_rows")):
-        if a in best and b in best:
-            c = _comparison(cells[(a, best[a]["lr"])], cells[(b, best[b]["lr"])], "final_train_loss")
-            if c is not None:
-                comparisons[f"{b} vs {a}"] = c.to_dict()
+                   "final_val_loss": _r(va.mean), "final_val_sd": _r(va.sd) if va.sd is not None else None}
+    comparisons = _cmp_dicts(analysis.comparisons)
     model_dir = None
     if "standard" in best:
         lr = best["standard"]["lr"]
@@ -607,13 +573,7 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
                 cfg = TrainConfig(variant=variant, n_head=width // d_head, **{**sizes["config"], "seed": sd})
                 record, _ = rec.run(cfg, f"{variant} d_head={d_head}", d_head=d_head)
                 cells.setdefault((variant, d_head), []).append(record)
-    steps_total = sizes["config"]["steps"]
-    for runs in cells.values():
-        for r in runs:
-            r["qk_grad_second_half_median"] = _r(second_half_median(r["steps"], r["qk_grad_norm"],
-                                                                    steps_total), 4)
-            r["saturated_second_half_median"] = _r(second_half_median(r["steps"], r["saturated_share"],
-                                                                      steps_total), 4)
+    analysis = scaling_analysis(rec.doc)  # adds the second-half medians to the run records
     rows: list[list[Any]] = []
     for d_head in d_heads:
         for variant in ("standard", "unscaled"):
@@ -623,7 +583,8 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
                          *_mean_sd(runs, "saturated_second_half_median", 3),
                          *_mean_sd(runs, "qk_grad_second_half_median", 3),
                          sum(r["diverged_at"] is not None for r in runs)])
-    comparisons = scaling_comparisons(cells, d_heads)
+    comparisons = {"loss": _cmp_dicts(analysis.loss), "grad": _cmp_dicts(analysis.grad),
+                   "gap_growth": _cmp_dicts(analysis.gap_growth), "gap_grows": analysis.gap_grows}
     finding = scaling_finding(comparisons, d_heads, sizes["config"], len(rec.seeds))
     columns = ["variant", "d_head", "heads", "seeds", "final train mean", "final train sd", "final val mean",
                "final val sd", "best val mean", "best val sd", "saturated (2nd half median) mean",
@@ -638,43 +599,6 @@ def run_scaling(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], devi
         gap_grows_with_d_head=comparisons["gap_grows"],
         finding=finding,
     )
-
-
-def scaling_comparisons(cells: dict[tuple[str, int], list[dict[str, Any]]],
-                        d_heads: list[int]) -> dict[str, Any]:
-    """Per head dim: unscaled vs standard final validation loss and second-half gradient norm
-    (as a ratio); between consecutive head dims: whether the loss gap grows (per-seed gaps
-    compared). ``gap_grows``: True when every step up is a distinguishable growth, False when
-    one is a distinguishable shrink, None otherwise."""
-    out: dict[str, Any] = {"loss": {}, "grad": {}, "gap_growth": {}}
-    gaps: dict[int, tuple[list[float], list[int]]] = {}
-    for d in d_heads:
-        s, u = cells[("standard", d)], cells[("unscaled", d)]
-        c = _comparison(s, u, "final_val_loss")
-        out["loss"][str(d)] = c.to_dict() if c is not None else None
-        sv, ss = _values(s, "qk_grad_second_half_median")
-        uv, us = _values(u, "qk_grad_second_half_median")
-        if sv and uv and min(sv + uv) > 0:
-            out["grad"][str(d)] = compare_ratio(sv, uv, seeds_a=ss, seeds_b=us).to_dict()
-        else:
-            out["grad"][str(d)] = None
-        by_seed_s = {r["seed"]: r["final_val_loss"] for r in s if r["diverged_at"] is None}
-        by_seed_u = {r["seed"]: r["final_val_loss"] for r in u if r["diverged_at"] is None}
-        common = sorted(set(by_seed_s) & set(by_seed_u))
-        gaps[d] = ([by_seed_u[k] - by_seed_s[k] for k in common], common)
-    signs: list[int | None] = []
-    for a, b in zip(d_heads, d_heads[1:], strict=False):
-        (ga, sa), (gb, sb) = gaps[a], gaps[b]
-        if ga and gb:
-            c = compare(ga, gb, seeds_a=sa, seeds_b=sb)
-            out["gap_growth"][f"{a}->{b}"] = c.to_dict()
-            signs.append(c.sign if c.enough_seeds else None)
-        else:
-            out["gap_growth"][f"{a}->{b}"] = None
-            signs.append(None)
-    out["gap_grows"] = (True if signs and all(x == 1 for x in signs) else
-                        False if any(x == -1 for x in signs) else None)
-    return out
 
 
 def scaling_finding(comparisons: dict[str, Any], d_heads: list[int], config: dict[str, Any],
@@ -732,7 +656,7 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
         for r in runs:
             if r["diverged_at"] is None and "sink_alpha" in r:
                 a = [v for row in r["sink_alpha"] for v in row]
-                r["sink_heads"] = sum(v > r["sink_eps"] for v in a)
+                r["sink_heads"] = sink_heads(r)
                 r["sink_alpha_mean"] = _r(sum(a) / len(a), 4)
                 r["sink_alpha_max"] = _r(max(a), 4)
                 for key in ("full_beyond", "window_beyond", "window_sinks_beyond"):
@@ -748,7 +672,9 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
                      *_mean_sd(runs, "window_beyond"), *_mean_sd(runs, "window_sinks_beyond"),
                      sum(r["diverged_at"] is not None for r in runs)])
     base_alpha = first_token_sinks_baseline(T)
-    comparisons = sinks_comparisons(cells)
+    analysis = sinks_analysis(rec.doc)
+    comparisons = {"streaming": _cmp_dicts(analysis.streaming),
+                   "val_vs_softmax": _cmp_dicts(analysis.val_vs_softmax)}
     finding = sinks_finding(cells, comparisons, base_alpha, sizes["config"], len(rec.seeds))
     columns = ["normaliser", "seeds", "final val mean", "final val sd", "best val mean", "best val sd",
                "mean alpha_0 mean", "mean alpha_0 sd", "max alpha_0 (any seed)",
@@ -765,25 +691,9 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
         claim=CLAIMS["sinks"],
         source_setup=SOURCE_SETUP["sinks"],
         alpha_uniform=_r(base_alpha, 4),
-        sinks_formed=any((r.get("sink_heads") or 0) > 0 for runs in cells.values() for r in runs),
+        sinks_formed=analysis.formed,
         finding=finding,
     )
-
-
-def sinks_comparisons(cells: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per normaliser: the windowed loss with the first 4 tokens kept vs without (paired: the same
-    model); per fix: its final validation loss vs softmax's."""
-    out: dict[str, Any] = {"streaming": {}, "val_vs_softmax": {}}
-    for label, runs in cells.items():
-        done = [r for r in runs if r["diverged_at"] is None and "window_beyond" in r]
-        if done:
-            c = compare([r["window_beyond"] for r in done], [r["window_sinks_beyond"] for r in done],
-                        seeds_a=[r["seed"] for r in done], seeds_b=[r["seed"] for r in done])
-            out["streaming"][label] = c.to_dict()
-        if label != "softmax" and "softmax" in cells:
-            c2 = _comparison(cells["softmax"], runs, "final_val_loss")
-            out["val_vs_softmax"][label] = c2.to_dict() if c2 is not None else None
-    return out
 
 
 def sinks_finding(cells: dict[str, list[dict[str, Any]]], comparisons: dict[str, Any], base_alpha: float,
@@ -812,11 +722,13 @@ def sinks_finding(cells: dict[str, list[dict[str, Any]]], comparisons: dict[str,
     else:
         text += "Sink heads formed (see the counts). "
     for label, c in comparisons["streaming"].items():
+        if c is None:
+            continue
         if c["sign"] == -1:
             text += f"Keeping the first 4 tokens lowers the windowed loss for {label} ({c['diff']:+.3f}). "
         elif c["sign"] == 1:
             text += f"Keeping the first 4 tokens raises the windowed loss for {label} ({c['diff']:+.3f}). "
-    if all(c["sign"] == 0 for c in comparisons["streaming"].values()):
+    if all(c is None or c["sign"] == 0 for c in comparisons["streaming"].values()):
         text += ("Keeping the first 4 tokens changes no model's windowed loss distinguishably "
                  f"({NOT_DISTINGUISHABLE}). ")
     return text.strip()
