@@ -205,14 +205,17 @@ def n_params(config: TrainConfig, vocab: int) -> int:
 def estimate_train_bytes(config: TrainConfig, vocab: int) -> int:
     """Bytes a training run needs: parameters x 4 (weights, gradients, two AdamW moments)
     plus the float32 activations kept for backward (B x T x D per sublayer output, the
-    (B, H, T, T) attention maps the materialised variants keep, and the B x T x V logits), or
-    the maps of one window that each evaluation inspects, if that is more.
+    (B, H, T, T) attention maps the materialised variants keep, the B x T x V logits, and with
+    dropout its masks and outputs), or the maps of one window that each evaluation inspects,
+    if that is more.
     """
     B, T, D, H, N = config.batch, config.context, config.d_model, config.n_head, config.n_layer
     params = n_params(config, vocab)
     maps = 6 if config.variant not in ("standard", "unscaled", "fully_scaled", "fully_scaled_rows",
                                        "gated") else 0
     act = N * (B * T * D * 20 + B * H * T * T * maps) + B * T * vocab * 3
+    if config.dropout > 0:  # the masks (and scaled copies) of 2N + 1 dropouts kept for backward
+        act += (2 * N + 1) * B * T * D * 2
     inspect = (N + 6) * H * T * T  # evaluation: every layer's map of one window, one layer's stages
     act = max(act, inspect)
     return 4 * (4 * params + act)

@@ -71,20 +71,23 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "sink_windows": 16,
         },
     },
+    # nanoGPT's shakespeare-char model (6 layers, 6 heads, width 384, context 256, batch 64,
+    # dropout 0.2, 5,000 steps, lr 1e-3 decaying to 1e-4; its val ~1.47): without dropout this
+    # size memorises tiny Shakespeare (val rose from 1.61 at step 750 to 3.87 at 2,500 on an H200).
     "gpu": {
         "lr_sweep": {
-            "config": dict(n_layer=6, n_head=6, d_model=384, context=256, batch=64, steps=3000,
-                           warmup=200, eval_every=250),
-            "lrs": [round(10 ** x, 6) for x in (-4.0, -3.5, -3.0, -2.5, -2.0, -1.5)],
+            "config": dict(n_layer=6, n_head=6, d_model=384, context=256, batch=64, steps=5000,
+                           warmup=100, eval_every=250, dropout=0.2),
+            "lrs": [round(10 ** x, 6) for x in (-3.5, -3.0, -2.5)],
         },
         "scaling": {
             "config": dict(n_layer=4, d_model=512, context=256, batch=64, steps=2000, warmup=100,
-                           eval_every=100, lr=1e-3),
+                           eval_every=100, lr=1e-3, dropout=0.2),
             "d_heads": [16, 64, 256],
         },
         "sinks": {
-            "config": dict(n_layer=6, n_head=6, d_model=384, context=256, batch=64, steps=3000,
-                           warmup=200, eval_every=250, lr=1e-3),
+            "config": dict(n_layer=6, n_head=6, d_model=384, context=256, batch=64, steps=5000,
+                           warmup=100, eval_every=250, lr=1e-3, dropout=0.2),
             "window": 128,
             "sink_windows": 32,
         },
