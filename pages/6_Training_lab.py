@@ -43,11 +43,11 @@ P_CMP = Param("tr_cmp", (), multi=True)
 PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
 
 JOB_KEY = "_tr_job"  # this session's job id
-INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained models "
-         "(MiniLM and the character model trained here). This page is about *training* itself: a small "
-         "character transformer learns with attention in one of several variants. Three experiments on tiny "
-         "Shakespeare, trained once with several seeds and shipped with the app, test published claims about "
-         "training; your own runs are below.")
+INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
+         "models (MiniLM and the character model trained here). This page is about *training* itself: a "
+         "small character transformer learns with attention in one of several variants. Three experiments on "
+         "tiny Shakespeare, trained once with several seeds and shipped with the app, test published claims "
+         "about training; your own runs are below.")
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
           "sinks": "3 · Sinks and their fixes"}
@@ -55,9 +55,9 @@ TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
                 "\"Almost-scaled dot-product attention\" post reports?",
-    "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
-               "\"When Scaling Matters Most\" table of the \"Scaled Attention: Why √d Matters\" tutorial "
-               "predicts? (The comparison itself is the tutorial's scaling-ablation exercise.)",
+    "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the \"When "
+               "Scaling Matters Most\" table of the \"Scaled Attention: Why √d Matters\" tutorial predicts? "
+               "(The comparison itself is the tutorial's scaling-ablation exercise.)",
     "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
              "first tokens rescue a sliding window (StreamingLLM)?",
 }
@@ -108,11 +108,12 @@ def claim_and_measure(d: dict[str, Any], measured: str, verdict: list[str]) -> N
 
 FULLY_SCALED_LATEX = (r"\text{fully scaled: } o=\sqrt{T/e}\;"
                       r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{E}}+M\right)V\qquad"
-                      r"\text{per row: } o_i=\sqrt{n_i/e}\;\mathrm{softmax}\!\left(\tfrac{q_i K^\top}{\sqrt{E}}"
+                      r"\text{per row: } "
+                      r"o_i=\sqrt{n_i/e}\;\mathrm{softmax}\!\left(\tfrac{q_i K^\top}{\sqrt{E}}"
                       r"+M_i\right)V")
-FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ the number of keys (the training "
-                      "context), $n_i$ the number of keys query $i$ sees under the causal mask ($i + 1$), $M$ "
-                      "the mask (0 or −∞).")
+FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ the number of keys (the "
+                      "training context), $n_i$ the number of keys query $i$ sees under the causal mask ($i "
+                      "+ 1$), $M$ the mask (0 or −∞).")
 
 
 def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
@@ -167,9 +168,9 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
         col.plotly_chart(view.sinks_alpha_figure(d, label), key=f"chart_tr_sinks_{label}")
     st.plotly_chart(view.streaming_figure(d), key="chart_tr_streaming")
     st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
-               "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; "
-               "losses are over the tokens beyond the training context. The bars start at zero; the error "
-               "bars are ±1 standard deviation over the seeds.")
+               "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; losses "
+               "are over the tokens beyond the training context. The bars start at zero; the error bars are "
+               "±1 standard deviation over the seeds.")
     claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
     st.dataframe(view.table_frame(d["table"]), hide_index=True)
     widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
@@ -192,7 +193,7 @@ def shipped(ctx: PageContext) -> None:
                 continue
             if not d.get("complete"):
                 st.caption(view.provenance(d))
-                st.info(f"This result file was written while the experiment was still running "
+                st.info("This result file was written while the experiment was still running "
                         f"({len(d.get('runs') or [])} runs so far); its curves, tables and verdict appear "
                         "once it is complete.", icon=":material/hourglass_top:")
                 continue
@@ -279,9 +280,9 @@ def live(ctx: PageContext) -> None:
     steps = widgets.slider(P_STEPS, "Steps per run", step=10, where=where)
     corpus = corpus_choice(where)
     st.markdown("Train the same small character transformer (pre-LayerNorm, rotary positions, tied "
-                "embeddings) with the variants and rates chosen in the "
-                "sidebar. One training job runs at a time on this server; a second one waits in a queue. "
-                "Finished runs are kept in the cache folder and can be compared below.")
+                "embeddings) with the variants and rates chosen in the sidebar. One training job runs at a "
+                "time on this server; a second one waits in a queue. Finished runs are kept in the cache "
+                "folder and can be compared below.")
     problem = None
     configs = []
     if not variants or not lrs:
@@ -290,8 +291,8 @@ def live(ctx: PageContext) -> None:
         configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
         tokens = job_tokens(configs)
         if tokens > MAX_JOB_TOKENS:
-            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train "
-                       f"at most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
+            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train at "
+                       f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
     if corpus is not None and problem is None:
         try:
             vocab = build_vocab(corpus.text)
@@ -300,9 +301,9 @@ def live(ctx: PageContext) -> None:
             problem = str(exc)
         else:
             n = len(configs)
-            line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
-                    f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
-                    f"distinct) on {ctx.device_label}"
+            line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training "
+                    f"tokens on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} distinct) on "
+                    f"{ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
             line += time_estimate(configs, corpus.text, len(vocab), ctx.device)
@@ -359,32 +360,13 @@ def job_status(job_id: str, polling: bool) -> None:
         st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
                         key="chart_tr_job")
         for rec in records:
-            st.markdown(outcome(rec))
+            st.markdown(view.outcome(rec))
     for note in snap["notes"]:
         st.warning(plain(note), icon=":material/folder_off:")
     if snap["state"] == "failed":
         st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
     elif snap["state"] == "cancelled":
         st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its steps).")
-
-
-def outcome(rec: dict[str, Any]) -> str:
-    """One line per finished run; never a NaN."""
-    steps = len(rec["batch_loss"])
-    head = f"**{rec['label']}**: "
-    if rec.get("diverged_at") is not None:
-        tail = f"diverged at step {rec['diverged_at']}"
-        if rec.get("final_val_loss") is not None:
-            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
-        return head + tail + "."
-    parts = []
-    if rec.get("final_train_loss") is not None:
-        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
-    if rec.get("final_val_loss") is not None:
-        parts.append(f"validation {rec['final_val_loss']:.3f}")
-    stopped = " (stopped)" if rec.get("cancelled") else ""
-    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
-            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
 
 
 def compare(ctx: PageContext) -> None:

@@ -571,6 +571,9 @@ def test_live_run_curves_equal_attncore_and_are_kept(results, cache) -> None:
         np.testing.assert_allclose(decode(t["y"]), rec["val_loss"], rtol=1e-6)
     df = at.dataframe[-1].value
     assert list(df["final val loss"]) == [r["final_val_loss"] for r in job.records]
+    assert list(df["best val loss"]) == [min(r["val_loss"]) for r in job.records]
+    assert [r["val_loss"][r["steps"].index(s)] for r, s in zip(job.records, df["best val step"], strict=True)] \
+        == list(df["best val loss"])
     # the time estimate comes from the calibration measured on this server (cached for the process)
     configs = make_configs(["standard", "softmax1"], [0.003], "tiny", 20, 0)
     vocab = len(set(text))
@@ -786,6 +789,16 @@ def test_estimate_counts_setup_steps_and_evaluations(monkeypatch) -> None:
         jobs._CALIBRATIONS.clear()
 
 
+def test_outcome_reports_the_best_validation_point_beside_the_final_one() -> None:
+    rec = {"label": "standard · lr 0.001", "batch_loss": [1.0] * 30, "steps": [10, 20, 30],
+           "val_loss": [2.0, 1.5, 1.7], "final_train_loss": 1.2, "final_val_loss": 1.7, "tokens_per_s": 1000.0,
+           "device": "cpu", "diverged_at": None}
+    assert view.outcome(rec) == ("**standard · lr 0.001**: final training loss 1.200, validation 1.700, best "
+                                 "validation 1.500 at step 20 after 30 steps, 1,000 tokens/s on cpu.")
+    rec["val_loss"] = [2.0, 1.8, 1.7]
+    assert "best validation" not in view.outcome(rec)  # the last point is the best: nothing to add
+
+
 def test_record_names_are_unique_and_readable(results) -> None:
     run = results["lr_sweep"]["runs"][0]
     rec = {**run, "id": "20260101-000000-abcdef-0", "label": "standard · lr 0.001", "batch_loss": [1.0] * 6,
@@ -807,7 +820,8 @@ def test_incomplete_or_malformed_result_files_give_plain_notes(tiny_results, tmp
     monkeypatch.setattr(training_io, "RESULTS_DIR", tmp_path)
     at = run_app(PAGE)
     no_errors(at)
-    assert any("still running (6 runs so far)" in x for x in texts(at, "info")), texts(at, "info")
+    n_lr = len(json.loads((tiny_results / "lr_sweep.json").read_text())["runs"])
+    assert any(f"still running ({n_lr} runs so far)" in x for x in texts(at, "info")), texts(at, "info")
     assert any("scaling.json is not in the form this page reads" in w for w in texts(at, "warning"))
     figure(at, "tr-streaming")  # the intact one is still drawn
     (tmp_path / "sinks.json").unlink()

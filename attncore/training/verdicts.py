@@ -292,7 +292,8 @@ def compare_runs(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], key: 
 
 def scale_text(config: dict[str, Any]) -> str:
     """'3 layers, width 128, 4 heads, context 64, batch 32, 500 steps' from a sizes config."""
-    parts = [f"{config['n_layer']} layer{'s' if config['n_layer'] != 1 else ''}", f"width {config['d_model']}"]
+    layers = config["n_layer"]
+    parts = [f"{layers} layer{'s' if layers != 1 else ''}", f"width {config['d_model']}"]
     if "n_head" in config:
         parts.append(f"{config['n_head']} heads")
     parts += [f"context {config['context']}", f"batch {config['batch']}", f"{config['steps']} steps"]

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.training.inspect import QKStatistics
+from attncore.training.train import best_val
 from attncore.training.verdicts import (
     GRAPHCORE_FINAL_TRAIN_LOSS,
     NOT_DISTINGUISHABLE,
@@ -46,6 +47,7 @@ __all__ = [
     "lr_sweep_figure",
     "lr_sweep_measured",
     "lr_sweep_verdict",
+    "outcome",
     "provenance",
     "record_name",
     "runs_table",
@@ -100,14 +102,13 @@ def provenance(d: dict[str, Any]) -> str:
     if kept:
         commits = sorted({str(k.get("from_commit", "?"))[:10] for k in kept})
         check = d.get("reuse_check") or {}
-        reuse = (f" {len(kept)} of the {len(runs)} runs were kept from commit {', '.join(commits)} (same config, "
-                 f"same machine type, one thread): the run '{check.get('name', '?')}' was trained again first and "
-                 f"came out {'bit-identical' if check.get('identical') else 'different'}.")
+        reuse = (f" {len(kept)} of the {len(runs)} runs were kept from commit {', '.join(commits)} (same "
+                 f"config, same machine type, one thread): the run '{check.get('name', '?')}' was trained "
+                 f"again first and came out {'bit-identical' if check.get('identical') else 'different'}.")
     return (f"Made by `{d.get('command', '?')}` on {where}{took}, torch {m.get('torch', '?')}, commit "
             f"{str(d.get('git_commit', '?'))[:10]}, scale '{d.get('scale', '?')}', seeds "
-            f"{', '.join(str(x) for x in seeds)}. Models: {size or '?'}. "
-            f"Corpus: {corpus.get('name', '?')} ({corpus.get('chars', 0):,} characters, "
-            f"{corpus.get('vocab', '?')} distinct).{reuse}")
+            f"{', '.join(str(x) for x in seeds)}. Models: {size or '?'}. Corpus: {corpus.get('name', '?')} "
+            f"({corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
 
 
 def table_frame(table: dict[str, Any]) -> pd.DataFrame:
@@ -169,9 +170,10 @@ def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
                 ys.append(st.mean)
                 es.append(st.sd or 0.0)
                 ns.append(st.n)
-        curves.append(Curve(v, np.asarray(xs), np.asarray(ys), err=np.asarray(es), color=VARIANT_COLORS.get(v),
-                            hover=f"{v}<br>lr %{{x:.3g}}<br>mean final training loss %{{y:.4f}}"
-                                  "<br>±%{error_y.array:.4f} (sd) over %{customdata} seed(s)",
+        curves.append(Curve(v, np.asarray(xs), np.asarray(ys), err=np.asarray(es),
+                            color=VARIANT_COLORS.get(v),
+                            hover=f"{v}<br>lr %{{x:.3g}}<br>mean final training loss "
+                                  f"%{{y:.4f}}<br>±%{{error_y.array:.4f}} (sd) over %{{customdata}} seed(s)",
                             extra={"customdata": ns}))
     fig = figures.line_chart(curves, title="final training loss vs learning rate (mean ± sd over seeds)",
                              x_title="peak learning rate", y_title="final training loss (nats/char)",
@@ -240,16 +242,17 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
     assert s is not None and f is not None
     seeded = max(len(runs) for runs in a.cells.values())
     post = GRAPHCORE_FINAL_TRAIN_LOSS
-    out.append(f"Scale: {scale_text(cfg)}; {_seeds_phrase(seeded)} at each variant's best rate and its better "
-               f"neighbour, one at the other rates. Mean final training loss at the best rates: {s.mean:.2f} "
-               f"(standard) / {f.mean:.2f} (fully scaled) here, against {post['standard']:.1f} / "
-               f"{post['fully_scaled']:.1f} in the post, whose model size and training length are not stated.")
+    out.append(f"Scale: {scale_text(cfg)}; {_seeds_phrase(seeded)} at each variant's best rate and its "
+               "better neighbour, one at the other rates. Mean final training loss at the best rates: "
+               f"{s.mean:.2f} (standard) / {f.mean:.2f} (fully scaled) here, against {post['standard']:.1f} "
+               f"/ {post['fully_scaled']:.1f} in the post, whose model size and training length are not "
+               "stated.")
     c = a.comparisons.get("fully_scaled vs standard")
     if c is not None:
         word = c.word("fully scaled trains worse, the ordering the Graphcore post reports",
                       "fully scaled trains better, against the Graphcore post's ordering")
-        out.append(f"At each variant's best learning rate, fully scaled attention ended at {f.text()} nats per "
-                   f"character against {s.text()} for standard attention; {c.margin_text()}: {word}.")
+        out.append(f"At each variant's best learning rate, fully scaled attention ended at {f.text()} nats "
+                   f"per character against {s.text()} for standard attention; {c.margin_text()}: {word}.")
     r = a.best.get("fully_scaled_rows")
     c2 = a.comparisons.get("fully_scaled_rows vs fully_scaled")
     if r is not None and c2 is not None:
@@ -257,14 +260,14 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
         assert rs is not None
         rel = (c2.word("higher than", "lower than") if c2.sign else
                f"{NOT_DISTINGUISHABLE} from" if c2.enough_seeds else "too few seeds to compare with")
-        out.append(f"The causal-aware per-row form (each row scaled by the keys it sees) ended at {rs.text()}: "
-                   f"{rel} the key-length form ({c2.margin_text()}).")
+        out.append("The causal-aware per-row form (each row scaled by the keys it sees) ended at "
+                   f"{rs.text()}: {rel} the key-length form ({c2.margin_text()}).")
     lrs = sorted({x["lr"] for x in d["runs"]})
     for v, (lr, _) in a.best.items():
         if len(lrs) > 1 and lr in (lrs[0], lrs[-1]):
             end = "largest" if lr == lrs[-1] else "smallest"
-            out.append(f"For {v} the best rate is the {end} one tried ({lr:g}), so a wider sweep might find a "
-                       "lower loss.")
+            out.append(f"For {v} the best rate is the {end} one tried ({lr:g}), so a wider sweep might find "
+                       "a lower loss.")
     div = [x for x in d["runs"] if x.get("diverged_at") is not None]
     if div:
         names = ", ".join(f"{x['name']} (seed {seed_of(x)}) at step {x['diverged_at']}" for x in div)
@@ -272,10 +275,10 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
                    "sweep plot leaves them out.")
     gap = min(s.mean - post["standard"], f.mean - post["fully_scaled"])
     ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 1.0
-    out.append(f"What this run cannot show: whether the ordering holds at the post's scale, since these models "
-               f"stop at least {gap:.2f} nats per character above its losses; each best rate is known only to "
-               f"within the sweep's factor of {ratio:.2g}; and the best rates are picked on the same seeds "
-               "that judge them, which flatters every variant a little.")
+    out.append("What this run cannot show: whether the ordering holds at the post's scale, since these "
+               f"models stop at least {gap:.2f} nats per character above its losses; each best rate is known "
+               f"only to within the sweep's factor of {ratio:.2g}; and the best rates are picked on the same "
+               "seeds that judge them, which flatters every variant a little.")
     return out
 
 
@@ -286,8 +289,8 @@ def entropy_page_sentence(d: dict[str, Any]) -> str:
     cfg = (d.get("sizes") or {}).get("config") or {}
     lrs = sorted({r["lr"] for r in d["runs"]})
     corpus = (d.get("corpus") or {}).get("name", "the corpus")
-    setup = (f"a character model of {cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} "
-             f"steps on {corpus}, {len(lrs)} learning rates from {lrs[0]:g} to {lrs[-1]:g}"
+    setup = (f"a character model of {cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} steps "
+             f"on {corpus}, {len(lrs)} learning rates from {lrs[0]:g} to {lrs[-1]:g}"
              if cfg and lrs else "a small character model")
     if "standard" not in a.best or "fully_scaled" not in a.best:
         return f"This app ran the comparison itself ({setup}), but not enough runs converged to compare."
@@ -299,8 +302,8 @@ def entropy_page_sentence(d: dict[str, Any]) -> str:
         "worse, the ordering the post reports, at a smaller scale",
         "better, so the post's ordering did not reproduce at this scale")
     return (f"This app ran the comparison itself ({setup}, {_seeds_phrase(s.n)} at the best rates). At each "
-            f"variant's best learning rate, fully scaled attention (rate {lf:g}) ended at a mean final training "
-            f"loss of {f.mean:.3f} nats per character against {s.mean:.3f} for standard attention "
+            f"variant's best learning rate, fully scaled attention (rate {lf:g}) ended at a mean final "
+            f"training loss of {f.mean:.3f} nats per character against {s.mean:.3f} for standard attention "
             f"(rate {ls:g}): {verdict}.")
 
 
@@ -314,14 +317,14 @@ def init_variance_sentence(stats: QKStatistics, d_model: int) -> str:
     """What ``Var(q·k) = d_head`` means for these models: it assumes unit-variance entries, while
     their q and k at initialisation have the variance their small weights give them (measured)."""
     per_entry = d_model * INIT_STD**2
-    return (f"That identity assumes independent entries of variance 1. These models start smaller: after the "
-            f"first LayerNorm, with width {d_model} and weights drawn from N(0, {INIT_STD}²), an entry of q or k "
-            f"has variance about {d_model} × {INIT_STD}² = {per_entry:.3f}; measured at initialisation, "
-            f"{stats.var_q:.3f} (q) and {stats.var_k:.3f} (k), and Var(q·k) = {stats.dot_per_dim:.4f} × d_head "
-            f"(at d_head {stats.d_head}, over {stats.n_dots:,} query-key pairs; {per_entry ** 2:.4f} for "
-            "independent entries). So the unscaled logits start with a standard deviation of "
-            f"{math.sqrt(stats.dot_per_dim * 16):.2f} at d_head 16 and {math.sqrt(stats.dot_per_dim * 256):.2f} at "
-            "256; they grow as training enlarges the weights.")
+    return ("That identity assumes independent entries of variance 1. These models start smaller: after the "
+            f"first LayerNorm, with width {d_model} and weights drawn from N(0, {INIT_STD}²), an entry of q "
+            f"or k has variance about {d_model} × {INIT_STD}² = {per_entry:.3f}; measured at initialisation, "
+            f"{stats.var_q:.3f} (q) and {stats.var_k:.3f} (k), and Var(q·k) = {stats.dot_per_dim:.4f} × "
+            f"d_head (at d_head {stats.d_head}, over {stats.n_dots:,} query-key pairs; {per_entry ** 2:.4f} "
+            "for independent entries). So the unscaled logits start with a standard deviation of "
+            f"{math.sqrt(stats.dot_per_dim * 16):.2f} at d_head 16 and "
+            f"{math.sqrt(stats.dot_per_dim * 256):.2f} at 256; they grow as training enlarges the weights.")
 
 
 def scaling_figure(d: dict[str, Any]) -> go.Figure:
@@ -370,10 +373,10 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
     """Plain-words verdict on the "Why √d Matters" tutorial's scaling claims, from the runs in ``d``."""
     a = scaling_analysis(d)
     cfg = (d.get("sizes") or {}).get("config") or {}
-    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)} for both variants, "
-           f"{_seeds_phrase(a.seeds)} per cell. The tutorial runs no experiment: its \"When Scaling Matters "
-           "Most\" table predicts that scaling matters more the larger the head dim, and its scaling-ablation "
-           "exercise asks for this comparison."]
+    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)} for both variants, {_seeds_phrase(a.seeds)} "
+           "per cell. The tutorial runs no experiment: its \"When Scaling Matters Most\" table predicts "
+           "that scaling matters more the larger the head dim, and its scaling-ablation exercise asks for "
+           "this comparison."]
     for dh in a.d_heads:
         s_runs, u_runs = a.cells.get(("standard", dh), []), a.cells.get(("unscaled", dh), [])
         div = [r for r in u_runs if r.get("diverged_at") is not None]
@@ -385,10 +388,11 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
             continue
         ss = stats_of(s_runs, "saturated_second_half_median")
         us = stats_of(u_runs, "saturated_second_half_median")
-        sat = (f"; in the second half of training a median {us.mean:.1%} of its attention rows were saturated "
-               f"against {ss.mean:.1%}" if ss and us else "")
+        sat = (f"; in the second half of training a median {us.mean:.1%} of its attention rows were "
+               f"saturated against {ss.mean:.1%}" if ss and us else "")
         out.append(f"At d_head {dh}, unscaled attention ended at a validation loss of {c.b.text()} against "
-                   f"{c.a.text()} with the 1/√d scaling: {c.word('worse', 'better')} ({c.margin_text()}){sat}.")
+                   f"{c.a.text()} with the 1/√d scaling: {c.word('worse', 'better')} "
+                   f"({c.margin_text()}){sat}.")
     if len(a.d_heads) >= 2:
         steps = ", ".join(f"{k.replace('->', ' to ')}: {c.diff:+.3f} ± {(c.margin or 0):.3f}"
                           for k, c in a.gap_growth.items() if c is not None)
@@ -402,16 +406,16 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
         if g is None:
             continue
         word = g.word("larger", "smaller")
-        parts.append(f"d_head {dh}: {math.exp(g.b.mean):.3g} unscaled vs {math.exp(g.a.mean):.3g} scaled, ratio "
-                     f"{math.exp(g.diff):.2g} ({word})")
+        parts.append(f"d_head {dh}: {math.exp(g.b.mean):.3g} unscaled vs {math.exp(g.a.mean):.3g} scaled, "
+                     f"ratio {math.exp(g.diff):.2g} ({word})")
     if parts:
-        out.append("Query/key gradient norm, median over the evaluation points of the second half of training, "
-                   f"geometric mean over seeds: {'; '.join(parts)}. The vanishing-gradient argument expects "
-                   "smaller gradients without the scaling.")
-    out.append(f"What this run cannot show: one learning rate serves both variants, so part of a gap may be a "
-               f"rate that suits one of them better rather than saturation; {cfg.get('steps', '?')} steps of a "
-               f"{cfg.get('n_layer', '?')}-layer model say nothing about longer training; the gradient norm is "
-               "read before clipping and only at the evaluation points.")
+        out.append("Query/key gradient norm, median over the evaluation points of the second half of "
+                   f"training, geometric mean over seeds: {'; '.join(parts)}. The vanishing-gradient "
+                   "argument expects smaller gradients without the scaling.")
+    out.append("What this run cannot show: one learning rate serves both variants, so part of a gap may be "
+               f"a rate that suits one of them better rather than saturation; {cfg.get('steps', '?')} steps "
+               f"of a {cfg.get('n_layer', '?')}-layer model say nothing about longer training; the gradient "
+               "norm is read before clipping and only at the evaluation points.")
     return out
 
 
@@ -437,7 +441,8 @@ def sinks_alpha_figure(d: dict[str, Any], label: str) -> go.Figure:
     n, h = z.shape
     k = sum(a.heads[label])
     fig = labelled_heatmap(z, [str(j) for j in range(h)], [str(i) for i in range(n)],
-                           title=f"{label}: {k} sink heads in {len(runs)} model{'s' if len(runs) != 1 else ''}",
+                           title=f"{label}: {k} sink heads in {len(runs)} "
+                                 f"model{'s' if len(runs) != 1 else ''}",
                            x_title="head", y_title="layer", value_name="mean α₀", zmin=0.0, zmax=1.0,
                            height=int(min(420, 130 + 40 * n)))
     return _view(fig, f"tr-sinks-{label}")
@@ -453,7 +458,8 @@ def streaming_stats(d: dict[str, Any]) -> dict[str, dict[str, CellStats]]:
     for label, runs in sinks_analysis(d).cells.items():
         done = [r for r in converged(runs) if r.get("streaming")]
         if done:
-            out[label] = {key: cell_stats([float(r["streaming"][key]) for r in done], [seed_of(r) for r in done])
+            seeds = [seed_of(r) for r in done]
+            out[label] = {key: cell_stats([float(r["streaming"][key]) for r in done], seeds)
                           for key, _ in STREAM_KEYS}
     return out
 
@@ -470,14 +476,14 @@ def streaming_figure(d: dict[str, Any]) -> go.Figure:
         e = [stats[lb][key].sd or 0.0 for lb in labels]
         fig.add_trace(go.Bar(x=labels, y=figures.as_f32(y), name=name, marker_color=PALETTE[i % len(PALETTE)],
                              error_y={"type": "data", "array": figures.as_f32(e), "visible": True},
-                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}} ± %{{error_y.array:.4f}} (sd)"
-                                           "<extra></extra>"))
+                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}} ± %{{error_y.array:.4f}} "
+                                           "(sd)<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05)
     fig.update_xaxes(type="category")
     top = max(s.mean + (s.sd or 0.0) for per in stats.values() for s in per.values())
     fig.update_yaxes(title="nats/char (axis from 0)", range=[0.0, 1.08 * top])
-    figures.style(fig, title=f"loss beyond the context (window {st0['window']} keys, {st0['sinks']} first tokens "
-                             "kept), mean ± sd over seeds", height=360)
+    figures.style(fig, title=f"loss beyond the context (window {st0['window']} keys, {st0['sinks']} first "
+                             "tokens kept), mean ± sd over seeds", height=360)
     figures.legend_below(fig)
     return _view(fig, "tr-streaming")
 
@@ -496,8 +502,8 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
     cfg = (d.get("sizes") or {}).get("config") or {}
     eps = next(r["sink_eps"] for r in d["runs"] if r.get("sink_eps") is not None)
     uni = d.get("alpha_uniform", d["runs"][0].get("sink_alpha_uniform"))
-    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)}, {_seeds_phrase(a.seeds)} per "
-           "normaliser, against the 7-billion-parameter and larger models in which StreamingLLM found sinks."]
+    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)}, {_seeds_phrase(a.seeds)} per normaliser, "
+           "against the 7-billion-parameter and larger models in which StreamingLLM found sinks."]
     for label, runs in a.cells.items():
         done = [r for r in converged(runs) if r.get("sink_alpha") is not None]
         if not done:
@@ -505,16 +511,16 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
             continue
         means = [float(np.mean(r["sink_alpha"])) for r in done]
         st = cell_stats(means, [seed_of(r) for r in done])
-        out.append(f"{label}: {sum(a.heads[label])} of {a.heads_per_model * len(done)} heads over {len(done)} "
-                   f"models are sink heads (α₀ > {eps:g}); the mean α₀ is {st.text()} against {uni:.3f} under "
-                   "uniform causal attention.")
+        out.append(f"{label}: {sum(a.heads[label])} of {a.heads_per_model * len(done)} heads over "
+                   f"{len(done)} models are sink heads (α₀ > {eps:g}); the mean α₀ is {st.text()} against "
+                   f"{uni:.3f} under uniform causal attention.")
     if not a.formed:
         below = " (every head gives the first token less weight than uniform attention would)" \
             if a.top_alpha < uni else ""
         out.append(f"No sinks formed in any of these models (largest α₀ {a.top_alpha:.3f} against {uni:.3f} "
-                   f"uniform){below}, so softmax1 and the sink logit had no sinks to remove, and the StreamingLLM "
-                   "column cannot test the claim here: it shows only how these models behave past their "
-                   "training context.")
+                   f"uniform){below}, so softmax1 and the sink logit had no sinks to remove, and the "
+                   "StreamingLLM column cannot test the claim here: it shows only how these models behave "
+                   "past their training context.")
     elif "softmax" in a.heads:
         base = sum(a.heads["softmax"])
         for fix in ("softmax1", "sink_logit"):
@@ -533,13 +539,14 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
         if c is not None:
             word = c.word("raises it", "lowers it")
             out.append(f"With softmax, a sliding window of {st0['window']} keys scores "
-                       f"{s['window_beyond'].text()} nats per character beyond the training context; keeping the "
-                       f"first {st0['sinks']} tokens too gives {s['window_sinks_beyond'].mean:.3f}: {word} "
-                       f"({c.margin_text()}); the full cache scores {s['full_beyond'].mean:.3f}.")
-        if min(s["full_beyond"].values) > max(max(s["window_beyond"].values), max(s["window_sinks_beyond"].values)):
-            out.append(f"Past the training context the full cache ({s['full_beyond'].mean:.3f}) is worse than "
-                       "either window in every seed: these models have not learned to use positions beyond "
-                       "those they were trained on.")
+                       f"{s['window_beyond'].text()} nats per character beyond the training context; keeping "
+                       f"the first {st0['sinks']} tokens too gives {s['window_sinks_beyond'].mean:.3f}: "
+                       f"{word} ({c.margin_text()}); the full cache scores {s['full_beyond'].mean:.3f}.")
+        windows = [*s["window_beyond"].values, *s["window_sinks_beyond"].values]
+        if min(s["full_beyond"].values) > max(windows):
+            out.append(f"Past the training context the full cache ({s['full_beyond'].mean:.3f}) is worse "
+                       "than either window in every seed: these models have not learned to use positions "
+                       "beyond those they were trained on.")
     vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')})" for label, c in a.val_vs_softmax.items()
             if c is not None]
     if vals and "softmax" in a.cells:
@@ -548,9 +555,9 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
             out.append(f"Final validation loss against softmax's {base.text()}: " + "; ".join(vals) + ".")
     why = ("where they form, since none formed here" if not a.formed else
            "in models large enough to rely on them (these have a few hundred thousand parameters)")
-    out.append(f"What this run cannot show: whether softmax1 or a sink logit removes sinks {why}. The bars of "
-               "the streaming chart start at zero, so differences of a few hundredths that the table shows are "
-               "hard to see in them.")
+    out.append(f"What this run cannot show: whether softmax1 or a sink logit removes sinks {why}. The bars "
+               "of the streaming chart start at zero, so differences of a few hundredths that the table "
+               "shows are hard to see in them.")
     return out
 
 
@@ -573,18 +580,41 @@ def calibration_text(est: Estimate) -> str:
     parts = []
     for c in est.calibrations:
         path = "torch's fused attention" if c.key[7] else "attncore's materialised attention"
-        parts.append(f"{_secs(c.step_s)} per step, {_secs(c.eval_s)} per evaluation and {_secs(c.setup_s)} to "
-                     f"set up a run with {path}")
+        parts.append(f"{_secs(c.step_s)} per step, {_secs(c.eval_s)} per evaluation and {_secs(c.setup_s)} "
+                     f"to set up a run with {path}")
     return ("measured on this server by timing a few real steps of this model size: " + "; ".join(parts)
             + ". The machine's load changes it.")
+
+
+def outcome(rec: dict[str, Any]) -> str:
+    """One line per finished run (markdown; its label is made by the app, not typed): how it ended,
+    and the best validation point when it was not the last one; never a NaN."""
+    steps = len(rec["batch_loss"])
+    head = f"**{rec['label']}**: "
+    if rec.get("diverged_at") is not None:
+        tail = f"diverged at step {rec['diverged_at']}"
+        if rec.get("final_val_loss") is not None:
+            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
+        return head + tail + "."
+    parts = []
+    if rec.get("final_train_loss") is not None:
+        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
+    if rec.get("final_val_loss") is not None:
+        parts.append(f"validation {rec['final_val_loss']:.3f}")
+        best, at = best_val(rec.get("steps") or [], rec.get("val_loss") or [])
+        if best is not None and at != (rec.get("steps") or [None])[-1]:
+            parts.append(f"best validation {best:.3f} at step {at}")
+    stopped = " (stopped)" if rec.get("cancelled") else ""
+    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
+            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
 
 
 def record_name(rec: dict[str, Any]) -> str:
     """A unique, readable name for a kept run."""
     c = rec["config"]
     when = str(rec.get("created_utc", ""))[11:16]
-    return (f"{rec['label']} · {c['n_layer']}×{c['d_model']} · {len(rec['batch_loss'])} steps · "
-            f"{when} UTC · {rec['id'][-8:]}")
+    return (f"{rec['label']} · {c['n_layer']}×{c['d_model']} · {len(rec['batch_loss'])} steps · {when} UTC · "
+            f"{rec['id'][-8:]}")
 
 
 def _stop_note(rec: dict[str, Any]) -> str:
@@ -634,6 +664,8 @@ def runs_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "heads": c["n_head"], "d_model": c["d_model"], "context": c["context"], "batch": c["batch"],
             "steps run": len(rec["batch_loss"]), "steps asked": c["steps"],
             "final train loss": rec.get("final_train_loss"), "final val loss": rec.get("final_val_loss"),
+            "best val loss": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[0],
+            "best val step": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[1],
             "diverged at": "" if rec.get("diverged_at") is None else rec["diverged_at"],
             "stopped": bool(rec.get("cancelled")), "tokens/s": round(float(rec.get("tokens_per_s", 0.0))),
             "device": rec.get("device", ""), "corpus": rec.get("corpus", ""),
