@@ -226,6 +226,11 @@ def check_lr_verdict(d: dict[str, Any]) -> None:
     (line,) = [x for x in out if x.startswith("The causal-aware per-row form")]
     word = {1: "higher than", -1: "lower than", 0: "not distinguishable at this scale from"}[paired_sign(f, r)]
     assert f": {word} the key-length form" in line, line
+    es = view.entropy_page_sentence(d)  # the Entropy page quotes the same comparison
+    assert f"{statistics.fmean(f):.3f} nats per character against {statistics.fmean(s):.3f}" in es
+    assert es.endswith({1: "worse, the ordering the post reports, at a smaller scale.",
+                        -1: "better, so the post's ordering did not reproduce at this scale.",
+                        0: "not distinguishable at this scale."}[sign]), es
     lrs = sorted({x["lr"] for x in d["runs"]})
     for v, b in best.items():
         edge = [x for x in out if x.startswith(f"For {v} the best rate")]

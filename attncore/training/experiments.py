@@ -3,12 +3,23 @@
 NAME is ``lr_sweep`` (Graphcore's "Almost-scaled dot-product attention": standard vs fully
 scaled attention over a learning-rate sweep), ``scaling`` (the "Why √d Matters" tutorial's
 "When Scaling Matters Most" table, tested as its scaling-ablation exercise suggests:
-standard vs unscaled at head dims 16, 64, 256), ``sinks`` (first-token sinks and the StreamingLLM test for
-softmax, softmax1, a learned sink logit and gated attention) or ``all``. Each prints its
-result table and writes ``DIR/NAME.json`` (curves, tables, the command, the configs, the
-machine, the git commit, the wall time); ``lr_sweep`` also saves the best ``standard``
-model to ``DIR/causal_model``. ``--scale cpu`` (default) is sized so that the three take
-well under an hour on a 2-core CPU; ``--scale gpu`` trains larger models for longer.
+standard vs unscaled at head dims 16, 64, 256), ``sinks`` (first-token sinks and the
+StreamingLLM test for softmax, softmax1, a learned sink logit and gated attention) or
+``all``. Each prints its result table and writes ``DIR/NAME.json`` (every run's curves, the
+per-cell tables with mean and sd over seeds, the comparisons of
+:mod:`attncore.training.verdicts`, the command, the configs, the machine, the git commit,
+the wall time); ``lr_sweep`` also saves the first seed's run of the best ``standard`` cell to
+``DIR/causal_model``.
+
+``--seeds 0,1,2`` trains several seeds: ``lr_sweep`` runs the first seed at every rate and
+the others at each variant's best rate and its better neighbour (:func:`lrs_to_seed`);
+``scaling`` and ``sinks`` run every cell at every seed. ``--resume`` keeps the runs of an
+earlier ``DIR/NAME.json`` whose config is identical, after training the first of them again
+and finding it bit-identical (else it stops, and the file is left as it was); the file lists
+the kept runs and their commit. Training plans for :func:`device_train_budget` of the device
+(CUDA: the GPU's memory), not the app's smaller budget for live runs. ``--scale cpu``
+(default) is sized for a 2-core CPU; ``--scale gpu`` is nanoGPT's shakespeare-char setup
+(6 x 384, context 256, dropout 0.2, 5,000 steps); ``--scale tiny`` is a smoke test.
 """
 
 from __future__ import annotations
