@@ -116,6 +116,13 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
                       "+ 1$), $M$ the mask (0 or −∞).")
 
 
+def cells_table(name: str, d: dict[str, Any]) -> None:
+    """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
+    st.dataframe(view.cells_frame(d), hide_index=True)
+    widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
+                         key=f"dl_tr_{name}")
+
+
 def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("lr_sweep")
     st.latex(FULLY_SCALED_LATEX)
@@ -124,11 +131,7 @@ def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
     left.plotly_chart(view.lr_sweep_figure(d), key="chart_tr_lr")
     right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
     claim_and_measure(d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
-    if d.get("summary"):
-        st.dataframe(view.table_frame(d["summary"]), hide_index=True)
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "lr_sweep.csv", label="Download the sweep (CSV)",
-                         key="dl_tr_lr")
+    cells_table("lr_sweep", d)
     st.caption(view.provenance(d))
 
 
@@ -152,9 +155,7 @@ def scaling_section(d: dict[str, Any], ctx: PageContext) -> None:
                "line is the mean over the seeds; the gradient norm (before clipping) is read at the "
                "evaluation points only.")
     claim_and_measure(d, view.scaling_measured(d), view.scaling_verdict(d))
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "scaling.csv", label="Download the table (CSV)",
-                         key="dl_tr_scaling")
+    cells_table("scaling", d)
     st.caption(view.provenance(d))
 
 
@@ -172,9 +173,7 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
                "are over the tokens beyond the training context. The bars start at zero; the error bars are "
                "±1 standard deviation over the seeds.")
     claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
-                         key="dl_tr_sinks")
+    cells_table("sinks", d)
     st.caption(view.provenance(d))
 
 

@@ -177,6 +177,22 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
         vals = [[r["streaming"][key] for r in cell_runs(sk, label=lb)] for lb in labels]
         np.testing.assert_allclose(decode(t["y"]), [statistics.fmean(v) for v in vals], rtol=1e-6)
         np.testing.assert_allclose(decode(t["error_y"]["array"]), [statistics.stdev(v) for v in vals], atol=1e-6)
+    # one table row per cell: seeds, mean and sd, the best validation point (computed here from the runs)
+    frames = [df.value for df in at.dataframe]
+    for d, keys in ((lr, ("variant", "lr")), (sc, ("variant", "d_head")), (sk, ("label",))):
+        (df,) = [f for f in frames if list(f.columns[: len(keys)]) == list(keys)
+                 and len(f) == len({tuple(r[k] for k in keys) for r in d["runs"]})]
+        for _, row in df.iterrows():
+            runs = cell_runs(d, **{k: row[k] for k in keys})
+            assert row["seeds"] == len(runs)
+            for col, field in (("final train", "final_train_loss"), ("final val", "final_val_loss"),
+                               ("best val", "best_val_loss")):
+                vals = [r[field] for r in runs]
+                assert row[f"{col} (mean)"] == pytest.approx(round(statistics.fmean(vals), 4), abs=1e-9)
+                if len(vals) > 1:
+                    assert row[f"{col} (sd)"] == pytest.approx(round(statistics.stdev(vals), 4), abs=1e-9)
+            steps = [r["steps"][r["val_loss"].index(min(r["val_loss"]))] for r in runs]
+            assert row["best val step (median)"] == statistics.median(steps)
     # the claims, this run's measurements and the verdicts are on the page, with the sizes used
     text = markdown_text(at)
     for d, verdict, measured in ((lr, view.lr_sweep_verdict, view.lr_sweep_measured),
@@ -820,7 +836,7 @@ def test_incomplete_or_malformed_result_files_give_plain_notes(tiny_results, tmp
             d = {k: v for k, v in d.items() if k not in ("best", "table", "summary", "claim", "finding")}
             d["complete"] = False
         if name == "scaling":
-            del d["table"]
+            del d["runs"][0]["d_head"]
         (tmp_path / f"{name}.json").write_text(json.dumps(d))
     monkeypatch.setattr(training_io, "RESULTS_DIR", tmp_path)
     at = run_app(PAGE)

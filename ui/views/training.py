@@ -24,6 +24,7 @@ from attncore.training.verdicts import (
     cell_stats,
     converged,
     lr_sweep_analysis,
+    runs_by,
     scale_text,
     scaling_analysis,
     seed_of,
@@ -38,6 +39,7 @@ from ui.views.sinks import labelled_heatmap
 __all__ = [
     "best_runs",
     "calibration_text",
+    "cells_frame",
     "entropy_page_sentence",
     "init_variance_sentence",
     "compare_figure",
@@ -50,6 +52,7 @@ __all__ = [
     "outcome",
     "provenance",
     "record_name",
+    "runs_frame",
     "runs_table",
     "scaling_figure",
     "scaling_measured",
@@ -118,6 +121,55 @@ def table_frame(table: dict[str, Any]) -> pd.DataFrame:
         if df[col].isna().any():
             df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
+
+
+CELL_KEYS = {"lr_sweep": ("variant", "lr"), "scaling": ("variant", "d_head"), "sinks": ("label",)}
+
+
+def _ms(runs: Sequence[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    st = stats_of(runs, key)
+    if st is None:
+        return None, None
+    return round(st.mean, 4), (round(st.sd, 4) if st.sd is not None else None)
+
+
+def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
+    """One row per cell of an experiment (a setting, over its seeds): how many seeds, mean and sd of
+    the final training and validation losses and of the best validation loss, the median step of
+    that best point, and how many runs diverged; for sinks also the sink heads and the streaming
+    losses. Computed from the runs, as the verdicts are."""
+    keys = CELL_KEYS[d["experiment"]]
+    rows = []
+    for key, runs in runs_by(d["runs"], *keys).items():
+        done = converged(runs)
+        row: dict[str, Any] = dict(zip(keys, key, strict=True))
+        row["seeds"] = len(runs)
+        for name, field in (("final train", "final_train_loss"), ("final val", "final_val_loss"),
+                            ("best val", "best_val_loss")):
+            row[f"{name} (mean)"], row[f"{name} (sd)"] = _ms(runs, field)
+        steps = [best_val(r["steps"], r["val_loss"])[1] for r in done]
+        row["best val step (median)"] = float(np.median(steps)) if steps else None
+        if d["experiment"] == "sinks":
+            with_alpha = [r for r in done if r.get("sink_alpha") is not None]
+            row["sink heads (all seeds)"] = sum(sink_counts(r)[0] for r in with_alpha)
+            for skey, sname in STREAM_KEYS:
+                vals = [float(r["streaming"][skey]) for r in with_alpha]
+                row[f"{sname} (mean)"] = round(float(np.mean(vals)), 4) if vals else None
+        row["diverged"] = len(runs) - len(done)
+        rows.append(row)
+    return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
+
+
+def runs_frame(d: dict[str, Any]) -> pd.DataFrame:
+    """Every run of an experiment: its cell, seed, final and best losses (the CSV download)."""
+    keys = CELL_KEYS[d["experiment"]]
+    rows = []
+    for r in d["runs"]:
+        best, at = best_val(r["steps"], r["val_loss"])
+        rows.append([*(r[k] for k in keys), seed_of(r), r.get("final_train_loss"), r.get("final_val_loss"),
+                     best, at, r.get("diverged_at"), r.get("reused_from", "")])
+    return table_frame({"columns": [*keys, "seed", "final train", "final val", "best val", "best val step",
+                                    "diverged at", "kept from commit"], "rows": rows})
 
 
 def _view(fig: go.Figure, name: str) -> go.Figure:
