@@ -160,14 +160,15 @@ class Comparison:
     def word(self, higher: str = "higher", lower: str = "lower") -> str:
         """``higher`` / ``lower`` when distinguishable, else why it is not."""
         if not self.enough_seeds:
-            return f"too few seeds to decide (need {self.min_seeds} per cell)"
+            return f"too few seeds to decide, {self.min_seeds} per cell needed"
         return {1: higher, -1: lower, 0: NOT_DISTINGUISHABLE}[self.sign]
 
     def margin_text(self, digits: int = 3) -> str:
         """'difference +0.123 ± 0.045 at 95%, paired over 3 seeds'."""
         how = f"paired over {self.a.n} seeds" if self.paired else f"Welch, {self.a.n} and {self.b.n} seeds"
         if self.margin is None:
-            return f"difference {self.diff:+.{digits}f}, no margin with {how}"
+            n = min(self.a.n, self.b.n)
+            return f"difference {self.diff:+.{digits}f}, no margin from {n} seed{'s' if n != 1 else ''}"
         return f"difference {self.diff:+.{digits}f} ± {self.margin:.{digits}f} at 95%, {how}"
 
     def to_dict(self) -> dict[str, Any]:

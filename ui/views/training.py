@@ -563,16 +563,18 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
             continue
         means = [float(np.mean(r["sink_alpha"])) for r in done]
         st = cell_stats(means, [seed_of(r) for r in done])
-        out.append(f"{label}: {sum(a.heads[label])} of {a.heads_per_model * len(done)} heads over "
-                   f"{len(done)} models are sink heads (α₀ > {eps:g}); the mean α₀ is {st.text()} against "
-                   f"{uni:.3f} under uniform causal attention.")
+        models = f"{len(done)} model{'s' if len(done) != 1 else ''}"
+        heads = a.heads_per_model * len(done)
+        out.append(f"{label}: {sum(a.heads[label])} of {heads} heads over {models} are sink heads "
+                   f"(α₀ > {eps:g}); the mean α₀ is {st.text()} against {uni:.3f} under uniform causal "
+                   "attention.")
     if not a.formed:
-        below = " (every head gives the first token less weight than uniform attention would)" \
-            if a.top_alpha < uni else ""
-        out.append(f"No sinks formed in any of these models (largest α₀ {a.top_alpha:.3f} against {uni:.3f} "
-                   f"uniform){below}, so softmax1 and the sink logit had no sinks to remove, and the "
-                   "StreamingLLM column cannot test the claim here: it shows only how these models behave "
-                   "past their training context.")
+        how = ("every head gives the first token less weight than uniform attention would"
+               if a.top_alpha < uni else "no head's α₀ exceeds the threshold")
+        out.append(f"No sinks formed in any of these models: {how} (largest α₀ {a.top_alpha:.3f}, uniform "
+                   f"{uni:.3f}). So softmax1 and the sink logit had no sinks to remove, and the StreamingLLM "
+                   "column cannot test the claim here: it shows only how these models behave past their "
+                   "training context.")
     elif "softmax" in a.heads:
         base = sum(a.heads["softmax"])
         for fix in ("softmax1", "sink_logit"):
