@@ -280,9 +280,15 @@ CURVE_KEYS = ("steps", "train_loss", "val_loss", "saturated_share", "saturated_s
               "qk_grad_norm", "diverged_at", "final_train_loss", "final_val_loss")
 
 
+# Facts measured on the trained model, compared too where both records have them.
+MEASURE_KEYS = ("sink_alpha", "sink_share", "streaming")
+
+
 def curves_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The :data:`CURVE_KEYS` whose values differ between two run records (empty: identical)."""
-    return [k for k in CURVE_KEYS if a.get(k) != b.get(k)]
+    """The :data:`CURVE_KEYS` (and :data:`MEASURE_KEYS` both records hold) whose values differ
+    between two run records (empty: identical)."""
+    keys = [*CURVE_KEYS, *(k for k in MEASURE_KEYS if k in a and k in b)]
+    return [k for k in keys if a.get(k) != b.get(k)]
 
 
 class Recorder:
