@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -206,8 +207,10 @@ def test_shipped_results_are_complete_cpu_runs_with_three_seeds(name: str) -> No
     assert doc["seeds"] == [0, 1, 2] and doc["machine"]["torch_threads"] == 1
     # the runs kept from the first (one-seed) run were checked: one of them, trained again, was bit-identical
     assert doc["reuse_check"]["identical"] and doc["reuse_check"]["differing"] == []
-    kept = {(k["name"], k["seed"]) for k in doc["reused"]}
-    assert all(seed == 0 for _, seed in kept)
+    # every kept run names the clean commit that trained it, and the file's own commit trained the rest
+    assert all(re.fullmatch(r"[0-9a-f]{40}", k["from_commit"]) for k in doc["reused"])
+    assert re.fullmatch(r"[0-9a-f]{40}", doc["git_commit"])
+    assert doc["runs_trained"] + len(doc["reused"]) == len(doc["runs"])
     for run in doc["runs"]:
         for key in ("train_loss", "val_loss", "saturated_share"):
             assert all(v is not None and math.isfinite(v) for v in run[key]), (run["name"], key)
