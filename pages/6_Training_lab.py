@@ -164,9 +164,9 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
     st.latex(r"\alpha_0^{(\ell,h)}=\frac{1}{L}\sum_{i}A^{(\ell,h)}_{i0}\quad"
              r"\text{(mean weight on the first token; a sink head has }\alpha_0>\varepsilon)")
     labels = view.sink_labels(d)
-    cols = st.columns(len(labels))
-    for col, label in zip(cols, labels, strict=True):
-        col.plotly_chart(view.sinks_alpha_figure(d, label), key=f"chart_tr_sinks_{label}")
+    for start in range(0, len(labels), 2):  # two per row: the α₀ labels stay readable
+        for col, label in zip(st.columns(2), labels[start : start + 2], strict=False):
+            col.plotly_chart(view.sinks_alpha_figure(d, label), key=f"chart_tr_sinks_{label}")
     st.plotly_chart(view.streaming_figure(d), key="chart_tr_streaming")
     st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
                "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; losses "

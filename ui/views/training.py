@@ -399,7 +399,8 @@ def scaling_figure(d: dict[str, Any]) -> go.Figure:
                 x, y, _ = _mean_curve(runs, key)
                 out.append(Curve(variant, x, y, color=color, extra={"legendgroup": variant},
                                  hover=f"{variant}, mean of {n}<br>step %{{x}}<br>%{{y:.4g}}"))
-        loss.append(Panel(f"d_head {dh} ({heads} heads): validation loss", lc, y_title="nats/char",
+        loss.append(Panel(f"d_head {dh} ({heads} head{'s' if heads != 1 else ''}): validation loss", lc,
+                          y_title="nats/char",
                           x_title="step"))
         sat.append(Panel(f"d_head {dh}: rows with max weight > 0.99", sc, y_title="share of rows",
                          x_title="step", y_range=(0.0, 1.0)))
@@ -531,7 +532,7 @@ def streaming_figure(d: dict[str, Any]) -> go.Figure:
                              hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}} ± %{{error_y.array:.4f}} "
                                            "(sd)<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05)
-    fig.update_xaxes(type="category")
+    fig.update_xaxes(type="category", tickangle=0)
     top = max(s.mean + (s.sd or 0.0) for per in stats.values() for s in per.values())
     fig.update_yaxes(title="nats/char (axis from 0)", range=[0.0, 1.08 * top])
     figures.style(fig, title=f"loss beyond the context (window {st0['window']} keys, {st0['sinks']} first "
