@@ -14,7 +14,7 @@ from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import corpus as corpora
-from ui import widgets
+from ui import learned, widgets
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -40,17 +40,18 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
 
 JOB_KEY = "_tr_job"  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
          "models (MiniLM and the character model trained here). This page is about *training* itself: a "
-         "small character transformer learns with attention in one of several variants. Three experiments on "
-         "tiny Shakespeare, trained once with several seeds and shipped with the app, test published claims "
-         "about training; your own runs are below.")
+         "small character transformer learns with attention in one of several variants. Four experiments "
+         "that ship with the app (three on tiny Shakespeare, trained with three seeds each, and one on a "
+         "task built from its character statistics) test published claims about training; your own runs "
+         "are below.")
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
-          "sinks": "3 · Sinks and their fixes"}
+          "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
 # One sentence above each experiment's first chart: the question, and where the claim is published.
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
@@ -58,8 +59,10 @@ QUESTIONS = {
     "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the \"When "
                "Scaling Matters Most\" table of the \"Scaled Attention: Why √d Matters\" tutorial predicts? "
                "(The comparison itself is the tutorial's scaling-ablation exercise.)",
-    "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
-             "first tokens rescue a sliding window (StreamingLLM)?",
+    "sinks": "Does a character model trained on Shakespeare put spare attention on its first token, do "
+             "softmax1, a learned sink logit and a gate change that, and does keeping the first tokens "
+             "rescue a sliding window (StreamingLLM)? For a task on which a sink is known to form, see the "
+             "tab **4 · A sink forms**.",
 }
 
 
@@ -177,10 +180,16 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
     st.caption(view.provenance(d))
 
 
-SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
+def null_attention_section(d: dict[str, Any], ctx: PageContext) -> None:
+    learned.shipped_section(d)
 
 
-def shipped(ctx: PageContext) -> None:
+SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section,
+            "null_attention": null_attention_section}
+
+
+def shipped(ctx: PageContext) -> Any:
+    """The shipped experiments, one tab each; returns the "A sink forms" tab (its live runs go there)."""
     st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
@@ -202,6 +211,7 @@ def shipped(ctx: PageContext) -> None:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
                                  f"attncore.training.experiments {name}."), icon=":material/draft:")
+    return tabs[RESULT_NAMES.index("null_attention")]
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -215,8 +225,8 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
     if kind == "stdlib":
         return _stdlib()
     if kind == "upload":
-        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=["txt"], key="tr_upload",
-                                 max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
+        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=list(corpora.UPLOADER_TYPES),
+                                 key="tr_upload", max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
         if up is None:
             st.info("Upload a .txt file in the sidebar to train on it.", icon=":material/upload_file:")
             return None
@@ -263,7 +273,8 @@ def time_estimate(configs: list[Any], text: str, vocab: int, device: str) -> str
     return f" Estimated time: {view.duration(est.seconds)}; {view.calibration_text(est)}"
 
 
-def live(ctx: PageContext) -> None:
+def live(ctx: PageContext) -> corpora.Corpus | None:
+    """Live runs of the character model; returns the chosen corpus (None when there is none yet)."""
     st.header("Live runs")
     where = ctx.controls
     where.markdown("#### Live run")
@@ -301,8 +312,8 @@ def live(ctx: PageContext) -> None:
         else:
             n = len(configs)
             line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training "
-                    f"tokens on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} distinct) on "
-                    f"{ctx.device_label}"
+                    f"tokens on {plain(corpus.name)} ({len(corpus.text):,} characters, {len(vocab)} "
+                    f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
             line += time_estimate(configs, corpus.text, len(vocab), ctx.device)
@@ -327,6 +338,7 @@ def live(ctx: PageContext) -> None:
             busy = True
     if job is not None:
         st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+    return corpus
 
 
 def job_status(job_id: str, polling: bool) -> None:
@@ -337,11 +349,12 @@ def job_status(job_id: str, polling: bool) -> None:
     snap = job.snapshot()
     if polling and not job.active:
         st.rerun()  # finished since the page ran: redraw the page once (stops polling, lists the runs)
-    if snap["state"] == "queued":
-        ahead = QUEUE.position(job)
-        if ahead is not None:
-            st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
-                    "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    ahead = QUEUE.position(job) if snap["state"] == "queued" else None
+    if ahead:
+        st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
+                "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    elif snap["state"] == "queued":  # nothing ahead: the worker is starting it
+        st.progress(0.0, text=f"run 1 of {snap['n_runs']} ({snap['label']}): starting…")
     elif snap["state"] == "running":
         i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
         frac = (i + (step / total if total else 0.0)) / n
@@ -379,11 +392,10 @@ def compare(ctx: PageContext) -> None:
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
-        st.caption(f"No kept runs yet. Finished runs are kept in {cache_dir()}.")
+        st.caption(f"No kept runs yet. Finished runs are kept in {plain(cache_dir())}.")
         return
     if not chosen:
-        st.caption(f"{len(runs)} kept run{'s' if len(runs) != 1 else ''} in {cache_dir()}: choose some under "
-                   "Compare in the sidebar to overlay their curves.")
+        st.caption(runs_listed(runs) + ": choose some under Compare in the sidebar to overlay their curves.")
         return
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
@@ -392,12 +404,27 @@ def compare(ctx: PageContext) -> None:
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 
 
+def runs_listed(runs: list[dict[str, Any]]) -> str:
+    """'3 kept runs in <folder>', and the runs the folder refused (held in memory) counted apart."""
+    held = {r["id"] for r in QUEUE.unsaved()}
+    n_held = sum(r["id"] in held for r in runs)
+    n_kept = len(runs) - n_held
+    folder = plain(cache_dir())
+    parts = [f"{n_kept} kept run{'s' if n_kept != 1 else ''} in {folder}"] if n_kept else []
+    if n_held:
+        parts.append(f"{n_held} run{'s' if n_held != 1 else ''} that could not be kept in {folder}, listed "
+                     "until the server restarts")
+    return "; ".join(parts)
+
+
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
     st.markdown(INTRO)
-    shipped(ctx)
-    live(ctx)
+    sink_tab = shipped(ctx)
+    corpus = live(ctx)
     compare(ctx)
+    with sink_tab:
+        learned.live_section(ctx, corpus)
 
 
 run_page(title="Training lab", icon=":material/model_training:", params=PARAMS, body=body)

@@ -4,12 +4,13 @@ NAME is ``lr_sweep`` (Graphcore's "Almost-scaled dot-product attention": standar
 scaled attention over a learning-rate sweep), ``scaling`` (the "Why √d Matters" tutorial's
 "When Scaling Matters Most" table, tested as its scaling-ablation exercise suggests:
 standard vs unscaled at head dims 16, 64, 256), ``sinks`` (first-token sinks and the
-StreamingLLM test for softmax, softmax1, a learned sink logit and gated attention) or
-``all``. Each prints its result table and writes ``DIR/NAME.json`` (every run's curves, the
-per-cell tables with mean and sd over seeds, the comparisons of
-:mod:`attncore.training.verdicts`, the command, the configs, the machine, the git commit,
-the wall time); ``lr_sweep`` also saves the first seed's run of the best ``standard`` cell to
-``DIR/causal_model``.
+StreamingLLM test for softmax, softmax1, a learned sink logit and gated attention),
+``null_attention`` (a sink forms on Guo et al.'s Bigram-Backcopy task, and what each fix does
+to it: its own module, :mod:`attncore.training.null_attention`) or ``all``. Each prints its
+result table and writes ``DIR/NAME.json`` (every run's curves, the per-cell tables with mean
+and sd over seeds, the comparisons of :mod:`attncore.training.verdicts`, the command, the
+configs, the machine, the git commit, the wall time); ``lr_sweep`` also saves the first
+seed's run of the best ``standard`` cell to ``DIR/causal_model``.
 
 ``--seeds 0,1,2`` trains several seeds: ``lr_sweep`` runs the first seed at every rate and
 the others at each variant's best rate and its better neighbour (:func:`lrs_to_seed`);
@@ -43,6 +44,8 @@ from attncore.errors import AttnInputError
 from attncore.training.config import TrainConfig, device_train_budget
 from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
+from attncore.training.null_attention import SIZES as NULL_SIZES
+from attncore.training.null_attention import run_null_attention
 from attncore.training.train import TrainResult, best_val, split_text, train
 from attncore.training.verdicts import (
     LR_VARIANTS,
@@ -380,7 +383,8 @@ class Recorder:
         """Add the tables and findings, mark complete, write."""
         self.doc.update(fields)
         self.doc["complete"] = True
-        self.doc["runs_trained"] = self.trained
+        if self.trained or self._reuse:  # runs made through run() (null_attention adds its own)
+            self.doc["runs_trained"] = self.trained
         self.write()
         return self.doc
 
@@ -763,7 +767,10 @@ EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
     "lr_sweep": run_lr_sweep,
     "scaling": run_scaling,
     "sinks": run_sinks,
+    "null_attention": run_null_attention,  # attncore.training.null_attention: a sink forms (Bigram-Backcopy)
 }
+for _scale, _sizes in NULL_SIZES.items():
+    SIZES[_scale]["null_attention"] = _sizes
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -811,7 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default=None,
                    help="seeds, e.g. 0,1,2 or 0-2 (default 0): lr_sweep runs the first at every rate and the "
                         "others at each variant's best rate and its better neighbour; scaling and sinks run "
-                        "every cell at every seed")
+                        "every cell at every seed; null_attention runs its own number of seeds from the "
+                        "first")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs of OUT/NAME.json whose config is identical, after retraining the "
                         "first of them and finding it bit-identical")
