@@ -802,14 +802,15 @@ def test_estimate_counts_setup_steps_and_evaluations(monkeypatch) -> None:
         # both variants take torch's fused path: one calibration serves both, measured once
         assert jobs.calibrate(configs[1], text, "cpu", train_fn=fake_train) is cal and len(calls) == 1
         vocab = len(set(text))
-        est = jobs.estimate_seconds(configs, [cal], vocab, "cpu")
+        est = jobs.estimate_seconds(configs, [cal], vocab, "cpu", fake_train)
         assert jobs.eval_points(configs[0]) == 20
         assert est is not None and est.seconds == pytest.approx(2 * (0.5 + 200 * 0.01 + 20 * 0.1))
         assert view.duration(est.seconds) == "about 9 s"
         # a materialised variant needs its own calibration
         other = make_configs(["softmax1"], [0.003], "tiny", 200, 0)
-        assert jobs.estimate_seconds(other, [cal], vocab, "cpu") is None
-        assert jobs.estimate_seconds(configs, [cal], vocab + 1, "cpu") is None  # another corpus's vocabulary
+        assert jobs.estimate_seconds(other, [cal], vocab, "cpu", fake_train) is None
+        assert jobs.estimate_seconds(configs, [cal], vocab + 1, "cpu", fake_train) is None  # another vocabulary
+        assert jobs.estimate_seconds(configs, [cal], vocab, "cpu") is None  # timed with another trainer
     finally:
         jobs._CALIBRATIONS.clear()
 
@@ -853,3 +854,27 @@ def test_incomplete_or_malformed_result_files_give_plain_notes(tiny_results, tmp
     at = run_app(PAGE)
     no_errors(at)
     assert any("no result file for sinks" in w for w in texts(at, "warning"))
+
+
+def test_the_sink_task_estimate_comes_from_its_own_calibration(results, cache) -> None:
+    """The "A sink forms" live runs train with another runner: their estimate times that runner here."""
+    from attncore.training.null_attention import train_and_test
+    from ui import learned
+
+    at = run_app(PAGE)
+    no_errors(at)
+    (line,) = [c for c in texts(at, "caption") if "training tokens of the task" in c]
+    defaults = {"variants": list(learned.P_LVARS.default), "b0": float(learned.P_LB0.default),
+                "seeds": int(learned.P_LSEEDS.default), "steps": int(learned.P_LSTEPS.default),
+                "layers": int(learned.P_LLAYERS.default), "heads": int(learned.P_LHEADS.default),
+                "lr": float(learned.P_LLR.default)}
+    configs = learned.live_configs(defaults, 0)
+    text = corpora.stdlib_corpus().text
+    vocab = len(set(text))
+    cals = [c for c in (jobs.calibration_cached(cf, vocab, page_device(), train_and_test) for cf in configs)
+            if c is not None]
+    assert cals, "the page measured a calibration of the task's runner"
+    est = jobs.estimate_seconds(configs, cals, vocab, page_device(), train_and_test)
+    assert est is not None
+    assert f"Estimated time: {view.duration(est.seconds)}, probes and tests included; " \
+           f"{view.calibration_text(est)}" in line

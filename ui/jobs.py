@@ -54,6 +54,7 @@ __all__ = [
     "calibrations_for",
     "estimate_seconds",
     "eval_points",
+    "flops_per_token",
     "job_tokens",
     "make_configs",
     "list_runs",
@@ -97,6 +98,16 @@ def job_tokens(configs: Sequence[TrainConfig]) -> int:
     return sum(c.steps * c.batch * c.context for c in configs)
 
 
+def flops_per_token(config: TrainConfig | dict[str, Any], vocab: int = 100) -> float:
+    """Rough forward + backward FLOPs per training token (3 x forward: matmuls and attention): a
+    measure of a job's size (for caps), not of its time (see :func:`calibrate`)."""
+    c = config.to_dict() if isinstance(config, TrainConfig) else config
+    D, N, T = c["d_model"], c["n_layer"], c["context"]
+    per_layer = 12 * D * D + (D * D if c["variant"] == "gated" else 0)
+    forward = 2 * (N * per_layer + D * vocab) + 4 * N * T * D
+    return 3.0 * forward
+
+
 def eval_points(config: TrainConfig) -> int:
     """Evaluation points of a run: every ``eval_every`` steps, and the last step."""
     return config.steps // config.eval_every + (config.steps % config.eval_every != 0)
@@ -136,12 +147,14 @@ _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
 _CAL_LOCK = threading.Lock()
 
 
-def calibration_key(config: TrainConfig, vocab: int, device: str) -> tuple[Any, ...]:
-    """What a calibration stands for: device, model shape, vocabulary size and the attention path
-    (torch's fused kernel or attncore's materialised one, the two speeds a variant can have)."""
+def calibration_key(config: TrainConfig, vocab: int, device: str,
+                    train_fn: Callable[..., Any] = train) -> tuple[Any, ...]:
+    """What a calibration stands for: device, model shape, vocabulary size, the attention path
+    (torch's fused kernel or attncore's materialised one, the two speeds a variant can have) and
+    the training function (the character model's ``train`` or another task's runner)."""
     c = config
     return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab, c.variant in FUSED_VARIANTS,
-            c.variant == "gated")
+            c.variant == "gated", f"{train_fn.__module__}.{train_fn.__qualname__}")
 
 
 def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRATION_STEPS,
@@ -154,7 +167,7 @@ def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRAT
     the call's wall time. Cached for the process by :func:`calibration_key`.
     """
     vocab = len(set(text))
-    key = calibration_key(config, vocab, device)
+    key = calibration_key(config, vocab, device, train_fn)
     with _CAL_LOCK:
         hit = _CALIBRATIONS.get(key)
     if hit is not None:
@@ -163,8 +176,9 @@ def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRAT
     cfg = config.replace(steps=n, warmup=0, eval_every=n)
     marks: list[float] = []
 
-    def progress(step: int, total: int, loss: float, val: float | None) -> None:
-        marks.append(time.perf_counter())
+    def progress(step: int, total: int, loss: float | None, val: float | None, probe: Any = None) -> None:
+        if loss is not None:  # a runner's step-0 probe (no loss) belongs to the setup
+            marks.append(time.perf_counter())
 
     ctx = single_threaded() if device.startswith("cpu") else contextlib.nullcontext()
     with ctx:
@@ -182,15 +196,15 @@ def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRAT
 
 
 def estimate_seconds(configs: Sequence[TrainConfig], calibrations: Sequence[Calibration], vocab: int,
-                     device: str) -> Estimate | None:
-    """Time for ``configs`` (on ``device``, a corpus of ``vocab`` distinct characters) from
-    calibrations measured here (:func:`calibrate`): per run, setup + steps x step time +
-    evaluation points x evaluation time. None when a config has no calibration."""
+                     device: str, train_fn: Callable[..., Any] = train) -> Estimate | None:
+    """Time for ``configs`` (on ``device``, a corpus of ``vocab`` distinct characters, trained by
+    ``train_fn``) from calibrations measured here (:func:`calibrate`): per run, setup + steps x
+    step time + evaluation points x evaluation time. None when a config has no calibration."""
     by_key = {c.key: c for c in calibrations}
     total = 0.0
     used: list[Calibration] = []
     for c in configs:
-        cal = by_key.get(calibration_key(c, vocab, device))
+        cal = by_key.get(calibration_key(c, vocab, device, train_fn))
         if cal is None:
             return None
         total += cal.setup_s + c.steps * cal.step_s + eval_points(c) * cal.eval_s
@@ -199,20 +213,22 @@ def estimate_seconds(configs: Sequence[TrainConfig], calibrations: Sequence[Cali
     return Estimate(total, job_tokens(configs), tuple(used))
 
 
-def calibration_cached(config: TrainConfig, vocab: int, device: str) -> Calibration | None:
+def calibration_cached(config: TrainConfig, vocab: int, device: str,
+                       train_fn: Callable[..., Any] = train) -> Calibration | None:
     """The calibration already measured for ``config``'s shape and path, if any."""
     with _CAL_LOCK:
-        return _CALIBRATIONS.get(calibration_key(config, vocab, device))
+        return _CALIBRATIONS.get(calibration_key(config, vocab, device, train_fn))
 
 
-def calibrations_for(configs: Sequence[TrainConfig], text: str, device: str) -> list[Calibration]:
+def calibrations_for(configs: Sequence[TrainConfig], text: str, device: str,
+                     train_fn: Callable[..., Any] = train) -> list[Calibration]:
     """One :func:`calibrate` per distinct :func:`calibration_key` among ``configs`` (cached)."""
     vocab = len(set(text))
     seen: dict[tuple[Any, ...], Calibration] = {}
     for c in configs:
-        key = calibration_key(c, vocab, device)
+        key = calibration_key(c, vocab, device, train_fn)
         if key not in seen:
-            seen[key] = calibrate(c, text, device)
+            seen[key] = calibrate(c, text, device, train_fn=train_fn)
     return list(seen.values())
 
 
