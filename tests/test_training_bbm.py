@@ -304,3 +304,21 @@ def test_cancel_and_divergence_stop_with_an_eval_point(task: BigramBackcopy, mon
     monkeypatch.setattr(bbm_mod, "divergence_threshold", lambda v: 0.0)
     d = train_bbm(tiny_config(), task, device="cpu")
     assert d.diverged_at == 1 and d.batch_loss == [] and d.steps == [0]
+
+
+def test_dropout_is_seeded_from_the_config_and_off_at_the_probes(task: BigramBackcopy) -> None:
+    """The loop is train()'s: dropout masks come from config.seed + 2 whatever the global state, which is
+    restored afterwards; the probes run the model in eval mode (no masks)."""
+    cfg = tiny_config(dropout=0.3)
+    torch.manual_seed(123)
+    a = train_bbm(cfg, task, device="cpu")
+    torch.manual_seed(456)
+    state = torch.random.get_rng_state()
+    b = train_bbm(cfg, task, device="cpu")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.batch_loss == b.batch_loss and a.val_loss == b.val_loss
+    plain = train_bbm(tiny_config(), task, device="cpu")
+    assert a.batch_loss != plain.batch_loss
+    assert a.val_loss[0] == plain.val_loss[0]  # the same untrained model, probed without masks
+    assert a.val_loss[-1] == probe(a.model, task, eval_sequences(task, cfg.context))["loss"]
+    assert train_bbm(tiny_config(dropout=0.3, seed=1), task, device="cpu").batch_loss != a.batch_loss

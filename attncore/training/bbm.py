@@ -21,7 +21,6 @@ characters and BOS), ``N`` layers, ``H`` heads, ``E`` head dim, ``D`` width.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,8 +37,7 @@ from attncore.sinks import sink_scores
 from attncore.training.config import TrainConfig, check_train_budget
 from attncore.training.measure import stream_nll
 from attncore.training.model import CharTransformer, apply_rotary, rotary_angles
-from attncore.training.train import _lr_at as lr_at
-from attncore.training.train import build_vocab, divergence_threshold, make_optimizer
+from attncore.training.train import FinalLosses, TrainingLoop, build_vocab, divergence_threshold
 
 __all__ = [
     "BOS_CANDIDATES",
@@ -473,7 +471,7 @@ def sequence_view(model: CharTransformer, task: BigramBackcopy, ids: Tensor) -> 
 
 
 @dataclass(frozen=True)
-class BBMResult:
+class BBMResult(FinalLosses):
     """A training run on the Bigram-Backcopy task (lists aligned with ``steps``).
 
     Attributes:
@@ -509,16 +507,6 @@ class BBMResult:
     wall_s: float
     device: str
     model: CharTransformer = field(repr=False)
-
-    @property
-    def final_train_loss(self) -> float | None:
-        """The last evaluation point's training loss."""
-        return self.train_loss[-1] if self.train_loss else None
-
-    @property
-    def final_val_loss(self) -> float | None:
-        """The last evaluation point's held-out loss."""
-        return self.val_loss[-1] if self.val_loss else None
 
     @property
     def sink_step(self) -> int | None:
@@ -559,9 +547,11 @@ def train_bbm(
     (a task, or a corpus to build it from).
 
     Fresh sequences of ``context + 1`` tokens every step, drawn from a generator seeded with
-    ``config.seed + 1`` (initialisation: ``config.seed``); the optimiser, schedule, clipping and
-    divergence test are those of :func:`attncore.training.train`. Evaluation points at step 0
-    and every ``eval_every`` steps probe the fixed held-out sequences (:func:`eval_sequences`).
+    ``config.seed + 1`` (initialisation: ``config.seed``; dropout, if the config sets one:
+    ``config.seed + 2``); the loop, optimiser, schedule, clipping and divergence test are
+    :func:`attncore.training.train`'s (:class:`~attncore.training.train.TrainingLoop`). Evaluation
+    points at step 0 and every ``eval_every`` steps probe the fixed held-out sequences
+    (:func:`eval_sequences`) with the model in eval mode.
 
     Args:
         progress: called after every step as ``progress(step, total, batch_loss, val_loss, probe)``
@@ -576,81 +566,34 @@ def train_bbm(
     check_train_budget(config, task.size)
     dev = resolve_device(device)
     T = config.context
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(config.seed)
-    model = CharTransformer.create(config, task.vocab, gen).to(dev)
-    data_gen = torch.Generator(device="cpu")
-    data_gen.manual_seed(config.seed + 1)
     held_out = eval_sequences(task, T)
-    opt = make_optimizer(model, config)
-    limit = divergence_threshold(task.size)
-
-    steps: list[int] = []
-    train_loss: list[float | None] = []
-    val_loss: list[float] = []
-    batch_loss: list[float] = []
     probes: list[dict[str, Any]] = []
-    since: list[float] = []
-    times = {"train": 0.0, "data": 0.0, "eval": 0.0}
-    diverged_at: int | None = None
-    cancelled = False
 
-    def eval_point(step: int) -> dict[str, Any]:
-        t0 = time.perf_counter()
+    def evaluate(model: CharTransformer) -> float:
         model.eval()
         p = probe(model, task, held_out)
-        model.train()
-        steps.append(step)
-        train_loss.append(sum(since) / len(since) if since else None)
-        val_loss.append(p["loss"])
         probes.append(p)
-        since.clear()
-        times["eval"] += time.perf_counter() - t0
-        return p
+        return float(p["loss"])
 
-    p0 = eval_point(0)
-    if progress is not None:
-        progress(0, config.steps, None, p0["loss"], p0)
-    model.train()
-    step = 0
-    for step in range(1, config.steps + 1):
-        if cancel is not None and cancel():
-            cancelled = True
-            step -= 1
-            break
-        t0 = time.perf_counter()
-        batch = task.sample(config.batch, T + 1, data_gen).to(dev)  # (B, T + 1)
-        t1 = time.perf_counter()
-        times["data"] += t1 - t0
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, config)
-        logits, _ = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-        value = float(loss.detach())
-        if not math.isfinite(value) or value > limit:
-            diverged_at = step
-            times["train"] += time.perf_counter() - t1
-            step -= 1
-            break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        times["train"] += time.perf_counter() - t1
-        batch_loss.append(value)
-        since.append(value)
-        p = eval_point(step) if step % config.eval_every == 0 or step == config.steps else None
+    def batch(gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        seqs = task.sample(config.batch, T + 1, gen).to(dev)  # (B, T + 1)
+        return seqs[:, :-1], seqs[:, 1:]
+
+    def on_step(step: int, loss: float, v: float | None) -> None:
         if progress is not None:
-            progress(step, config.steps, value, p["loss"] if p else None, p)
-    if (cancelled or diverged_at is not None) and since:
-        eval_point(step)
-    model.eval()
+            progress(step, config.steps, loss, v, probes[-1] if v is not None else None)
+
+    loop = TrainingLoop(config, task.vocab, dev, limit=divergence_threshold(task.size), evaluate=evaluate)
+    v0 = loop.eval_point(0)
+    if progress is not None:
+        progress(0, config.steps, None, v0, probes[-1])
+    loop.run(batch, cancel=cancel, on_step=on_step)
     return BBMResult(
-        config=config, task=task, steps=steps, train_loss=train_loss, val_loss=val_loss,
-        batch_loss=batch_loss, probes=probes, diverged_at=diverged_at, cancelled=cancelled,
-        tokens_per_s=len(batch_loss) * config.batch * T / times["train"] if times["train"] > 0 else 0.0,
-        data_s=times["data"], eval_s=times["eval"], wall_s=time.perf_counter() - t_start, device=str(dev),
-        model=model,
+        config=config, task=task, steps=loop.steps, train_loss=loop.train_loss, val_loss=loop.val_loss,
+        batch_loss=loop.batch_loss, probes=probes, diverged_at=loop.diverged_at, cancelled=loop.cancelled,
+        tokens_per_s=len(loop.batch_loss) * config.batch * T / loop.train_s if loop.train_s > 0 else 0.0,
+        data_s=loop.data_s, eval_s=loop.eval_s, wall_s=time.perf_counter() - t_start, device=str(dev),
+        model=loop.model,
     )
 
 

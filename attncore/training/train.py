@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,9 @@ from attncore.training.model import CharTransformer
 
 __all__ = [
     "SATURATION_THRESHOLD",
+    "FinalLosses",
     "TrainResult",
+    "TrainingLoop",
     "best_val",
     "build_vocab",
     "divergence_threshold",
@@ -35,6 +38,7 @@ __all__ = [
 
 Progress = Callable[[int, int, float, float | None], None]
 Cancel = Callable[[], bool]
+Batch = Callable[[torch.Generator], tuple[Tensor, Tensor]]  # data generator -> inputs (B, T), targets (B, T)
 
 SATURATION_THRESHOLD = 0.99  # a row whose max weight exceeds this counts as saturated
 EVAL_TOKENS = 8192  # held-out tokens per evaluation point (fixed windows)
@@ -42,8 +46,26 @@ SATURATION_WINDOWS = 8  # held-out windows whose attention is inspected at each 
 MAX_TEXT_CHARS = 50_000_000
 
 
+class FinalLosses:
+    """The last evaluation point's losses, for a result whose ``train_loss`` and ``val_loss`` lists are
+    aligned with its evaluation steps (:class:`TrainResult`, :class:`~attncore.training.bbm.BBMResult`)."""
+
+    train_loss: Sequence[float | None]
+    val_loss: Sequence[float]
+
+    @property
+    def final_train_loss(self) -> float | None:
+        """The last evaluation point's training loss (None when no point was made)."""
+        return self.train_loss[-1] if self.train_loss else None
+
+    @property
+    def final_val_loss(self) -> float | None:
+        """The last evaluation point's held-out loss (None when no point was made)."""
+        return self.val_loss[-1] if self.val_loss else None
+
+
 @dataclass(frozen=True)
-class TrainResult:
+class TrainResult(FinalLosses):
     """What a training run produced (lists are aligned with ``steps``; every value finite).
 
     Attributes:
@@ -82,16 +104,6 @@ class TrainResult:
     wall_s: float
     device: str
     model: CharTransformer = field(repr=False)
-
-    @property
-    def final_train_loss(self) -> float | None:
-        """The last evaluation point's training loss (None when no point was made)."""
-        return self.train_loss[-1] if self.train_loss else None
-
-    @property
-    def final_val_loss(self) -> float | None:
-        """The last evaluation point's held-out loss (None when no point was made)."""
-        return self.val_loss[-1] if self.val_loss else None
 
     @property
     def best_val_loss(self) -> float | None:
@@ -279,6 +291,126 @@ def _evaluate(model: CharTransformer, val: Tensor, starts: Tensor, cfg: TrainCon
     return total / count, sum(per_layer) / len(per_layer), per_layer
 
 
+class TrainingLoop:
+    """The training loop :func:`train` and :func:`~attncore.training.bbm.train_bbm` share, and its records.
+
+    The model is initialised from a generator seeded with ``config.seed``; batches come from
+    ``data_gen``, seeded with ``config.seed + 1``; dropout masks from the device's global generator,
+    seeded with ``config.seed + 2`` for the loop and restored afterwards (nothing is drawn, and nothing
+    forked, without dropout). AdamW (:func:`make_optimizer`), gradient clipping at norm 1, linear
+    warm-up then cosine decay to lr/10; a loss that is non-finite or above ``limit`` stops the loop.
+
+    Attributes:
+        model: the model (on ``device``; in eval mode after :meth:`run`).
+        data_gen: the CPU generator batches are drawn from.
+        opt: its optimiser.
+        steps: the evaluation steps (:meth:`eval_point`).
+        train_loss: mean training batch loss since the previous evaluation point (None when no step ran
+            since).
+        val_loss: ``evaluate``'s held-out loss at each evaluation step.
+        batch_loss: every step's training batch loss.
+        diverged_at: the first step whose loss was non-finite or above ``limit`` (not in the lists).
+        cancelled: ``cancel()`` stopped the loop.
+        train_s, data_s, eval_s: seconds in the steps' forward, backward and update; in drawing their
+            batches (and setting the learning rate); in evaluation points.
+    """
+
+    def __init__(self, config: TrainConfig, vocab: str, device: torch.device, *, limit: float,
+                 evaluate: Callable[[CharTransformer], float]) -> None:
+        """``vocab``: the model's tokens (index = id); ``limit``: the divergence threshold
+        (:func:`divergence_threshold`); ``evaluate(model)``: the held-out loss at an evaluation point
+        (it may record more; the model is put back in training mode after it)."""
+        self.config, self.device, self.limit, self._evaluate = config, device, limit, evaluate
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(config.seed)
+        self.model = CharTransformer.create(config, vocab, gen).to(device)
+        self.data_gen = torch.Generator(device="cpu")
+        self.data_gen.manual_seed(config.seed + 1)
+        self.opt = make_optimizer(self.model, config)
+        self.steps: list[int] = []
+        self.train_loss: list[float | None] = []
+        self.val_loss: list[float] = []
+        self.batch_loss: list[float] = []
+        self.diverged_at: int | None = None
+        self.cancelled = False
+        self.train_s = self.data_s = self.eval_s = 0.0
+        self._since: list[float] = []
+
+    def eval_point(self, step: int) -> float:
+        """Evaluate at ``step``, record the point and return its held-out loss."""
+        t0 = time.perf_counter()
+        v = self._evaluate(self.model)
+        self.model.train()
+        self.steps.append(step)
+        self.train_loss.append(sum(self._since) / len(self._since) if self._since else None)
+        self.val_loss.append(v)
+        self._since.clear()
+        self.eval_s += time.perf_counter() - t0
+        return v
+
+    def run(
+        self,
+        batch: Batch,
+        *,
+        cancel: Cancel | None = None,
+        on_step: Callable[[int, float, float | None], None] | None = None,
+        before_clip: Callable[[CharTransformer], None] | None = None,
+    ) -> None:
+        """Steps 1 to ``config.steps``, with an evaluation point every ``eval_every`` steps and at the last.
+
+        Args:
+            batch: ``batch(data_gen)`` -> inputs (B, T) and targets (B, T) on the model's device.
+            cancel: called before every step; True stops the loop.
+            on_step: called after every step as ``on_step(step, batch_loss, val_loss)`` (``val_loss``
+                None except at evaluation steps).
+            before_clip: called after every backward pass, before clipping (to read the gradients).
+
+        A loop that is cancelled or diverges ends with an evaluation point at the step reached (when a
+        step ran since the last one).
+        """
+        cfg, model, opt = self.config, self.model, self.opt
+        model.train()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=cfg.dropout > 0):
+            if cfg.dropout > 0:
+                torch.manual_seed(cfg.seed + 2)
+            step = 0
+            for step in range(1, cfg.steps + 1):
+                if cancel is not None and cancel():
+                    self.cancelled = True
+                    step -= 1
+                    break
+                t0 = time.perf_counter()
+                for g in opt.param_groups:
+                    g["lr"] = _lr_at(step, cfg)
+                x, y = batch(self.data_gen)
+                t1 = time.perf_counter()
+                self.data_s += t1 - t0
+                logits, _ = model(x)
+                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+                value = float(loss.detach())
+                if not math.isfinite(value) or value > self.limit:
+                    self.diverged_at = step
+                    self.train_s += time.perf_counter() - t1
+                    step -= 1
+                    break
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if before_clip is not None:
+                    before_clip(model)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                self.train_s += time.perf_counter() - t1
+                self.batch_loss.append(value)
+                self._since.append(value)
+                v = self.eval_point(step) if step % cfg.eval_every == 0 or step == cfg.steps else None
+                if on_step is not None:
+                    on_step(step, value, v)
+        if (self.cancelled or self.diverged_at is not None) and self._since:
+            self.eval_point(step)
+        model.eval()
+
+
 def train(
     config: TrainConfig,
     text: str,
@@ -318,101 +450,52 @@ def train(
     cut = split_text(len(data_cpu), config.context)
     train_data, val_data = data_cpu[:cut].to(dev), data_cpu[cut:].to(dev)
     T = config.context
-
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(config.seed)
-    model = CharTransformer.create(config, vocab, gen).to(dev)
-    batch_gen = torch.Generator(device="cpu")
-    batch_gen.manual_seed(config.seed + 1)
-
     n_val_windows = min(max(4, math.ceil(EVAL_TOKENS / T)), len(val_data) - T)
     val_starts = torch.linspace(0, len(val_data) - T - 1, n_val_windows).round().to(torch.int64)
-
-    opt = make_optimizer(model, config)
-    limit = divergence_threshold(len(vocab))
     D = config.d_model
 
-    steps: list[int] = []
-    train_loss: list[float] = []
-    val_loss: list[float] = []
-    batch_loss: list[float] = []
     sat: list[float] = []
     sat_layer: list[list[float]] = []
     gnorm: list[float] = []
-    diverged_at: int | None = None
-    cancelled = False
-    train_time = 0.0
-    since_eval: list[float] = []
     last_qk = 0.0
 
-    def eval_point(step: int) -> float:
+    def evaluate(model: CharTransformer) -> float:
         v, share, per_layer = _evaluate(model, val_data, val_starts, config)
-        model.train()
-        steps.append(step)
-        train_loss.append(sum(since_eval) / len(since_eval))
-        val_loss.append(v)
         sat.append(share)
         sat_layer.append(per_layer)
         gnorm.append(last_qk)
-        since_eval.clear()
         return v
 
-    model.train()
-    # Dropout draws from the device's global generator: seed it from the config and restore it
-    # afterwards (nothing is drawn, and nothing forked, without dropout).
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], enabled=config.dropout > 0):
-        if config.dropout > 0:
-            torch.manual_seed(config.seed + 2)
-        step = 0
-        for step in range(1, config.steps + 1):
-            if cancel is not None and cancel():
-                cancelled = True
-                step -= 1
-                break
-            t0 = time.perf_counter()
-            for g in opt.param_groups:
-                g["lr"] = _lr_at(step, config)
-            starts = torch.randint(0, len(train_data) - T, (config.batch,), generator=batch_gen)
-            x, y = _windows(train_data, starts, T)
-            logits, _ = model(x)
-            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-            value = float(loss.detach())
-            if not math.isfinite(value) or value > limit:
-                diverged_at = step
-                train_time += time.perf_counter() - t0
-                step -= 1
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            is_eval = step % config.eval_every == 0 or step == config.steps
-            qk = torch.stack([blk.attn.qkv.weight.grad[: 2 * D].norm() for blk in model.blocks])
-            last_qk = float(qk.norm())
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            train_time += time.perf_counter() - t0
-            batch_loss.append(value)
-            since_eval.append(value)
-            v = eval_point(step) if is_eval else None
-            if progress is not None:
-                progress(step, config.steps, value, v)
-    if (cancelled or diverged_at is not None) and since_eval:
-        eval_point(step)
-    model.eval()
-    steps_run = len(batch_loss)
+    def batch(gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        starts = torch.randint(0, len(train_data) - T, (config.batch,), generator=gen)
+        return _windows(train_data, starts, T)
+
+    def note_qk(model: CharTransformer) -> None:
+        nonlocal last_qk
+        qk = torch.stack([blk.attn.qkv.weight.grad[: 2 * D].norm() for blk in model.blocks])
+        last_qk = float(qk.norm())
+
+    def on_step(step: int, loss: float, v: float | None) -> None:
+        if progress is not None:
+            progress(step, config.steps, loss, v)
+
+    loop = TrainingLoop(config, vocab, dev, limit=divergence_threshold(len(vocab)), evaluate=evaluate)
+    loop.run(batch, cancel=cancel, on_step=on_step, before_clip=note_qk)
+    step_s = loop.train_s + loop.data_s
     return TrainResult(
         config=config,
         vocab=vocab,
-        steps=steps,
-        train_loss=train_loss,
-        val_loss=val_loss,
-        batch_loss=batch_loss,
+        steps=loop.steps,
+        train_loss=cast(list[float], loop.train_loss),  # every point here follows a step: never None
+        val_loss=loop.val_loss,
+        batch_loss=loop.batch_loss,
         saturated_share=sat,
         saturated_share_by_layer=sat_layer,
         qk_grad_norm=gnorm,
-        diverged_at=diverged_at,
-        cancelled=cancelled,
-        tokens_per_s=steps_run * config.batch * T / train_time if train_time > 0 else 0.0,
+        diverged_at=loop.diverged_at,
+        cancelled=loop.cancelled,
+        tokens_per_s=len(loop.batch_loss) * config.batch * T / step_s if step_s > 0 else 0.0,
         wall_s=time.perf_counter() - t_start,
         device=str(dev),
-        model=model,
+        model=loop.model,
     )
