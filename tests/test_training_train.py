@@ -16,7 +16,7 @@ from attncore.training import (
     estimate_train_bytes,
     train,
 )
-from attncore.training.train import _lr_at, saturated_share, split_text
+from attncore.training.train import EVAL_TOKENS, _lr_at, encode_text, saturated_share, split_text
 from tests.training_utils import SNIPPET
 
 TEXT = SNIPPET * 12
@@ -280,6 +280,24 @@ def test_dropout_is_seeded_changes_training_and_is_off_at_evaluation() -> None:
     with pytest.raises(AttnInputError, match="dropout"):
         TrainConfig(dropout=float("nan"))
     assert TrainConfig.from_dict({k: v for k, v in base.to_dict().items() if k != "dropout"}) == base
+
+
+def test_evaluation_points_measure_the_model_without_dropout() -> None:
+    """The held-out loss at an evaluation point is the model's own (eval mode), not one masked sample of it:
+    the last point equals the returned model's loss on the held-out windows, computed here from scratch."""
+    cfg = TrainConfig(**{**TINY, "dropout": 0.5})
+    r = train(cfg, TEXT, device="cpu")
+    assert r.steps[-1] == cfg.steps
+    ids = encode_text(TEXT, r.vocab)
+    val = ids[split_text(len(ids), cfg.context):]
+    T = cfg.context
+    n = min(max(4, math.ceil(EVAL_TOKENS / T)), len(val) - T)
+    starts = torch.linspace(0, len(val) - T - 1, n).round().to(torch.int64).tolist()
+    windows = torch.stack([val[s : s + T + 1] for s in starts])  # (n, T + 1)
+    with torch.no_grad():
+        logits, _ = r.model(windows[:, :-1])
+    want = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten()))
+    assert r.val_loss[-1] == pytest.approx(want, rel=1e-6)
 
 
 def test_best_validation_point_is_the_lowest_and_earliest() -> None:

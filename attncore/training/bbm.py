@@ -570,7 +570,6 @@ def train_bbm(
     probes: list[dict[str, Any]] = []
 
     def evaluate(model: CharTransformer) -> float:
-        model.eval()
         p = probe(model, task, held_out)
         probes.append(p)
         return float(p["loss"])

@@ -73,7 +73,8 @@ class TrainResult(FinalLosses):
         vocab: the characters (index = token id).
         steps: the evaluation steps (every ``eval_every`` steps and the last step run).
         train_loss: nats/char, the mean training batch loss since the previous evaluation point.
-        val_loss: nats/char on fixed windows of the held-out last 10% of the text.
+        val_loss: nats/char on fixed windows of the held-out last 10% of the text (the model in eval
+            mode: no dropout).
         batch_loss: every step's training batch loss.
         saturated_share: share of attention rows (all layers and heads, rows i >= 1 of fixed
             held-out windows) whose max weight exceeds :data:`SATURATION_THRESHOLD`.
@@ -319,7 +320,7 @@ class TrainingLoop:
                  evaluate: Callable[[CharTransformer], float]) -> None:
         """``vocab``: the model's tokens (index = id); ``limit``: the divergence threshold
         (:func:`divergence_threshold`); ``evaluate(model)``: the held-out loss at an evaluation point
-        (it may record more; the model is put back in training mode after it)."""
+        (it may record more; it gets the model in eval mode, which is put back in training mode after)."""
         self.config, self.device, self.limit, self._evaluate = config, device, limit, evaluate
         gen = torch.Generator(device="cpu")
         gen.manual_seed(config.seed)
@@ -339,6 +340,7 @@ class TrainingLoop:
     def eval_point(self, step: int) -> float:
         """Evaluate at ``step``, record the point and return its held-out loss."""
         t0 = time.perf_counter()
+        self.model.eval()  # no dropout masks: the model's own loss
         v = self._evaluate(self.model)
         self.model.train()
         self.steps.append(step)
