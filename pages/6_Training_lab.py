@@ -15,6 +15,7 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import corpus as corpora
 from ui import learned, widgets
+from ui.job_panel import job_panel
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -343,42 +344,20 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
 
 def job_status(job_id: str, polling: bool) -> None:
     """The current job: queue position or progress, live curves, Stop; then what it produced."""
-    job = QUEUE.get(job_id)
-    if job is None:
-        return
-    snap = job.snapshot()
-    if polling and not job.active:
-        st.rerun()  # finished since the page ran: redraw the page once (stops polling, lists the runs)
-    ahead = QUEUE.position(job) if snap["state"] == "queued" else None
-    if ahead:
-        st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
-                "One training job runs at a time on this server.", icon=":material/hourglass_top:")
-    elif snap["state"] == "queued":  # nothing ahead: the worker is starting it
-        st.progress(0.0, text=f"run 1 of {snap['n_runs']} ({snap['label']}): starting…")
-    elif snap["state"] == "running":
-        i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
-        frac = (i + (step / total if total else 0.0)) / n
-        st.progress(min(1.0, frac), text=f"run {i + 1} of {n} ({snap['label']}): step {step} of {total} · "
-                                         f"{snap['tokens_per_s']:,.0f} tokens/s")
-        st.plotly_chart(view.live_figure(snap["batch_loss"], snap["eval_steps"], snap["eval_loss"],
-                                         title=f"now training: {snap['label']}", total=total),
-                        key="chart_tr_live")
-    if job.active and st.button("Stop", key="tr_stop", icon=":material/stop:",
-                                help="Stops before the next step; what was trained is kept."):
-        QUEUE.cancel(job)
-        st.caption("Stopping…")
-    records = snap["records"]
-    if records:
-        st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
-                        key="chart_tr_job")
-        for rec in records:
-            st.markdown(view.outcome(rec))
-    for note in snap["notes"]:
-        st.warning(plain(note), icon=":material/folder_off:")
-    if snap["state"] == "failed":
-        st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
-    elif snap["state"] == "cancelled":
-        st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its steps).")
+    job_panel(QUEUE, job_id, polling, key="tr", live_chart=_live_chart, show_records=_job_records,
+              stopped_keeps="a stopped run keeps its steps")
+
+
+def _live_chart(snap: dict[str, Any]) -> Any:
+    return view.live_figure(snap["batch_loss"], snap["eval_steps"], snap["eval_loss"],
+                            title=f"now training: {snap['label']}", total=snap["total"])
+
+
+def _job_records(records: list[dict[str, Any]]) -> None:
+    st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
+                    key="chart_tr_job")
+    for rec in records:
+        st.markdown(view.outcome(rec))
 
 
 def compare(ctx: PageContext) -> None:

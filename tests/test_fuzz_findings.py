@@ -17,7 +17,7 @@ from attncore.training.train import min_corpus_chars, split_text
 from tests.chart_data import no_errors, run_app
 from tests.streamlit_markdown import visible
 from ui import corpus as corpora
-from ui import jobs
+from ui import jobs, learned
 from ui.jobs import QUEUE, SIZES, JobQueue
 
 TRAINING = "pages/6_Training_lab.py"
@@ -86,7 +86,16 @@ def test_a_txt_upload_in_capitals_is_accepted(cache) -> None:
 # ---------------------------------------------------------------------------- 5. the queue right after Run
 
 
-def test_run_on_an_idle_queue_says_it_is_starting_not_waiting(cache, monkeypatch: pytest.MonkeyPatch) -> None:
+RUN_BUTTONS = [  # the live runs, and the tab "A sink forms" (the same job panel, ui.job_panel)
+    ("tr_run", "_tr_job", {"tr_var": "standard", "tr_steps": "10"}, "standard · lr 0.003"),
+    ("sk_run", "_sk_job", {"sk_vars": "standard", "sk_steps": "50"}, "softmax · seed 0"),
+]
+
+
+@pytest.mark.parametrize(("button", "job_key", "query", "label"), RUN_BUTTONS, ids=[b[0] for b in RUN_BUTTONS])
+def test_run_on_an_idle_queue_says_it_is_starting_not_waiting(cache, monkeypatch: pytest.MonkeyPatch, button: str,
+                                                              job_key: str, query: dict[str, str],
+                                                              label: str) -> None:
     """Right after Run on an idle queue the page said "Your run waits in the queue: 0 jobs ahead of it".
     The page gets a queue of its own whose worker never starts, so the job is seen in exactly that
     moment (queued, nothing ahead) whatever the process-wide worker is doing."""
@@ -98,14 +107,15 @@ def test_run_on_an_idle_queue_says_it_is_starting_not_waiting(cache, monkeypatch
     queue = JobQueue(store=cache)
     queue._thread = Idle()  # type: ignore[assignment]
     monkeypatch.setattr(jobs, "QUEUE", queue)  # the page imports it from ui.jobs on every run
-    at = run_app(TRAINING, tr_var="standard", tr_steps="10")
-    at.button(key="tr_run").click().run()
+    monkeypatch.setattr(learned, "QUEUE", queue)  # the sink tab's module holds it from its one import
+    at = run_app(TRAINING, **query)
+    at.button(key=button).click().run()
     no_errors(at)
-    job = queue.get(at.session_state["_tr_job"])
+    job = queue.get(at.session_state[job_key])
     assert job is not None and job.state == "queued" and queue.position(job) == 0
     assert not any("waits in the queue" in s for s in shown(at)), shown(at)
     (bar,) = at.get("progress")
-    assert bar.proto.text == "run 1 of 1 (standard · lr 0.003): starting…"
+    assert bar.proto.text == f"run 1 of 1 ({label}): starting…"
 
 
 # ---------------------------------------------------------------------------- 6. wording

@@ -43,6 +43,7 @@ from attncore.training.null_attention import (
 )
 from ui import cached, widgets
 from ui.corpus import Corpus
+from ui.job_panel import job_panel
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -331,48 +332,26 @@ def _task_of(corpus: Corpus) -> BigramBackcopy:
 
 def job_status(job_id: str, polling: bool) -> None:
     """The task job: queue position or progress with the BOS-weight curve so far, Stop; then its runs."""
-    job = QUEUE.get(job_id)
-    if job is None:
-        return
-    snap = job.snapshot()
-    if polling and not job.active:
-        st.rerun()
-    if snap["state"] == "queued":
-        ahead = QUEUE.position(job)
-        if ahead is not None:
-            st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
-                    "One training job runs at a time on this server.", icon=":material/hourglass_top:")
-    elif snap["state"] == "running":
-        i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
-        frac = (i + (step / total if total else 0.0)) / n
-        st.progress(min(1.0, frac), text=f"run {i + 1} of {n} ({snap['label']}): step {step} of {total} · "
-                                         f"{snap['tokens_per_s']:,.0f} tokens/s")
-        st.plotly_chart(view.live_figure(snap["probes"], title=f"now training: {snap['label']}", total=total),
-                        key="chart_sk_live")
-    if job.active and st.button("Stop", key="sk_stop", icon=":material/stop:",
-                                help="Stops before the next step; what was trained is kept."):
-        QUEUE.cancel(job)
-        st.caption("Stopping…")
-    records = snap["records"]
-    if records:
-        st.plotly_chart(view.job_figure(records), key="chart_sk_job")
-        for rec in records:
-            st.markdown(outcome(rec))
-        finished = [r for r in records if not r.get("cancelled")]
-        if finished:
-            summary = view.summary_of(finished)
-            judged = view.verdict_lines(summary, live_test_sizes(CONTEXT)["window"])
-            st.markdown("**What these runs show.** " + plain(judged["overall"][0]))
-            for label, lines in judged.items():
-                if label != "overall":
-                    st.markdown(f"**{label}**\n" + "\n".join(f"- {plain(line)}" for line in lines))
-    for note in snap["notes"]:
-        st.warning(plain(note), icon=":material/folder_off:")
-    if snap["state"] == "failed":
-        st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
-    elif snap["state"] == "cancelled":
-        st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its curves; "
-                   "its tests and verdict are left out).")
+    job_panel(QUEUE, job_id, polling, key="sk", live_chart=_live_chart, show_records=_job_records,
+              stopped_keeps="a stopped run keeps its curves; its tests and verdict are left out")
+
+
+def _live_chart(snap: dict[str, Any]) -> Any:
+    return view.live_figure(snap["probes"], title=f"now training: {snap['label']}", total=snap["total"])
+
+
+def _job_records(records: list[dict[str, Any]]) -> None:
+    st.plotly_chart(view.job_figure(records), key="chart_sk_job")
+    for rec in records:
+        st.markdown(outcome(rec))
+    finished = [r for r in records if not r.get("cancelled")]
+    if finished:
+        summary = view.summary_of(finished)
+        judged = view.verdict_lines(summary, live_test_sizes(CONTEXT)["window"])
+        st.markdown("**What these runs show.** " + plain(judged["overall"][0]))
+        for label, lines in judged.items():
+            if label != "overall":
+                st.markdown(f"**{label}**\n" + "\n".join(f"- {plain(line)}" for line in lines))
 
 
 def outcome(rec: dict[str, Any]) -> str:
