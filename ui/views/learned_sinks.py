@@ -21,6 +21,7 @@ from attncore.training.null_attention import RUN_COLUMNS, run_rows, summarise, t
 from ui import figures
 from ui.figures import PALETTE, Band, Curve, Panel
 from ui.views.sinks import bars_with_theory
+from ui.views.training import stop_note
 
 __all__ = [
     "ROLE_NAMES",
@@ -283,14 +284,6 @@ def live_figure(probes: Sequence[dict[str, Any]], *, title: str, total: int | No
     return _view(fig, "sk-live")
 
 
-def _stop_note(rec: dict[str, Any]) -> str:
-    if rec.get("diverged_at") is not None:
-        return f" (diverged at step {rec['diverged_at']})"
-    if rec.get("cancelled"):
-        return f" (stopped at step {len(rec.get('batch_loss') or [])})"
-    return ""
-
-
 def job_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
     """Finished live runs: weight on BOS from non-trigger positions against the step, one line per run; a
     diverged or stopped run's line ends where it did."""
@@ -298,7 +291,7 @@ def job_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
     for i, rec in enumerate(records):
         probes = [{"step": s, **p} for s, p in zip(rec["steps"], rec["probes"], strict=True)]
         steps, other, _ = _sink_head_series(probes)
-        curves.append(Curve(rec["label"] + _stop_note(rec), steps, other, color=PALETTE[i % len(PALETTE)]))
+        curves.append(Curve(rec["label"] + stop_note(rec), steps, other, color=PALETTE[i % len(PALETTE)]))
     top = max((max(r["steps"], default=0) for r in records), default=1)
     curves.append(Curve(f"{SINK_THRESHOLD:g} (sink threshold)", [0, max(top, 1)], [SINK_THRESHOLD] * 2,
                         theory=True, color=PALETTE[7]))

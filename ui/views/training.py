@@ -64,6 +64,7 @@ __all__ = [
     "sinks_alpha_figure",
     "sinks_measured",
     "sinks_verdict",
+    "stop_note",
     "streaming_figure",
     "table_frame",
 ]
@@ -672,11 +673,13 @@ def record_name(rec: dict[str, Any]) -> str:
             f"{rec['id'][-8:]}")
 
 
-def _stop_note(rec: dict[str, Any]) -> str:
+def stop_note(rec: dict[str, Any]) -> str:
+    """' (diverged at step k)' or ' (stopped at step k)' behind a run's name in a legend; '' for a run that
+    finished."""
     if rec.get("diverged_at") is not None:
         return f" (diverged at step {rec['diverged_at']})"
     if rec.get("cancelled"):
-        return f" (stopped at step {len(rec['batch_loss'])})"
+        return f" (stopped at step {len(rec.get('batch_loss') or [])})"
     return ""
 
 
@@ -702,7 +705,7 @@ def compare_figure(records: Sequence[dict[str, Any]], *, view: str = "tr-compare
     for i, rec in enumerate(records):
         x, y = _finite(rec["steps"], rec["val_loss"])
         name = record_name(rec) if view == "tr-compare" else rec["label"]
-        curves.append(Curve(name + _stop_note(rec), x, y, color=PALETTE[i % len(PALETTE)]))
+        curves.append(Curve(name + stop_note(rec), x, y, color=PALETTE[i % len(PALETTE)]))
     fig = figures.line_chart(curves, title=title, x_title="step", y_title="validation loss (nats/char)",
                              height=380)
     figures.legend_below(fig)
