@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
-import attncore.training.io as training_io
 from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
+from ui import cached, learned, widgets
 from ui import corpus as corpora
-from ui import learned, widgets
 from ui.job_panel import job_panel
 from ui.jobs import (
     MAX_JOB_TOKENS,
@@ -68,18 +66,6 @@ QUESTIONS = {
 
 
 # ---------------------------------------------------------------------------- cached reads
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _result(name: str, path: str, mtime: float) -> dict[str, Any]:
-    return training_io.load_result(name, Path(path).parent)
-
-
-def shipped_result(name: str) -> dict[str, Any]:
-    """A shipped result file (re-read when the file changes)."""
-    path = Path(training_io.RESULTS_DIR) / f"{name}.json"
-    mtime = path.stat().st_mtime if path.is_file() else 0.0
-    return _result(name, str(path), mtime)
 
 
 @st.cache_resource(show_spinner=False)
@@ -196,7 +182,7 @@ def shipped(ctx: PageContext) -> Any:
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
         with tab:
             try:
-                d = shipped_result(name)
+                d = cached.training_result(name)
             except AttnInputError as exc:
                 st.warning(plain(exc), icon=":material/draft:")
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -254,10 +255,16 @@ def causal_next_chars(text: str, temperature: float, device: str) -> Timed[list[
     return timed(lambda: _training.next_char_distribution(model, text, temperature))
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
 def training_result(name: str) -> dict:
-    """A shipped Training lab result (``lr_sweep``, ``scaling``, ``sinks``) as a dict."""
-    return _training.load_result(name)
+    """A shipped experiment result (:data:`attncore.training.RESULT_NAMES`) as a dict, read again when its
+    file changes."""
+    path = Path(_training_io.RESULTS_DIR) / f"{name}.json"
+    return _training_result(name, str(path), path.stat().st_mtime if path.is_file() else 0.0)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _training_result(name: str, path: str, mtime: float) -> dict:
+    return _training_io.load_result(name, Path(path).parent)
 
 
 # ------------------------------------------------- the models that learned the Bigram-Backcopy task (Sinks)

@@ -10,14 +10,12 @@ Widgets -> cached call (:mod:`ui.cached`) -> view (:mod:`ui.views.learned_sinks`
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import streamlit as st
 import torch
 
-import attncore.training.io as training_io
 from attncore.errors import AttnInputError
 from attncore.synthetic import make_generator
 from attncore.training import TrainConfig
@@ -295,21 +293,10 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
         st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
-def _result(path: str, mtime: float) -> dict[str, Any]:
-    return training_io.load_result("null_attention", Path(path).parent)
-
-
-def _shipped() -> dict[str, Any]:
-    """The shipped null_attention result (re-read when the file changes)."""
-    path = Path(training_io.RESULTS_DIR) / "null_attention.json"
-    return _result(str(path), path.stat().st_mtime if path.is_file() else 0.0)
-
-
 def _shipped_time() -> str:
     """' The shipped runs of this size took a–b s each ...' from the shipped file ('' without one)."""
     try:
-        d = _shipped()
+        d = cached.training_result("null_attention")
     except AttnInputError:
         return ""
     took = [float(r.get("wall_s") or 0) + float(r.get("test_s") or 0) for r in d.get("runs") or []]
