@@ -13,15 +13,12 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import cached, learned, widgets
 from ui import corpus as corpora
-from ui.job_panel import job_panel
+from ui.job_panel import job_panel, time_estimate
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
     SIZES,
     cache_dir,
-    calibration_cached,
-    calibrations_for,
-    estimate_seconds,
     job_tokens,
     list_runs,
     make_configs,
@@ -242,24 +239,6 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         return None
 
 
-def time_estimate(configs: list[Any], text: str, vocab: int, device: str) -> str:
-    """' Estimated time: …' from calibrations measured on this server (a short real run per model
-    shape and attention path, cached), or why there is none yet."""
-    try:
-        cached = [c for c in (calibration_cached(cfg, vocab, device) for cfg in configs) if c is not None]
-        est = estimate_seconds(configs, cached, vocab, device)
-        if est is None:
-            if QUEUE.running() is not None:  # a calibration now would time the job's competition
-                return " The time estimate is measured when no training job is running."
-            with st.spinner("Timing a few training steps on this server for the estimate…"):
-                est = estimate_seconds(configs, calibrations_for(configs, text, device), vocab, device)
-    except (AttnInputError, MemoryError) as exc:
-        return f" No time estimate: {exc}"
-    if est is None:
-        return ""
-    return f" Estimated time: {view.duration(est.seconds)}; {view.calibration_text(est)}"
-
-
 def live(ctx: PageContext) -> corpora.Corpus | None:
     """Live runs of the character model; returns the chosen corpus (None when there is none yet)."""
     st.header("Live runs")
@@ -303,7 +282,7 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
                     f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
-            line += time_estimate(configs, corpus.text, len(vocab), ctx.device)
+            line += time_estimate(QUEUE, configs, corpus.text, ctx.device, timing="a few training steps")
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")

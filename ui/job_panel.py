@@ -1,8 +1,10 @@
-"""A training job's status on a page: its place in the queue or its progress, Stop, then what it produced.
+"""A training job on a page: its time estimate before Run, then its place in the queue or its progress,
+Stop, and what it produced.
 
-The Training lab's live runs and its "A sink forms" tab both follow a job of :data:`ui.jobs.QUEUE`
-the same way; each hands :func:`job_panel` its own live chart and its own view of the finished
-runs. Called from a fragment that reruns every second while the job is active.
+The Training lab's live runs and its "A sink forms" tab both plan and follow a job of
+:data:`ui.jobs.QUEUE` the same way: :func:`time_estimate` with their own training function, and
+:func:`job_panel` (called from a fragment that reruns every second while the job is active) with
+their own live chart and their own view of the finished runs.
 """
 
 from __future__ import annotations
@@ -13,10 +15,41 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from ui.jobs import JobQueue
+from attncore.errors import AttnInputError
+from attncore.training import TrainConfig, train
+from ui.jobs import JobQueue, calibration_cached, calibrations_for, estimate_seconds
 from ui.text import plain
+from ui.views.training import calibration_text, duration
 
-__all__ = ["job_panel"]
+__all__ = ["job_panel", "time_estimate"]
+
+
+def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device: str,
+                  train_fn: Callable[..., Any] = train, *, timing: str, included: str = "") -> str:
+    """' Estimated time: …' for ``configs`` trained by ``train_fn`` on ``text``, from calibrations measured on
+    this server (a few real steps per model shape and attention path, cached), or why there is none yet.
+
+    Args:
+        queue: the job queue (:data:`ui.jobs.QUEUE`): no calibration is measured while it runs a job, which
+            would time the job's competition.
+        timing: what the spinner says is timed while a calibration is measured ('a few training steps').
+        included: words after the duration (', probes and tests included').
+    """
+    vocab = len(set(text))
+    try:
+        cached = [c for c in (calibration_cached(cf, vocab, device, train_fn) for cf in configs) if c]
+        est = estimate_seconds(configs, cached, vocab, device, train_fn)
+        if est is None:
+            if queue.running() is not None:
+                return " The time estimate is measured when no training job is running."
+            with st.spinner(f"Timing {timing} on this server for the estimate…"):
+                cals = calibrations_for(configs, text, device, train_fn)
+                est = estimate_seconds(configs, cals, vocab, device, train_fn)
+    except (AttnInputError, MemoryError) as exc:
+        return f" No time estimate: {exc}"
+    if est is None:
+        return ""
+    return f" Estimated time: {duration(est.seconds)}{included}; {calibration_text(est)}"
 
 
 def job_panel(

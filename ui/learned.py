@@ -41,20 +41,16 @@ from attncore.training.null_attention import (
 )
 from ui import cached, widgets
 from ui.corpus import Corpus
-from ui.job_panel import job_panel
+from ui.job_panel import job_panel, time_estimate
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
     SIZES,
-    calibration_cached,
-    calibrations_for,
-    estimate_seconds,
     flops_per_token,
 )
 from ui.state import Param
 from ui.text import plain
 from ui.views import learned_sinks as view
-from ui.views import training as training_view
 from ui.views.training import provenance
 
 __all__ = ["SINKS_PARAMS", "TRAINING_PARAMS", "learned_part", "live_section", "shipped_section"]
@@ -222,27 +218,6 @@ def job_flops(configs: list[TrainConfig], vocab: int) -> float:
     return sum(c.steps * c.batch * c.context * flops_per_token(c, vocab) for c in configs)
 
 
-def _time_estimate(configs: list[TrainConfig], text: str, device: str) -> str:
-    """' Estimated time: …' from a calibration of this task's runner measured on this server (a few real
-    steps with their probes and tests, per model shape), or why there is none yet."""
-    vocab = len(set(text))
-    try:
-        cached = [c for c in (calibration_cached(cf, vocab, device, train_and_test) for cf in configs) if c]
-        est = estimate_seconds(configs, cached, vocab, device, train_and_test)
-        if est is None:
-            if QUEUE.running() is not None:  # a calibration now would time the job's competition
-                return " The time estimate is measured when no training job is running."
-            with st.spinner("Timing a few steps of the task on this server for the estimate…"):
-                cals = calibrations_for(configs, text, device, train_and_test)
-                est = estimate_seconds(configs, cals, vocab, device, train_and_test)
-    except (AttnInputError, MemoryError) as exc:
-        return f" No time estimate: {exc}"
-    if est is None:
-        return ""
-    return (f" Estimated time: {training_view.duration(est.seconds)}, probes and tests included; "
-            f"{training_view.calibration_text(est)}")
-
-
 def live_section(ctx: Any, corpus: Corpus | None) -> None:
     """Live runs of the task on the Live run corpus: controls in the sidebar, the job here."""
     c = live_controls(ctx.controls)
@@ -273,7 +248,8 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
             line = (f"{len(configs)} run{'s' if len(configs) != 1 else ''} × {c['steps']} steps = {tokens:,} "
                     f"training tokens of the task built from {plain(corpus.name)} ({task.size - 1} distinct "
                     f"characters; {_task_sentence(task.to_dict())}) on {ctx.device_label}.")
-            line += _time_estimate(configs, corpus.text, ctx.device)
+            line += time_estimate(QUEUE, configs, corpus.text, ctx.device, train_and_test,
+                                  timing="a few steps of the task", included=", probes and tests included")
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
