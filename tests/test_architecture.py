@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,17 @@ def test_pages_register_in_the_navigation() -> None:
 
     on_disk = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))
     assert sorted(e.path for e in PAGES) == on_disk
+
+
+
+def test_views_never_load_streamlit() -> None:
+    """CONTRIBUTING: ui.views builders take arrays and return figures and tables, with no streamlit: importing
+    each of them (and whatever ui module it imports) in a fresh interpreter leaves streamlit unloaded."""
+    views = sorted(f"ui.views.{p.stem}" for p in (ROOT / "ui" / "views").glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for name in {views!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    if 'streamlit' in sys.modules:\n"
+            "        sys.exit(name + ' loads streamlit')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
