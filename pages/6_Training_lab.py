@@ -13,7 +13,7 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import cached, learned, widgets
 from ui import corpus as corpora
-from ui.job_panel import job_panel, time_estimate
+from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -286,24 +286,14 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
-    job = QUEUE.get(st.session_state.get(JOB_KEY))
-    busy = job is not None and job.active
     other = QUEUE.running()
-    if other is not None and other is not job:
+    if other is not None and other is not QUEUE.get(st.session_state.get(JOB_KEY)):
         snap = other.snapshot()
         st.caption(f"Another session's job is training on this server ({snap['label']}, step {snap['step']} "
                    f"of {snap['total']}); a Run now waits for it.")
-    if st.button("Run", key="tr_run", type="primary", icon=":material/play_arrow:",
-                 disabled=bool(problem) or corpus is None or busy):
-        try:
-            job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device)
-        except AttnInputError as exc:  # the queue is full
-            st.warning(plain(exc), icon=":material/hourglass_disabled:")
-        else:
-            st.session_state[JOB_KEY] = job.id
-            busy = True
-    if job is not None:
-        st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+    run_button(QUEUE, job_key=JOB_KEY, label="Run", key="tr_run", disabled=bool(problem) or corpus is None,
+               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device),
+               status=job_status, poll_s=POLL_S)
     return corpus
 
 

@@ -1,10 +1,11 @@
 """A training job on a page: its time estimate before Run, then its place in the queue or its progress,
 Stop, and what it produced.
 
-The Training lab's live runs and its "A sink forms" tab both plan and follow a job of
-:data:`ui.jobs.QUEUE` the same way: :func:`time_estimate` with their own training function, and
-:func:`job_panel` (called from a fragment that reruns every second while the job is active) with
-their own live chart and their own view of the finished runs.
+The Training lab's live runs and its "A sink forms" tab both plan, start and follow a job of
+:data:`ui.jobs.QUEUE` the same way: :func:`time_estimate` with their own training function,
+:func:`run_button` with their own submission, and :func:`job_panel` (called from a fragment that
+reruns every second while the job is active) with their own live chart and their own view of the
+finished runs.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import streamlit as st
 
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig, train
-from ui.jobs import JobQueue, calibration_cached, calibrations_for, estimate_seconds
+from ui.jobs import Job, JobQueue, calibration_cached, calibrations_for, estimate_seconds
 from ui.text import plain
 from ui.views.training import calibration_text, duration
 
-__all__ = ["job_panel", "time_estimate"]
+__all__ = ["job_panel", "run_button", "time_estimate"]
 
 
 def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device: str,
@@ -50,6 +51,25 @@ def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device
     if est is None:
         return ""
     return f" Estimated time: {duration(est.seconds)}{included}; {calibration_text(est)}"
+
+
+def run_button(queue: JobQueue, *, job_key: str, label: str, key: str, disabled: bool,
+               submit: Callable[[], Job], status: Callable[[str, bool], None], poll_s: float) -> None:
+    """The Run button (disabled while this session's job, kept under ``st.session_state[job_key]``, is
+    active), then ``status(job_id, polling)`` in a fragment that reruns every ``poll_s`` seconds while the
+    job is active. ``submit()`` queues the job; a full queue is said in plain words."""
+    job = queue.get(st.session_state.get(job_key))
+    busy = job is not None and job.active
+    if st.button(label, key=key, type="primary", icon=":material/play_arrow:", disabled=disabled or busy):
+        try:
+            job = submit()
+        except AttnInputError as exc:  # the queue is full
+            st.warning(plain(exc), icon=":material/hourglass_disabled:")
+        else:
+            st.session_state[job_key] = job.id
+            busy = True
+    if job is not None:
+        st.fragment(run_every=poll_s if busy else None)(status)(job.id, busy)
 
 
 def job_panel(

@@ -41,7 +41,7 @@ from attncore.training.null_attention import (
 )
 from ui import cached, widgets
 from ui.corpus import Corpus
-from ui.job_panel import job_panel, time_estimate
+from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -253,20 +253,10 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
-    job = QUEUE.get(st.session_state.get(JOB_KEY))
-    busy = job is not None and job.active
-    if st.button("Run on the task", key="sk_run", type="primary", icon=":material/play_arrow:",
-                 disabled=bool(problem) or busy):
-        try:
-            job = QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
-                               runner=train_and_test, namer=bbm_label)
-        except AttnInputError as exc:
-            st.warning(plain(exc), icon=":material/hourglass_disabled:")
-        else:
-            st.session_state[JOB_KEY] = job.id
-            busy = True
-    if job is not None:
-        st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+    run_button(QUEUE, job_key=JOB_KEY, label="Run on the task", key="sk_run", disabled=bool(problem),
+               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
+                                           runner=train_and_test, namer=bbm_label),
+               status=job_status, poll_s=POLL_S)
 
 
 def _shipped_time() -> str:
