@@ -20,6 +20,7 @@ import torch
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from attncore import dot_products as _dot
+from attncore import evidence as _evidence
 from attncore import gradients as _grad
 from attncore import kernels as _kernels
 from attncore import models as _models
@@ -43,6 +44,7 @@ __all__ = [
     "causal_head_vectors",
     "causal_model",
     "causal_next_chars",
+    "evidence_measurement",
     "training_result",
     "entropy_theory",
     "entropy_theory_given_queries",
@@ -364,3 +366,15 @@ def kernel_memory(spec: _kernels.KernelSpec, lengths: tuple[int, ...],
         return tuple(out), note
 
     return timed(run)
+
+
+# ---------------------------------------------------------------------------- Evidence page (issue 24)
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def evidence_measurement(key: str, device: str, seed: int, dtype: str,
+                         results_stamp: float) -> Timed[_evidence.Measurement]:
+    """One claim's test (:mod:`attncore.evidence`) on this device, seed and dtype. ``results_stamp`` (the
+    shipped results' latest modification time) makes a rewritten result file count as new input."""
+    c = _evidence.claim(key)
+    return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)

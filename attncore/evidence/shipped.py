@@ -1,0 +1,558 @@
+"""Claims tested by the shipped training experiments (attncore/training/results), read from their raw runs.
+
+Every run record holds its config (variant, learning rate, seed, sizes) and its final losses, so a
+cell (one experiment at one setting) is the list of its seeds' values; more seeds simply tighten
+the numbers. A comparison of two cells is decided only with at least :data:`MIN_SEEDS` seeds in
+each: its difference must exceed the 95% margin ``t(0.975, df) · standard error`` (paired over the
+seeds both cells ran, else Welch), otherwise it is "not distinguishable at this scale". With fewer
+seeds the direction is reported with the caveat that no spread is known. A result file or field
+that is absent makes the row "not testable here", with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attncore.errors import AttnInputError
+from attncore.evidence.records import (
+    CAVEAT,
+    FAILS,
+    HOLDS,
+    SHIPPED,
+    UNTESTABLE,
+    Claim,
+    Judgement,
+    Measurement,
+    Setting,
+)
+from attncore.training.io import load_result
+
+__all__ = ["CLAIMS", "MIN_SEEDS", "Comparison", "compare", "t_critical"]
+
+MIN_SEEDS = 3
+SPIKE = 0.1  # nats: a training loss that rises by more than this between evaluations is a spike
+SINK_EPS = 0.3  # Gu et al.'s ε: a head whose mean weight on the first token exceeds it is a sink head
+
+# two-sided 95% critical values of Student's t, 1..30 degrees of freedom
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def t_critical(df: float) -> float:
+    """t(0.975, df), df rounded down (the wider margin); 1.96 plus a shrinking gap beyond 30."""
+    if not math.isfinite(df) or df < 1:
+        return math.inf
+    k = int(df)
+    return _T975[k - 1] if k <= len(_T975) else 1.96 + (_T975[-1] - 1.96) * 30 / k
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Cell b against cell a: ``diff = mean(b) - mean(a)``, its 95% ``margin`` (None with < 2 seeds)."""
+
+    mean_a: float
+    mean_b: float
+    n_a: int
+    n_b: int
+    diff: float
+    margin: float | None
+    paired: bool
+
+    @property
+    def enough(self) -> bool:
+        """Both cells have at least :data:`MIN_SEEDS` seeds."""
+        return min(self.n_a, self.n_b) >= MIN_SEEDS
+
+    @property
+    def sign(self) -> int:
+        """+1 / -1 when b is distinguishably higher / lower than a, 0 when not (or too few seeds)."""
+        if not self.enough or self.margin is None or abs(self.diff) <= self.margin:
+            return 0
+        return 1 if self.diff > 0 else -1
+
+
+def _sd(xs: Sequence[float]) -> float:
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def compare(a: dict[int, float], b: dict[int, float]) -> Comparison:
+    """Compare two cells given as {seed: value}: paired over shared seeds when both ran the same seeds."""
+    va, vb = list(a.values()), list(b.values())
+    ma, mb = sum(va) / len(va), sum(vb) / len(vb)
+    paired = sorted(a) == sorted(b) and len(a) >= 2
+    margin: float | None = None
+    if paired:
+        d = [b[s] - a[s] for s in a]
+        margin = t_critical(len(d) - 1) * _sd(d) / math.sqrt(len(d))
+    elif len(va) >= 2 and len(vb) >= 2:
+        sa, sb = _sd(va) ** 2 / len(va), _sd(vb) ** 2 / len(vb)
+        se = math.sqrt(sa + sb)
+        den = sa * sa / (len(va) - 1) + sb * sb / (len(vb) - 1)
+        df = (sa + sb) ** 2 / den if den > 0 else float(len(va) + len(vb) - 2)
+        margin = t_critical(df) * se
+    return Comparison(ma, mb, len(va), len(vb), mb - ma, margin, paired)
+
+
+# --------------------------------------------------------------------------- reading the result files
+
+
+def _load(name: str) -> dict[str, Any] | str:
+    """The result dict, or why it cannot be used."""
+    try:
+        d = load_result(name)
+    except AttnInputError as exc:
+        return str(exc)
+    if not d.get("runs"):
+        return f"{name}.json has no runs."
+    return d
+
+
+def _cells(
+    runs: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any], value: str
+) -> dict[Any, dict[int, float]]:
+    """{cell key: {seed: value}} over the runs that did not diverge and have the value."""
+    out: dict[Any, dict[int, float]] = {}
+    for r in runs:
+        v = r.get(value)
+        if r.get("diverged_at") is not None or v is None or not math.isfinite(float(v)):
+            continue
+        out.setdefault(key(r), {})[int(r["config"].get("seed", 0))] = float(v)
+    return out
+
+
+def _mean(cell: dict[int, float]) -> float:
+    return sum(cell.values()) / len(cell)
+
+
+def _scale(d: dict[str, Any]) -> str:
+    cfg = (d.get("sizes") or {}).get("config") or {}
+    seeds = sorted({int(r["config"].get("seed", 0)) for r in d["runs"]})
+    parts = [
+        f"{cfg[k]} {w}"
+        for k, w in (("n_layer", "layers"), ("d_model", "wide"), ("steps", "steps"))
+        if k in cfg
+    ]
+    machine = (d.get("machine") or {}).get("device", "?")
+    return (
+        f"{d['experiment']}.json: {', '.join(parts)}, {len(d['runs'])} runs, seeds "
+        f"{', '.join(map(str, seeds))}, trained on {machine}"
+    )
+
+
+def _seeds(c: Comparison) -> str:
+    return f"{c.n_a} and {c.n_b} seed(s)" if c.n_a != c.n_b else f"{c.n_a} seed(s) each"
+
+
+# --------------------------------------------------------------------------- fully scaled trains worse
+
+
+def _lr_sweep(setting: Setting) -> Measurement:
+    d = _load("lr_sweep")
+    if isinstance(d, str):
+        return Measurement(basis=SHIPPED, missing=d)
+    cells = _cells(
+        d["runs"], lambda r: (r["config"]["variant"], float(r["config"]["lr"])), "final_train_loss"
+    )
+    best: dict[str, tuple[float, dict[int, float]]] = {}
+    for (variant, lr), cell in cells.items():
+        if variant in ("standard", "fully_scaled") and (
+            variant not in best or _mean(cell) < _mean(best[variant][1])
+        ):
+            best[variant] = (lr, cell)
+    if len(best) < 2:
+        return Measurement(
+            basis=SHIPPED, missing="lr_sweep.json lacks a standard or a fully scaled run that finished."
+        )
+    c = compare(best["standard"][1], best["fully_scaled"][1])
+    return Measurement(
+        {
+            "standard": c.mean_a,
+            "fully_scaled": c.mean_b,
+            "lr_standard": best["standard"][0],
+            "lr_fully_scaled": best["fully_scaled"][0],
+            "n_a": c.n_a,
+            "n_b": c.n_b,
+            "diff": c.diff,
+            "margin": math.nan if c.margin is None else c.margin,
+            "paired": c.paired,
+        },
+        basis=SHIPPED,
+        scale=_scale(d),
+    )
+
+
+def _cmp_of(m: Measurement, a: str = "standard", b: str = "fully_scaled") -> Comparison:
+    margin = m.num("margin")
+    return Comparison(
+        m.num(a),
+        m.num(b),
+        int(m.num("n_a")),
+        int(m.num("n_b")),
+        m.num("diff"),
+        None if math.isnan(margin) else margin,
+        bool(m["paired"]),
+    )
+
+
+def _worse_judge(m: Measurement) -> Judgement:
+    c = _cmp_of(m)
+    scale = (
+        f"losses {m.num('standard'):.2f} vs {m.num('fully_scaled'):.2f} here against the post's 1.2 vs 1.4"
+    )
+    if c.enough:
+        if c.sign > 0:
+            return Judgement(
+                HOLDS,
+                f"gap {c.diff:+.3f} ± {c.margin:.3f} (95%, {_seeds(c)}); {scale}, a smaller model and run.",
+            )
+        if c.sign < 0:
+            return Judgement(
+                FAILS, f"fully scaled trained better here: {c.diff:+.3f} ± {c.margin:.3f} ({_seeds(c)})."
+            )
+        return Judgement(
+            FAILS, f"not distinguishable at this scale: {c.diff:+.3f} ± {c.margin:.3f} ({_seeds(c)})."
+        )
+    if c.diff > 0:
+        return Judgement(
+            CAVEAT,
+            f"the ordering is the post's, but with {_seeds(c)} no seed-to-seed spread is known "
+            f"(need {MIN_SEEDS}); {scale}.",
+        )
+    return Judgement(FAILS, f"fully scaled trained no worse ({c.diff:+.3f}, {_seeds(c)}).")
+
+
+FULLY_SCALED_WORSE = Claim(
+    key="fully_scaled_worse",
+    source="graphcore",
+    quote="Fully scaled attention behaves worse than the baseline (final training loss 1.2 for baseline, 1.4 "
+    "for "
+    "fully scaled)",
+    test="The shipped learning-rate sweep on tiny Shakespeare: final training loss of standard and fully "
+    "scaled "
+    "attention, each at its best learning rate (lowest mean over seeds).",
+    tolerance=f"with ≥ {MIN_SEEDS} seeds per cell the gap must exceed its 95% margin (t × standard error)",
+    measure=_lr_sweep,
+    describe=lambda m: (
+        f"best: standard {m.num('standard'):.3f} (lr {m.num('lr_standard'):.3g}), fully scaled "
+        f"{m.num('fully_scaled'):.3f} (lr {m.num('lr_fully_scaled'):.3g}); gap {m.num('diff'):+.3f}"
+        + ("" if math.isnan(m.num("margin")) else f" ± {m.num('margin'):.3f}")
+        + f"; seeds {int(m.num('n_a'))} and {int(m.num('n_b'))}."
+    ),
+    judge=_worse_judge,
+)
+
+
+# --------------------------------------------------------------------------- the scaling ablation
+
+
+def _d_head(r: dict[str, Any]) -> int:
+    cfg = r["config"]
+    return int(cfg["d_model"]) // int(cfg["n_head"])
+
+
+def _scaling(setting: Setting) -> Measurement:
+    d = _load("scaling")
+    if isinstance(d, str):
+        return Measurement(basis=SHIPPED, missing=d)
+    val = _cells(d["runs"], lambda r: (r["config"]["variant"], _d_head(r)), "final_val_loss")
+    heads = sorted({h for (v, h) in val if v == "unscaled" and ("standard", h) in val})
+    if len(heads) < 2:
+        return Measurement(
+            basis=SHIPPED, missing="scaling.json lacks standard and unscaled runs at two head dims."
+        )
+    gaps: dict[int, dict[int, float]] = {}
+    vals: dict[str, float | int | str | bool] = {"d_lo": heads[0], "d_hi": heads[-1]}
+    for h in heads:
+        std, uns = val[("standard", h)], val[("unscaled", h)]
+        gaps[h] = {s: uns[s] - std[s] for s in std if s in uns}
+        c = compare(std, uns)
+        vals[f"gap_{h}"], vals[f"std_{h}"], vals[f"n_{h}"] = c.diff, c.mean_a, min(c.n_a, c.n_b)
+        vals[f"margin_{h}"] = math.nan if c.margin is None else c.margin
+    grow = compare(gaps[heads[0]], gaps[heads[-1]])
+    vals.update(
+        heads=", ".join(map(str, heads)),
+        grow=grow.diff,
+        grow_n=min(grow.n_a, grow.n_b),
+        grow_margin=math.nan if grow.margin is None else grow.margin,
+        grow_paired=grow.paired,
+    )
+    return Measurement(vals, basis=SHIPPED, scale=_scale(d))
+
+
+def _gap_text(m: Measurement) -> str:
+    heads = [int(h) for h in str(m["heads"]).split(", ")]
+    return "; ".join(
+        f"d_head {h}: {m.num(f'gap_{h}'):+.3f}"
+        + ("" if math.isnan(m.num(f"margin_{h}")) else f" ± {m.num(f'margin_{h}'):.3f}")
+        for h in heads
+    )
+
+
+def _ablation_judge(m: Measurement) -> Judgement:
+    lo, hi = int(m.num("d_lo")), int(m.num("d_hi"))
+    grow = Comparison(
+        0.0,
+        m.num("grow"),
+        int(m.num("grow_n")),
+        int(m.num("grow_n")),
+        m.num("grow"),
+        None if math.isnan(m.num("grow_margin")) else m.num("grow_margin"),
+        bool(m["grow_paired"]),
+    )
+    std_drift = m.num(f"std_{hi}") - m.num(f"std_{lo}")
+    note = (
+        f"standard's own loss also moves {std_drift:+.3f} from d_head {lo} to {hi} (fewer, wider heads at a "
+        "fixed width)"
+    )
+    if grow.enough:
+        if grow.sign > 0:
+            return Judgement(
+                HOLDS,
+                f"the unscaled penalty grows with d_head by {grow.diff:+.3f} ± {grow.margin:.3f}; {note}.",
+            )
+        return Judgement(
+            FAILS,
+            f"the penalty's growth ({grow.diff:+.3f} ± {grow.margin:.3f}) is not distinguishable "
+            "at this scale.",
+        )
+    if grow.diff > 0 and m.num(f"gap_{hi}") > 0:
+        return Judgement(
+            CAVEAT,
+            f"the unscaled penalty grows with d_head, but with {int(m.num('grow_n'))} seed(s) "
+            f"no spread is known (need {MIN_SEEDS}); {note}.",
+        )
+    return Judgement(FAILS, f"the unscaled penalty does not grow with d_head ({grow.diff:+.3f}).")
+
+
+SCALING_ABLATION = Claim(
+    key="scaling_ablation",
+    source="sqrtd",
+    quote="Key takeaway: dot product variance scales with dimension, causing softmax to saturate and "
+    "gradients to "
+    "vanish. Dividing by √d_k … ensuring stable training regardless of dimension. (Exercise: train with and "
+    "without scaling.)",
+    test="The shipped scaling experiment: final validation loss, unscaled minus standard, at d_head 16, 64 "
+    "and 256 "
+    "(same total width), and whether that penalty grows from the smallest to the largest head dim.",
+    tolerance=f"with ≥ {MIN_SEEDS} seeds the growth must exceed its 95% margin (paired over seeds)",
+    measure=_scaling,
+    describe=lambda m: "unscaled − standard, final val loss: " + _gap_text(m) + ".",
+    judge=_ablation_judge,
+)
+
+
+# --------------------------------------------------------------------------- "unstable for d_k > ~16"
+
+
+def _stability(setting: Setting) -> Measurement:
+    d = _load("scaling")
+    if isinstance(d, str):
+        return Measurement(basis=SHIPPED, missing=d)
+    runs = [r for r in d["runs"] if r["config"]["variant"] == "unscaled" and _d_head(r) > 16]
+    if not runs:
+        return Measurement(basis=SHIPPED, missing="scaling.json has no unscaled run with d_head above 16.")
+    diverged = sum(1 for r in runs if r.get("diverged_at") is not None)
+    spikes, worst = 0, -math.inf
+    for r in runs:
+        losses = [x for x in (r.get("train_loss") or []) if x is not None]
+        rises = [b - a for a, b in zip(losses, losses[1:], strict=False)]
+        worst = max([worst, *rises])
+        spikes += any(x > SPIKE for x in rises)
+    val = _cells(d["runs"], lambda r: (r["config"]["variant"], _d_head(r)), "final_val_loss")
+    heads = sorted({_d_head(r) for r in runs})
+    gaps = {
+        h: _mean(val[("unscaled", h)]) - _mean(val[("standard", h)])
+        for h in heads
+        if ("unscaled", h) in val and ("standard", h) in val
+    }
+    return Measurement(
+        {
+            "runs": len(runs),
+            "diverged": diverged,
+            "spikes": spikes,
+            "worst_rise": worst,
+            "heads": ", ".join(map(str, heads)),
+            "steps": int(runs[0]["config"]["steps"]),
+            "lr": float(runs[0]["config"]["lr"]),
+            **{f"gap_{h}": g for h, g in gaps.items()},
+        },
+        basis=SHIPPED,
+        scale=_scale(d),
+    )
+
+
+def _stability_judge(m: Measurement) -> Judgement:
+    if m.num("diverged") or m.num("spikes"):
+        return Judgement(
+            HOLDS,
+            f"{int(m.num('diverged'))} of {int(m.num('runs'))} unscaled runs diverged and "
+            f"{int(m.num('spikes'))} had a loss spike above {SPIKE:g} nats.",
+        )
+    heads = [int(h) for h in str(m["heads"]).split(", ")]
+    slower = ", ".join(f"{m.num(f'gap_{h}'):+.2f} at d_head {h}" for h in heads if f"gap_{h}" in m.values)
+    return Judgement(
+        FAILS,
+        f"no unscaled run diverged or spiked ({int(m.num('runs'))} runs, {int(m.num('steps'))} "
+        f"steps at lr {m.num('lr'):g}); they trained slower ({slower} nats in final val loss), "
+        "not unstably.",
+    )
+
+
+UNSTABLE_16 = Claim(
+    key="unstable_16",
+    source="sdpa",
+    quote="NEVER forget the scaling — without it, training will be unstable for d_k > ~16.",
+    test="The shipped scaling experiment's unscaled runs at d_head > 16: divergence, and the largest rise of "
+    "the "
+    "training loss between evaluations.",
+    tolerance=f"“unstable”: a run diverged or its loss rose by more than {SPIKE:g} nats between evaluations",
+    measure=_stability,
+    describe=lambda m: (
+        f"{int(m.num('runs'))} unscaled runs at d_head {m['heads']}: {int(m.num('diverged'))} diverged, "
+        f"{int(m.num('spikes'))} spiked; largest rise between evaluations {m.num('worst_rise'):+.3f} "
+        "nats."
+    ),
+    judge=_stability_judge,
+)
+
+
+# --------------------------------------------------------------------------- sinks in trained models
+
+
+def _sink_heads(run: dict[str, Any], eps: float) -> tuple[int, int] | None:
+    alpha = run.get("sink_alpha")
+    if not alpha:
+        return None
+    flat = [a for layer in alpha for a in layer]
+    return sum(1 for a in flat if a > eps), len(flat)
+
+
+def _sinks(setting: Setting) -> Measurement:
+    d = _load("sinks")
+    if isinstance(d, str):
+        return Measurement(basis=SHIPPED, missing=d)
+    found: dict[str, tuple[int, int]] = {}
+    for r in d["runs"]:
+        label = r.get("label") or r["config"]["variant"]
+        got = _sink_heads(r, float(r.get("sink_eps", SINK_EPS)))
+        if got is not None:
+            a, b = found.get(label, (0, 0))
+            found[label] = (a + got[0], b + got[1])
+    if "softmax" not in found:
+        return Measurement(
+            basis=SHIPPED, missing="sinks.json has no softmax run with per-head first-token weights."
+        )
+    vals: dict[str, float | int | str | bool] = {"labels": ", ".join(found)}
+    for label, (k, n) in found.items():
+        vals[f"sinks_{label}"], vals[f"heads_{label}"] = k, n
+    vals["uniform"] = float(d.get("alpha_uniform", math.nan))
+    return Measurement(vals, basis=SHIPPED, scale=_scale(d))
+
+
+def _sink_text(m: Measurement) -> str:
+    return ", ".join(
+        f"{label} {int(m.num(f'sinks_{label}'))}/{int(m.num(f'heads_{label}'))}"
+        for label in str(m["labels"]).split(", ")
+    )
+
+
+def _learned_judge(m: Measurement) -> Judgement:
+    if m.num("sinks_softmax") == 0:
+        return Judgement(
+            UNTESTABLE,
+            f"no sink formed in the shipped softmax model (0/{int(m.num('heads_softmax'))} "
+            f"heads with a first-token weight above {SINK_EPS:g}; uniform attention gives "
+            f"{m.num('uniform'):.3f}): it cannot show what sinks are for.",
+        )
+    return Judgement(
+        HOLDS,
+        f"{int(m.num('sinks_softmax'))} of {int(m.num('heads_softmax'))} softmax heads became "
+        "first-token sinks.",
+    )
+
+
+SINKS_LEARNED = Claim(
+    key="sinks_learned",
+    source="notes",
+    quote="As a maladaptive workaround for the lack of true null attention, models often learn to dump large "
+    "amounts of attention weight onto semantically meaningless tokens (like BOS …)",
+    test=f"The shipped sinks experiment: heads whose mean weight on the first token exceeds ε = {SINK_EPS:g} "
+    "(Gu et al.'s sink metric), in the softmax model.",
+    tolerance=f"a sink head: first-token weight above ε = {SINK_EPS:g}",
+    measure=_sinks,
+    describe=lambda m: "sink heads: " + _sink_text(m) + ".",
+    judge=_learned_judge,
+)
+
+
+def _fix_judge(m: Measurement) -> Judgement:
+    if m.num("sinks_softmax") == 0:
+        return Judgement(
+            UNTESTABLE,
+            "softmax formed no sink here either, so there is nothing for a denominator bias to remove.",
+        )
+    fixes = [lab for lab in str(m["labels"]).split(", ") if lab in ("softmax1", "sink_logit")]
+    if not fixes:
+        return Judgement(UNTESTABLE, "no softmax1 or sink-logit model was trained.")
+    left = {lab: m.num(f"sinks_{lab}") / m.num(f"heads_{lab}") for lab in fixes}
+    share = m.num("sinks_softmax") / m.num("heads_softmax")
+    if all(v < share for v in left.values()):
+        return Judgement(HOLDS, "the denominator-bias models have fewer sink heads: " + _sink_text(m) + ".")
+    return Judgement(FAILS, "the denominator-bias models keep their sinks: " + _sink_text(m) + ".")
+
+
+BIAS_REMOVES_SINKS = Claim(
+    key="bias_removes_sinks",
+    source="notes",
+    quote="Denominator Bias … allowing for true “null attention” or partial attention … This removes the "
+    "need for "
+    "attention sinks.",
+    test="The same count for the softmax1 and learned-sink-logit models against softmax.",
+    tolerance="fewer sink heads with the bias than with softmax",
+    measure=_sinks,
+    describe=lambda m: "sink heads: " + _sink_text(m) + ".",
+    judge=_fix_judge,
+)
+
+
+CLAIMS: tuple[Claim, ...] = (
+    FULLY_SCALED_WORSE,
+    SCALING_ABLATION,
+    UNSTABLE_16,
+    SINKS_LEARNED,
+    BIAS_REMOVES_SINKS,
+)
