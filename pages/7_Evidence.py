@@ -16,6 +16,14 @@ from ui.views import evidence as view
 P_SRC = Param("ev_src", tuple(SOURCES), options=tuple(SOURCES), multi=True)
 P_VERDICT = Param("ev_v", tuple(view.VERDICT_KEYS), options=tuple(view.VERDICT_KEYS), multi=True)
 PARAMS = (P_SRC, P_VERDICT)
+# The table fits the page: fixed column shares, and long identifiers (attncore.kernels.notebook_attention)
+# may break anywhere.
+TABLE_CSS = """<style>
+[data-testid=stTable] table { table-layout: fixed; width: 100%; }
+[data-testid=stTable] th:nth-child(1) { width: 34%; } [data-testid=stTable] th:nth-child(2) { width: 20%; }
+[data-testid=stTable] th:nth-child(3) { width: 22%; } [data-testid=stTable] th:nth-child(4) { width: 24%; }
+[data-testid=stTable] td p { overflow-wrap: anywhere; }
+</style>"""
 SLOW_DONE = "_ev_slow_done"  # settings whose slow rows this session has measured (they come from the cache)
 
 
@@ -82,33 +90,20 @@ def draw(
     kept, waiting = shown(rows, pending, sources, verdicts)
     words.markdown(
         f"**All texts:** {view.summary(rows)} **Shown:** {view.summary(kept)}"
-        + (f" {len(waiting)} timed on this machine are being measured." if waiting else "")
+        + (
+            f" {len(waiting)} more (timings, models, the gradient sweep) are being measured."
+            if waiting
+            else ""
+        )
     )
-    df = view.frame(kept, waiting, ctx.device_label)
-    table.dataframe(
-        df,
-        hide_index=True,
-        row_height=92,
-        height=min(760, 40 + 92 * max(1, len(df))),
-        column_order=view.COLUMNS,
-        key="ev_table" if final else None,
-        column_config={
-            "verdict": st.column_config.TextColumn("verdict", width="small", pinned=True),
-            "claim": st.column_config.TextColumn("claim (quoted)", width="large"),
-            "source": st.column_config.TextColumn("source", width="small"),
-            "measured": st.column_config.TextColumn("measured here", width="large"),
-            "caveat": st.column_config.TextColumn("caveat", width="large"),
-            "view": st.column_config.LinkColumn(
-                "view",
-                display_text=r"/([^?]+)",
-                width="small",
-                help="The page and settings that show it in depth",
-            ),
-            "test": st.column_config.TextColumn("tested by", width="large"),
-            "rule": st.column_config.TextColumn("rule", width="medium"),
-            "how": st.column_config.TextColumn("basis and scale", width="large"),
-        },
-    )
+    if kept or waiting:
+        table.table(
+            view.display_frame(view.frame(kept, waiting, ctx.device_label)),
+            hide_index=True,
+            border="horizontal",
+        )
+    else:
+        table.info("No claim matches these filters.", icon=":material/filter_alt_off:")
 
 
 def explain(rows: list[Row]) -> None:
@@ -149,6 +144,7 @@ def explain(rows: list[Row]) -> None:
 
 def body(ctx: PageContext) -> None:
     st.title("Evidence")
+    st.html(TABLE_CSS)
     st.markdown(
         "Every checkable claim of the five source texts, tested by attncore on this machine: what it "
         "measured, a verdict computed by a stated rule, the caveat a careful reviewer would add, and a link "
@@ -162,7 +158,7 @@ def body(ctx: PageContext) -> None:
     setting = (ctx.device, ctx.seed, ctx.dtype, stamp)
     if setting not in st.session_state.setdefault(SLOW_DONE, set()):
         draw(slots, ctx, rows, slow, sources, verdicts, final=False)
-    rows += measure(ctx, slow, stamp, "Timing on this machine: claim")
+    rows += measure(ctx, slow, stamp, "Measuring the slower claims:")
     st.session_state[SLOW_DONE].add(setting)
     draw(slots, ctx, rows, [], sources, verdicts, final=True)
     kept, _ = shown(rows, [], sources, verdicts)

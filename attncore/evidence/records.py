@@ -61,12 +61,14 @@ class Source:
     Attributes:
         key: short name (the page's URL filter value).
         title: the text's own title.
-        kind: what it is (a tutorial, a book chapter, ...), for the table.
+        kind: what it is (a tutorial, a book chapter, ...).
+        short: a label that tells the five apart at a glance (two titles are nearly the same).
     """
 
     key: str
     title: str
     kind: str
+    short: str
 
     @property
     def label(self) -> str:
@@ -77,11 +79,16 @@ class Source:
 SOURCES: dict[str, Source] = {
     s.key: s
     for s in (
-        Source("notes", "Scaled dot product attention", "study notes after “Softmax attention is a fluke”"),
-        Source("sqrtd", "Scaled Attention: Why √d Matters", "tutorial, section 5.3"),
-        Source("d2l", "Attention Scoring Functions", "Dive into Deep Learning, JAX edition"),
-        Source("graphcore", "Almost-scaled dot-product attention", "Graphcore research blog"),
-        Source("sdpa", "Scaled Dot-Product Attention", "reference page on F.scaled_dot_product_attention"),
+        Source("notes", "Scaled dot product attention", "study notes after “Softmax attention is a fluke”",
+               "Study notes: softmax, null attention"),
+        Source("sqrtd", "Scaled Attention: Why √d Matters", "tutorial, section 5.3",
+               "Why √d Matters (tutorial)"),
+        Source("d2l", "Attention Scoring Functions", "Dive into Deep Learning, JAX edition",
+               "d2l: Attention Scoring Functions"),
+        Source("graphcore", "Almost-scaled dot-product attention", "Graphcore research blog",
+               "Graphcore: Almost-scaled attention"),
+        Source("sdpa", "Scaled Dot-Product Attention", "reference page on F.scaled_dot_product_attention",
+               "SDPA reference page"),
     )
 }
 
@@ -156,7 +163,8 @@ class Claim:
         describe: the table's "measured" sentence, from the measurement's numbers.
         judge: the verdict rule: :class:`Measurement` in, :class:`Judgement` out.
         also: other sources that make the same claim.
-        slow: measured in the page's second pass (timings, memory, a model load).
+        slow: measured in the page's second pass, after the table is first drawn (a timing, a memory
+            measurement, a model, the gradient sweep).
     """
 
     key: str
@@ -215,7 +223,3 @@ def z_score(value: float, target: float, se: float) -> float:
     if se > 0:
         return (value - target) / se
     return 0.0 if value == target else math.copysign(math.inf, value - target)
-
-
-def rule_table(m: Mapping[str, Value]) -> str:  # pragma: no cover - debugging aid
-    return ", ".join(f"{k}={v}" for k, v in m.items())

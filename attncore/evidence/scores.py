@@ -584,6 +584,7 @@ def _vanish_judge(m: Measurement) -> Judgement:
 GRADIENTS_VANISH = Claim(
     key="gradients_vanish",
     source="sqrtd",
+    slow=True,
     also=("sdpa",),
     quote="Without scaling: Softmax outputs are near 0 or 1, gradients are tiny. (The reference page: "
     "“without it, the softmax gradients vanished for … d_k = 64”.)",
@@ -624,6 +625,7 @@ def _saturation_share_judge(m: Measurement) -> Judgement:
 PREVENTS_SATURATION = Claim(
     key="prevents_saturation",
     source="sdpa",
+    slow=True,
     quote="Without scaling, the softmax inputs are large, pushing softmax into saturation where it outputs "
     "near-one-hot vectors. … (e.g. 128)",
     test=f"Share of rows whose top weight is ≥ {LEVEL:g} at d = 128, unscaled and scaled (the gradient "
@@ -794,6 +796,7 @@ def _init_judge(m: Measurement) -> Judgement:
 RANDOM_INIT = Claim(
     key="random_init",
     source="sqrtd",
+    slow=True,
     quote="When scaling matters most: Random init | Scores near N(0, d_k) | Critical",
     test="Var(q·k)/d_head of the character transformer's first layer at initialisation, on random "
     "characters.",

@@ -28,6 +28,7 @@ from attncore.evidence import (
     Row,
 )
 from ui.figures import PALETTE, legend_below, relayout, style
+from ui.text import plain
 
 __all__ = [
     "COLUMNS",
@@ -116,7 +117,26 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "flash_speed": (_KER, {}),
     "flash_memory": (_KER, {"k_mem": "1"}),
 }
-COLUMNS: tuple[str, ...] = ("verdict", "claim", "source", "measured", "caveat", "view", "test", "rule", "how")
+COLUMNS: tuple[str, ...] = (
+    "verdict",
+    "claim",
+    "source",
+    "measured",
+    "caveat",
+    "view",
+    "test",
+    "rule",
+    "basis",
+    "scale",
+)
+BADGES: dict[str, str] = {
+    HOLDS: "green",
+    CAVEAT: "blue",
+    FAILS: "orange",
+    MISPRINT: "violet",
+    UNTESTABLE: "gray",
+}
+BASIS_WORDS: dict[str, str] = {LIVE: "live", EXACT: "exact", SHIPPED: "shipped"}
 
 
 def page_slug(script: str) -> str:
@@ -134,57 +154,88 @@ def link(key: str) -> str:
 
 
 def basis_text(row: Row, device_label: str) -> str:
-    """How a row's numbers were obtained, with its scale: live on the device, exact, or shipped."""
+    """How the row's numbers were obtained: live on the device, exact, or shipped ("—" when not measured)."""
     m = row.measurement
     if m.missing:
         return "—"
-    word = {
-        LIVE: f"live, {device_label}",
-        EXACT: "exact (arithmetic or quadrature)",
-        SHIPPED: "shipped training results",
-    }[m.basis]
-    return f"{word}: {m.scale}" if m.scale else word
+    return f"live, {device_label}" if m.basis == LIVE and device_label else BASIS_WORDS[m.basis]
 
 
-def _pending_row(c: Claim) -> dict[str, str]:
+def _sources_text(c: Claim) -> str:
+    return "; ".join(SOURCES[s].short for s in c.sources)
+
+
+def _cells(c: Claim) -> dict[str, str]:
     return {
-        "verdict": PENDING,
         "claim": c.quote,
-        "source": _source_text(c),
-        "measured": PENDING,
-        "caveat": "",
+        "source": _sources_text(c),
         "view": link(c.key),
         "test": c.test,
         "rule": c.tolerance,
-        "how": "timed live on this machine",
     }
-
-
-def _source_text(c: Claim) -> str:
-    main = SOURCES[c.source].title
-    return main + (f" (also {', '.join(SOURCES[s].title for s in c.also)})" if c.also else "")
 
 
 def frame(rows: Sequence[Row], pending: Sequence[Claim] = (), device_label: str = "") -> pd.DataFrame:
-    """One row per claim, in :data:`attncore.evidence.CLAIMS` order; ``pending`` claims (the slow ones not
-    yet measured) say so. Columns :data:`COLUMNS` plus ``key`` (the claim's id)."""
+    """One row per claim in :data:`attncore.evidence.CLAIMS` order, plain text; ``pending`` claims (slow ones
+    not yet measured) say so. Columns ``key`` (the claim's id) and :data:`COLUMNS`."""
     out = {
         r.claim.key: {
+            **_cells(r.claim),
             "verdict": r.judgement.verdict,
-            "claim": r.claim.quote,
-            "source": _source_text(r.claim),
             "measured": r.measured,
             "caveat": r.judgement.caveat,
-            "view": link(r.claim.key),
-            "test": r.claim.test,
-            "rule": r.claim.tolerance,
-            "how": basis_text(r, device_label),
+            "basis": basis_text(r, device_label),
+            "scale": r.measurement.scale,
         }
         for r in rows
     }
-    out.update({c.key: _pending_row(c) for c in pending})
+    out.update(
+        {
+            c.key: {
+                **_cells(c),
+                "verdict": PENDING,
+                "measured": PENDING,
+                "caveat": "",
+                "basis": "live",
+                "scale": "",
+            }
+            for c in pending
+        }
+    )
     keys = [c.key for c in CLAIMS if c.key in out]
     return pd.DataFrame([{"key": k, **out[k]} for k in keys], columns=["key", *COLUMNS])
+
+
+def _page_name(url: str) -> str:
+    """'Saturation and gradients' for '/Saturation_and_gradients?sat_d=512'."""
+    return url.lstrip("/").split("?", 1)[0].replace("_", " ")
+
+
+def display_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The table the page shows (``st.table`` renders Markdown): every text escaped with ``ui.text.plain``;
+    the verdict as a coloured badge before the quote, then the source and the link to the view; the basis
+    before the measurement; the rule and the scale after the test."""
+
+    def badge(v: str) -> str:
+        return f":{BADGES[v]}-badge[{plain(v)}]" if v in BADGES else plain(v)
+
+    out = pd.DataFrame(
+        {
+            "claim and verdict": [
+                f"{badge(v)} “{plain(q)}” *({plain(src)})* [{_page_name(u)} ↗]({u})"
+                for v, q, src, u in zip(df["verdict"], df["claim"], df["source"], df["view"], strict=True)
+            ],
+            "measured here": [
+                f"**{plain(b)}:** {plain(m)}" for b, m in zip(df["basis"], df["measured"], strict=True)
+            ],
+            "caveat": df["caveat"].map(plain),
+            "tested by": [
+                f"{plain(t)} **Rule:** {plain(r)}." + (f" **Scale:** {plain(sc)}." if sc else "")
+                for t, r, sc in zip(df["test"], df["rule"], df["scale"], strict=True)
+            ],
+        }
+    )
+    return out
 
 
 def counts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
@@ -200,7 +251,7 @@ def verdict_figure(rows: Sequence[Row]) -> go.Figure:
     """Stacked horizontal bars: per source, how many of its claims got each verdict."""
     by = counts(rows)
     sources = list(SOURCES)[::-1]  # the first source on top
-    labels = [SOURCES[s].title for s in sources]
+    labels = [SOURCES[s].short for s in sources]
     traces = [
         go.Bar(
             y=labels,
@@ -216,11 +267,12 @@ def verdict_figure(rows: Sequence[Row]) -> go.Figure:
     relayout(
         fig,
         barmode="stack",
-        xaxis={"title": {"text": "claims (a claim several texts make counts for each)"}, "dtick": 2},
-        yaxis={"automargin": True},
+        bargap=0.25,
+        xaxis={"title": {"text": "claims (one that several texts make counts for each)"}, "dtick": 2},
+        yaxis={"tickmode": "array", "tickvals": labels, "ticktext": labels},
         meta={"view": "ev-verdicts"},
     )
-    return legend_below(style(fig, height=260))
+    return legend_below(style(fig, height=300))
 
 
 def summary(rows: Sequence[Row]) -> str:
