@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import attncore.evidence.shipped as shipped
+from attncore.errors import AttnInputError
 from attncore.evidence import (
     CAVEAT,
     CLAIMS,
@@ -34,7 +35,6 @@ from attncore.evidence import (
 )
 from attncore.evidence.records import fmt, printed_half_unit, z_score
 from attncore.evidence.scores import SOURCE_SCALED
-from attncore.errors import AttnInputError
 from tests.chart_data import page_device
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
