@@ -102,7 +102,7 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "fully_scaled_unit": (_ENT, {"ent_full": "1"}),
     "flat_limit": (_ENT, {"ent_vary": "temperature"}),
     "spike_limit": (_ENT, {"ent_vary": "temperature"}),
-    "lognormal_range": (_ENT, {"ent_vary": "temperature", "ent_taus": "0.5,1,2"}),
+    "lognormal_range": (_ENT, {"ent_vary": "temperature"}),
     "fully_scaled_worse": (_TRL, {}),
     "fold_into_projection": (_TRL, {}),
     "sqrt_growth": (_SAT, {"sat_d": "128"}),
