@@ -34,7 +34,7 @@ def controls(where) -> tuple[tuple[str, ...], tuple[str, ...]]:
         P_SRC,
         "Sources",
         where=where,
-        labels={k: s.title for k, s in SOURCES.items()},
+        labels={k: s.short for k, s in SOURCES.items()},
         help="Claims from these texts (a claim several texts make is listed under each).",
     )
     verdicts = widgets.multiselect(P_VERDICT, "Verdicts", where=where, labels=view.VERDICT_KEYS)
@@ -88,13 +88,16 @@ def draw(
     fig = view.verdict_figure(rows)
     chart.plotly_chart(fig, key="chart_ev_verdicts" if final else None)
     kept, waiting = shown(rows, pending, sources, verdicts)
+    every = len(kept) + len(waiting) == len(rows) + len(pending)
     words.markdown(
-        f"**All texts:** {view.summary(rows)} **Shown:** {view.summary(kept)}"
+        f"**All five texts:** {view.summary(rows)}"
+        + ("" if every else f" **Shown:** {view.summary(kept)}")
         + (
             f" {len(waiting)} more (timings, models, the gradient sweep) are being measured."
             if waiting
             else ""
         )
+        + " A claim that several texts make counts once here and under each text in the chart."
     )
     if kept or waiting:
         table.table(

@@ -58,7 +58,7 @@ def verdicts_shown(at: AppTest) -> list[str]:
 
 
 def summary_line(at: AppTest) -> str:
-    found = [m.value for m in at.markdown if m.value.startswith("**All texts:**")]
+    found = [m.value for m in at.markdown if m.value.startswith("**All five texts:**")]
     assert len(found) == 1
     return found[0]
 
@@ -85,7 +85,8 @@ def test_default_view_lists_every_claim_with_attncores_verdicts(default: AppTest
     as_shown = [Row(c, Measurement(), "", Judgement(v, ""), 0.0) for c, v in zip(CLAIMS, verdicts_shown(default),
                                                                                   strict=True)]
     line = summary_line(default)
-    assert line == f"**All texts:** {view.summary(as_shown)} **Shown:** {view.summary(as_shown)}", line
+    assert line == (f"**All five texts:** {view.summary(as_shown)} A claim that several texts make counts once here "
+                    "and under each text in the chart."), line
     assert any(b.label == "Download the table (CSV)" for b in default.get("download_button"))
 
 

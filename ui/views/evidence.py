@@ -27,7 +27,7 @@ from attncore.evidence import (
     Claim,
     Row,
 )
-from ui.figures import PALETTE, legend_below, relayout, style
+from ui.figures import PALETTE, relayout, style
 from ui.text import plain
 
 __all__ = [
@@ -268,11 +268,11 @@ def verdict_figure(rows: Sequence[Row]) -> go.Figure:
         fig,
         barmode="stack",
         bargap=0.25,
-        xaxis={"title": {"text": "claims (one that several texts make counts for each)"}, "dtick": 2},
+        xaxis={"dtick": 2, "title": {"text": "claims"}},
         yaxis={"tickmode": "array", "tickvals": labels, "ticktext": labels},
         meta={"view": "ev-verdicts"},
     )
-    return legend_below(style(fig, height=300))
+    return style(fig, height=230)
 
 
 def summary(rows: Sequence[Row]) -> str:
