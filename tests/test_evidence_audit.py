@@ -169,7 +169,8 @@ def audit_gradients(d: int) -> Callable[[Measurement], None]:
             # float32 ‖J‖ of a saturated row loses digits in the short formula: compare at 1e-3
             close(m.num(f"{setting}_jac_median"), st[(setting, d)]["jac"], rel=1e-3)
             close(m.num(f"{setting}_grad_q_median"), st[(setting, d)]["grad_q"], rel=1e-4)
-            close(m.num(f"{setting}_saturated_mean"), st[(setting, d)]["saturated"], abs_=1e-9)
+            # a row right at the 0.99 level may fall either side on another device: one row of 1024
+            close(m.num(f"{setting}_saturated_mean"), st[(setting, d)]["saturated"], abs_=1.5 / 1024)
 
     return check
 

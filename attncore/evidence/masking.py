@@ -182,7 +182,8 @@ def _demo(setting: Setting, lens: tuple[int, ...]) -> Measurement:
 
 
 def _pad_judge(m: Measurement) -> Judgement:
-    worst = max(m.num("d2l_pad"), m.num("attncore_pad"), m.num("sdpa_pad"))
+    pads = [m.num("d2l_pad"), m.num("attncore_pad"), m.num("sdpa_pad")]
+    worst = math.nan if any(math.isnan(p) for p in pads) else max(pads)
     if worst == 0.0:
         return Judgement(
             HOLDS, "exp(−1e6 − max) is exactly 0 in float32, as −∞ is, while a row has a valid key."
