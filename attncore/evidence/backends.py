@@ -8,6 +8,7 @@ FlashAttention; the rows say so where it matters.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -78,27 +79,27 @@ def _default_judge(m: Measurement) -> Judgement:
     if backend == "flash" and dev == "cuda":
         return Judgement(
             HOLDS,
-            "torch dispatches this call to its FlashAttention kernel; other dtypes, masks or head "
-            "dims can change that (the Kernels page shows which).",
+            "torch dispatches this call to its FlashAttention kernel; other dtypes, masks or head dims can "
+            "change that (the Kernels page shows which).",
         )
     if backend == "flash":
         return Judgement(
             CAVEAT,
-            "torch picks the backend it calls “flash”, but on a CPU that is torch's own "
-            "blocked CPU kernel, not Dao et al.'s CUDA FlashAttention.",
+            "torch picks the backend it calls “flash”, but on a CPU that is torch's own blocked CPU kernel, "
+            "not Dao et al.'s CUDA FlashAttention.",
         )
     return Judgement(
         FAILS,
-        f"for this call ({m['dtype']} on {dev}) torch's default dispatch picks “{backend}”, "
-        "not FlashAttention.",
+        f"for this call ({m['dtype']} on {dev}) torch's default dispatch picks “{backend}”, not "
+        "FlashAttention.",
     )
 
 
 FLASH_DEFAULT = Claim(
     key="flash_default",
     source="sdpa",
-    quote="FlashAttention … is now the default backend in PyTorch's F.scaled_dot_product_attention. "
-    "(“Uses FlashAttention under the hood.”)",
+    quote="FlashAttention … is now the default backend in PyTorch's F.scaled_dot_product_attention. (“Uses "
+    "FlashAttention under the hood.”)",
     test="The backend torch's default dispatch picks for the Kernels page's default call.",
     tolerance="the chosen backend is FlashAttention",
     measure=_default,
@@ -142,7 +143,12 @@ def _speed(setting: Setting) -> Measurement:
             "rounds": ROUNDS,
             "device_type": torch.device(setting.device).type,
         },
-        scale=f"median of {REPEATS} calls per probe, {ROUNDS} probes, T = {SPEED_T} ({_where(setting)})",
+        scale=f"median of {REPEATS} calls per probe, {ROUNDS} probes, T = {SPEED_T} ({_where(setting)})"
+        + (
+            f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+            if torch.device(setting.device).type == "cpu"
+            else ""
+        ),
     )
 
 
@@ -163,8 +169,8 @@ def _speed_judge(m: Measurement) -> Judgement:
         )
     return Judgement(
         CAVEAT,
-        f"{lo:.2g}–{hi:.2g}× over {int(m.num('rounds'))} probes {where}: the spread straddles "
-        f"the stated range.",
+        f"{lo:.2g}–{hi:.2g}× over {int(m.num('rounds'))} probes {where}: the spread straddles the stated "
+        "range.",
     )
 
 
@@ -174,8 +180,7 @@ FLASH_SPEED = Claim(
     slow=True,
     quote="FlashAttention (Dao et al., 2022) … providing 2-4x wall-clock speedups.",
     test=f"Time of torch's math (materialising) path ÷ the default dispatch at T = {SPEED_T}, the Kernels "
-    "page's "
-    f"default call, {ROUNDS} independent probes.",
+    f"page's default call, {ROUNDS} independent probes.",
     tolerance=f"every probe's ratio between {SPEEDUP[0]:g} and {SPEEDUP[1]:g}",
     measure=_speed,
     describe=lambda m: (
@@ -223,7 +228,7 @@ def _memory(setting: Setting) -> Measurement:
             "backend": measured[-1].default_backend or "unknown",
             "device_type": torch.device(setting.device).type,
         },
-        scale=f"T = {', '.join(map(str, ts))} ({_where(setting)}); {note}",
+        scale=f"T = {', '.join(map(str, ts))} ({_where(setting)}); {note.split(' (', 1)[0]}",
     )
 
 
@@ -235,15 +240,14 @@ def _memory_judge(m: Measurement) -> Judgement:
     if b < QUADRATIC_MIN:
         return Judgement(
             CAVEAT,
-            f"the default needs about its output's memory, but the math path grows only "
-            f"like T^{b:.2f} at these sizes ({big}).",
+            f"the default needs about its output's memory, but the math path grows only like T^{b:.2f} at "
+            f"these sizes ({big}).",
         )
     cpu = ", torch's CPU kernel" if m["device_type"] == "cpu" else ""
     return Judgement(
         HOLDS,
-        f"the default dispatch ({m['backend']}{cpu}) keeps no T × T matrix: {k:.2g}× its "
-        f"output ({big}); its T^{a:.2f} over these small sizes is fixed per-thread blocks "
-        "plus the output.",
+        f"the default dispatch ({m['backend']}{cpu}) keeps no T × T matrix: {k:.2g}× its output ({big}); "
+        f"over these small sizes its memory still grows like T^{a:.2f}.",
     )
 
 
@@ -257,14 +261,12 @@ FLASH_MEMORY = Claim(
     "(attncore.kernels.measure_memory): the default's against its output's size, and each one's log-log "
     "slope.",
     tolerance=f"O(T): the default's extra memory at most {OUTPUT_FACTOR:g} × its output (B·H·T·E values) at "
-    "the "
-    f"largest T; O(T²): the math path's log-log slope ≥ {QUADRATIC_MIN:g}",
+    f"the largest T; O(T²): the math path's log-log slope ≥ {QUADRATIC_MIN:g}",
     measure=_memory,
     describe=lambda m: (
-        f"peak memory ∝ T^{m.num('default_slope'):.2f} (default) and T^{m.num('math_slope'):.2f} "
-        f"(math); at T = {int(m.num('T'))}: {m.num('default_mib'):.3g} MiB ({m.num('outputs'):.2g}× the "
-        "output) "
-        f"vs {m.num('math_mib'):.3g} MiB."
+        f"peak memory ∝ T^{m.num('default_slope'):.2f} (default) and T^{m.num('math_slope'):.2f} (math); at "
+        f"T = {int(m.num('T'))}: {m.num('default_mib'):.3g} MiB ({m.num('outputs'):.2g}× the output) vs "
+        f"{m.num('math_mib'):.3g} MiB."
     ),
     judge=_memory_judge,
 )
@@ -289,8 +291,8 @@ def _gqa(setting: Setting) -> Measurement:
             "heads": spec.heads,
             "kv_heads": spec.kv_heads,
         },
-        scale=f"{spec.heads} query heads sharing {spec.kv_heads} key/value head, T = {GQA_T}, "
-        f"E = 64, {setting.dtype}, {setting.device}",
+        scale=f"{spec.heads} query heads sharing {spec.kv_heads} key/value head, T = {GQA_T}, E = 64, "
+        f"{setting.dtype}, {setting.device}",
     )
 
 
@@ -313,11 +315,9 @@ GQA_SAME = Claim(
     key="gqa_same",
     source="sdpa",
     quote="Multi-query attention (MQA) and grouped-query attention (GQA) … reduce the KV cache size for "
-    "inference, "
-    "but the core scaled dot-product computation remains identical.",
+    "inference, but the core scaled dot-product computation remains identical.",
     test="SDPA with 4 query heads sharing one K/V head (enable_gqa) against the same call with K and V "
-    "copied to "
-    "every head; the K/V tensors' sizes; the backend torch picks for each.",
+    "copied to every head; the K/V tensors' sizes; the backend torch picks for each.",
     tolerance="outputs within the dtype's tolerance (2e-5 in float32)",
     measure=_gqa,
     describe=lambda m: (

@@ -81,15 +81,14 @@ def _entropy_judge(m: Measurement) -> Judgement:
     if rises == steps and falls == steps and gap > K_SE * math.hypot(m.err("hn_lo"), m.err("hn_hi")):
         return Judgement(
             HOLDS,
-            f"H ≈ ln n − σ²/2 grows with the number of keys; per ln n it also rises, "
-            f"{m.num('hn_lo'):.2f} → {m.num('hn_hi'):.2f}, so the row is flatter, not just "
-            "longer.",
+            f"H ≈ ln n − σ²/2 grows with the number of keys; per ln n it also rises, {m.num('hn_lo'):.2f} → "
+            f"{m.num('hn_hi'):.2f}, so the row is flatter, not just longer.",
         )
     if rises == steps and falls == steps:
         return Judgement(
             CAVEAT,
-            f"entropy rises and the top weight falls, but H / ln n moves only "
-            f"{gap:+.3f}: longer, not flatter.",
+            f"entropy rises and the top weight falls, but H / ln n moves only {gap:+.3f}: longer, not "
+            "flatter.",
         )
     return Judgement(
         FAILS, f"entropy rose at {rises} of {steps} doublings of n and the top weight fell at {falls}."
@@ -101,8 +100,8 @@ ENTROPY_GROWS = Claim(
     source="notes",
     quote="As the sequence length increases, a standard softmax distribution tends to become flatter (higher "
     "entropy, smaller maximum value) for the same range of input logits.",
-    test="The Entropy vs length page's default sweep: mean entropy, H / ln n and top weight of 32 rows at "
-    "n = 2⁴ … 2²⁰ keys.",
+    test="The Entropy vs length page's default sweep: mean entropy, H / ln n and top weight of 32 rows at n "
+    "= 2⁴ … 2²⁰ keys.",
     tolerance=f"entropy up and top weight down at every doubling of n, and H / ln n up by more than {K_SE:g} "
     "standard errors",
     measure=_entropy,
@@ -164,8 +163,8 @@ def _margin_judge(m: Measurement) -> Judgement:
     if LOG_SLOPE[0] <= slope <= LOG_SLOPE[1]:
         return Judgement(
             CAVEAT,
-            f"the logit must grow, but only like ln(n − 1) (slope {slope:.3f} per unit of "
-            f"ln n: +{math.log(2):.2f} per doubling of n), hardly “disproportionately”.",
+            f"the logit must grow, but only like ln(n − 1) (slope {slope:.3f} per unit of ln n: "
+            f"+{math.log(2):.2f} per doubling of n), hardly “disproportionately”.",
         )
     if slope > LOG_SLOPE[1]:
         return Judgement(HOLDS, f"the margin grows faster than ln n (slope {slope:.2f}).")
@@ -178,14 +177,13 @@ SHARP_NEEDS_LOG_N = Claim(
     quote="To maintain “sharp” attention in longer sequences, the model needs to produce disproportionately "
     "large logit values for the target tokens to overcome the larger denominator sum.",
     test="The logit one key needs over n − 1 keys at 0 to keep weight ½ (a root search on attncore's "
-    "softmax), "
-    "n = 2⁴ … 2²⁰, and its slope against ln n.",
+    "softmax), n = 2⁴ … 2²⁰, and its slope against ln n.",
     tolerance=f"“like log n”: slope against ln n between {LOG_SLOPE[0]:g} and {LOG_SLOPE[1]:g}",
     measure=_margins,
     describe=lambda m: (
-        f"margin {m.num('a_lo'):.3f} at n = {int(m.num('n_lo'))}, {m.num('a_hi'):.3f} at "
-        f"n = {int(m.num('n_hi')):,} (ln(n − 1) = {m.num('closed_hi'):.3f}); slope "
-        f"{m.num('slope'):.4f} per unit of ln n."
+        f"margin {m.num('a_lo'):.3f} at n = {int(m.num('n_lo'))}, {m.num('a_hi'):.3f} at n = "
+        f"{int(m.num('n_hi')):,} (ln(n − 1) = {m.num('closed_hi'):.3f}); slope {m.num('slope'):.4f} per unit "
+        "of ln n."
     ),
     judge=_margin_judge,
 )
@@ -212,8 +210,8 @@ def _sum_judge(m: Measurement) -> Judgement:
     if m.num("softmax_dev") <= ROW_SUM_TOL:
         return Judgement(
             HOLDS,
-            f"even with every logit near {m.num('content'):g} each row sums to 1 (largest "
-            f"deviation {fmt(m.num('softmax_dev'), 2)}); only a fully masked row can spend 0.",
+            f"even with every logit near {m.num('content'):g} each row sums to 1 (largest deviation "
+            f"{fmt(m.num('softmax_dev'), 2)}); only a fully masked row can spend 0.",
         )
     return Judgement(FAILS, f"a row's sum differs from 1 by {fmt(m.num('softmax_dev'), 2)}.")
 
@@ -222,11 +220,9 @@ NO_NULL = Claim(
     key="no_null_attention",
     source="notes",
     quote="Softmax forces the weights to sum to 1. … Even if all correlations are low or negative, softmax "
-    "will "
-    "still produce a distribution summing to 1.",
+    "will still produce a distribution summing to 1.",
     test="Row sums of softmax on the Attention sinks page's head with every real logit around "
-    f"{LOW_CONTENT:g} "
-    "(content c = −10, no sink).",
+    f"{LOW_CONTENT:g} (content c = −10, no sink).",
     tolerance=f"every row sum within {ROW_SUM_TOL:g} of 1 (float32)",
     measure=_zoo_rows,
     describe=lambda m: (
@@ -240,9 +236,9 @@ def _bias_judge(m: Measurement) -> Judgement:
     if m.num("softmax1_low") <= NULL_TOTAL:
         return Judgement(
             CAVEAT,
-            f"with b = 0 a row spends {fmt(m.num('softmax1_low'))} at c = {m.num('content'):g}, "
-            f"but still {m.num('softmax1_mid'):.2f} when the logits sit near b (c = 0): it "
-            "attends to nothing only when every logit is well below b.",
+            f"with b = 0 a row spends {fmt(m.num('softmax1_low'))} at c = {m.num('content'):g}, but still "
+            f"{m.num('softmax1_mid'):.2f} when the logits sit near b (c = 0): it attends to nothing only "
+            "when every logit is well below b.",
         )
     return Judgement(
         FAILS,
@@ -253,9 +249,8 @@ def _bias_judge(m: Measurement) -> Judgement:
 DENOMINATOR_BIAS = Claim(
     key="denominator_bias",
     source="notes",
-    quote="Denominator bias … If all x_i are small relative to b, the weights can become very small, "
-    "approaching "
-    "zero, allowing for true “null attention”.",
+    quote="Denominator bias … If all [xᵢ] are small relative to [b], the weights can become very small, "
+    "approaching zero, allowing for true “null attention”.",
     test="Mean row sum of softmax1 (b = 0, “softmax-plus-one”) on the same head at content c = −10 and c = "
     "0.",
     tolerance=f"“approaching zero”: a row spends at most {NULL_TOTAL:g}",
@@ -282,8 +277,7 @@ def _sink_head(setting: Setting) -> Measurement:
             "n": spec.n,
         },
         scale=f"the Attention sinks page's default head: {spec.n} tokens, sink logit {spec.strength:g}, zero "
-        "sink "
-        f"value, float32, {setting.device}",
+        f"sink value, float32, {setting.device}",
     )
 
 
@@ -292,8 +286,8 @@ def _sink_judge(m: Measurement) -> Judgement:
     if ratio <= SINK_SHRINK and m.num("row_dev") <= ROW_SUM_TOL:
         return Judgement(
             HOLDS,
-            f"the output shrinks to {ratio:.2f}× its size without the sink while every row "
-            "still sums to 1: a sink is how softmax attends to (almost) nothing.",
+            f"the output shrinks to {ratio:.2f}× its size without the sink while every row still sums to 1: "
+            "a sink is how softmax attends to (almost) nothing.",
         )
     if m.num("row_dev") > ROW_SUM_TOL:
         return Judgement(FAILS, "the rows do not sum to 1.")
@@ -304,18 +298,16 @@ SINK_DUMMY = Claim(
     key="sink_dummy",
     source="notes",
     quote="By attending heavily to a “dummy” token (whose value projection might also be learned towards "
-    "zero), "
-    "a token can effectively reduce the influence of other informative tokens while still satisfying the "
-    "sum-to-1 constraint.",
+    "zero), a token can effectively reduce the influence of other informative tokens while still satisfying "
+    "the sum-to-1 constraint.",
     test="The Attention sinks page's synthetic head with and without a zero-value sink at logit 6: weight on "
     "the sink and the output's RMS.",
     tolerance=f"rows sum to 1 within {ROW_SUM_TOL:g} and the output at most {SINK_SHRINK:g}× its size "
-    "without "
-    "the sink",
+    "without the sink",
     measure=_sink_head,
     describe=lambda m: (
-        f"sink weight {m.num('sink_weight'):.3f}; output RMS {m.num('rms_sink'):.3f} with the "
-        f"sink, {m.num('rms_plain'):.3f} without."
+        f"sink weight {m.num('sink_weight'):.3f}; output RMS {m.num('rms_sink'):.3f} with the sink, "
+        f"{m.num('rms_plain'):.3f} without."
     ),
     judge=_sink_judge,
 )
@@ -351,10 +343,9 @@ def _length_judge(m: Measurement) -> Judgement:
         return Judgement(FAILS, f"with SSMax the entropy still spans {ssmax:.2f} nats ({plain:.2f} without).")
     return Judgement(
         CAVEAT,
-        f"SSMax (s = 0.43) keeps H within {m.num('ssmax_lo'):.2f}–{m.num('ssmax_hi'):.2f} "
-        f"nats (softmax: {m.num('plain_lo'):.1f}–{m.num('plain_hi'):.1f}) but not constant: "
-        f"it rises and then falls, and the top weight moves {m.num('ssmax_p_lo'):.2f}–"
-        f"{m.num('ssmax_p_hi'):.2f}.",
+        f"SSMax (s = 0.43) keeps H within {m.num('ssmax_lo'):.2f}–{m.num('ssmax_hi'):.2f} nats (softmax: "
+        f"{m.num('plain_lo'):.1f}–{m.num('plain_hi'):.1f}) but not constant: it rises and then falls, and "
+        f"the top weight moves {m.num('ssmax_p_lo'):.2f}–{m.num('ssmax_p_hi'):.2f}.",
     )
 
 
@@ -362,17 +353,16 @@ LENGTH_SCALING = Claim(
     key="length_scaling",
     source="notes",
     quote="Sequence-Length Dependent Scaling … make the scaling dependent on the current sequence length n. "
-    "This "
-    "could potentially stabilize the entropy/sharpness of the attention distribution across different "
+    "This could potentially stabilize the entropy/sharpness of the attention distribution across different "
     "lengths.",
     test="Expected entropy of a row of Gaussian logits (d = 64) at n = 2⁴ … 2²⁰ with SSMax's s·log n factor "
     "against plain 1/√d (exact, by quadrature).",
     tolerance=f"“stabilise”: SSMax's entropy range over n at most {STABLE_SHARE:g} × softmax's",
     measure=_length_rules,
     describe=lambda m: (
-        f"H over n = {int(m.num('n_lo'))} … {int(m.num('n_hi')):,}: {m.num('ssmax_lo'):.2f}–"
-        f"{m.num('ssmax_hi'):.2f} nats with SSMax, {m.num('plain_lo'):.2f}–"
-        f"{m.num('plain_hi'):.2f} with 1/√d."
+        f"H over n = {int(m.num('n_lo'))} … {int(m.num('n_hi')):,}: "
+        f"{m.num('ssmax_lo'):.2f}–{m.num('ssmax_hi'):.2f} nats with SSMax, "
+        f"{m.num('plain_lo'):.2f}–{m.num('plain_hi'):.2f} with 1/√d."
     ),
     judge=_length_judge,
 )

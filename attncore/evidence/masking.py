@@ -108,8 +108,8 @@ def _printed(setting: Setting) -> Measurement:
     return Measurement(
         {"sum_dev": worst_sum, "zeros_ok": zeros_ok, "ratio": worst_ratio, "e": math.e, "diff": worst_diff},
         basis=EXACT,
-        scale=f"the two printed (2, 2, 4) arrays; attncore against d2l's code on seeded uniform "
-        f"scores, float32, {setting.device}",
+        scale="the two printed (2, 2, 4) arrays; attncore against d2l's code on seeded uniform scores, "
+        f"float32, {setting.device}",
     )
 
 
@@ -121,31 +121,31 @@ def _printed_judge(m: Measurement) -> Judgement:
     if m.num("ratio") >= m.num("e"):
         return Judgement(
             MISPRINT,
-            f"two weights of a printed row differ by a factor {m.num('ratio'):.2f}, "
-            "more than e: impossible for scores drawn uniformly in [0, 1).",
+            f"two weights of a printed row differ by a factor {m.num('ratio'):.2f}, more than e: impossible "
+            "for scores drawn uniformly in [0, 1).",
         )
     if m.num("diff") > ROW_SUM_TOL:
         return Judgement(FAILS, f"attncore differs from d2l's code by {fmt(m.num('diff'), 2)}.")
     return Judgement(
         HOLDS,
-        "the random scores cannot be redrawn (JAX's generator), but every printed row is a "
-        "valid masked softmax of scores in [0, 1), and attncore gives d2l's weights.",
+        "the random scores cannot be redrawn (JAX's generator), but every printed row is a valid masked "
+        "softmax of scores in [0, 1), and attncore gives d2l's weights.",
     )
 
 
 D2L_OUTPUTS = Claim(
     key="d2l_outputs",
     source="d2l",
-    quote="masked_softmax(jax.random.uniform(d2l.get_key(), (2, 2, 4)), jnp.array([2, 3])) → "
-    "[[[0.44036096, 0.55963904, 0., 0.], …]] (and the per-row [[1, 3], [2, 4]] call)",
+    quote="masked_softmax(jax.random.uniform(d2l.get_key(), (2, 2, 4)), jnp.array([2, 3])) → [[[0.44036096, "
+    "0.55963904, 0., 0.], …]] (and the per-row [[1, 3], [2, 4]] call)",
     test="The printed arrays: each row sums to 1, zeros exactly at and beyond its valid length, no two "
-    "weights "
-    "further apart than e (scores in [0, 1)); attncore's padding mask against d2l's code on seeded scores.",
+    "weights further apart than e (scores in [0, 1)); attncore's padding mask against d2l's code on seeded "
+    "scores.",
     tolerance=f"row sums within {PRINTED_SUM_TOL:g} of 1; attncore within {ROW_SUM_TOL:g} of d2l's code",
     measure=_printed,
     describe=lambda m: (
-        f"printed rows sum to 1 within {fmt(m.num('sum_dev'), 2)}; largest weight ratio "
-        f"{m.num('ratio'):.3f} (< e = 2.718); attncore vs d2l's code: {fmt(m.num('diff'), 2)}."
+        f"printed rows sum to 1 within {fmt(m.num('sum_dev'), 2)}; largest weight ratio {m.num('ratio'):.3f} "
+        f"(< e = 2.718); attncore vs d2l's code: {fmt(m.num('diff'), 2)}."
     ),
     judge=_printed_judge,
 )
@@ -176,8 +176,7 @@ def _demo(setting: Setting, lens: tuple[int, ...]) -> Measurement:
             "zero_row_d2l": float(ref[0].sum()) if lens[0] == 0 else math.nan,
         },
         scale="d2l's demo shapes: 2 queries of dim 2 over 10 keys, valid_lens "
-        f"({', '.join(map(str, lens))}), "
-        f"float32, {setting.device}",
+        f"({', '.join(map(str, lens))}), float32, {setting.device}",
     )
 
 
@@ -200,8 +199,8 @@ D2L_PAD_ZERO = Claim(
     tolerance="exactly 0 in float32",
     measure=lambda s: _demo(s, (2, 6)),
     describe=lambda m: (
-        f"largest pad weight: d2l {fmt(m.num('d2l_pad'))}, attncore {fmt(m.num('attncore_pad'))}, "
-        f"SDPA {fmt(m.num('sdpa_pad'))}."
+        f"largest pad weight: d2l {fmt(m.num('d2l_pad'))}, attncore {fmt(m.num('attncore_pad'))}, SDPA "
+        f"{fmt(m.num('sdpa_pad'))}."
     ),
     judge=_pad_judge,
 )
@@ -212,10 +211,9 @@ def _zero_judge(m: Measurement) -> Judgement:
         return Judgement(HOLDS, "a row with valid_len = 0 gives its pad keys no weight.")
     return Judgement(
         FAILS,
-        f"with valid_len = 0 every key is padding: −1e6 everywhere is a constant row, so d2l's "
-        f"softmax spreads {m.num('zero_row_d2l'):.0f} over them (1/{int(m.num('S'))} each, the "
-        f"mean of the pad values); attncore gives {fmt(m.num('attncore_pad'))} and SDPA here "
-        f"{fmt(m.num('sdpa_pad'))}.",
+        "with valid_len = 0 every key is padding: −1e6 everywhere is a constant row, so d2l's softmax "
+        f"spreads {m.num('zero_row_d2l'):.0f} over them (1/{int(m.num('S'))} each, the mean of the pad "
+        f"values); attncore gives {fmt(m.num('attncore_pad'))} and SDPA here {fmt(m.num('sdpa_pad'))}.",
     )
 
 
@@ -223,15 +221,13 @@ D2L_VALID_LEN_ZERO = Claim(
     key="d2l_valid_len_zero",
     source="d2l",
     quote="Set their pre-softmax scores to a large negative number so exp flushes them to zero (a sequence "
-    "with "
-    "valid_len = 0)",
+    "with valid_len = 0)",
     test="The same demo with valid_lens (0, 6): the weight on the first sequence's pad keys.",
     tolerance="exactly 0",
     measure=lambda s: _demo(s, (0, 6)),
     describe=lambda m: (
         f"valid_len = 0: d2l's weights {fmt(m.num('d2l_pad'))} on each pad key (row sum "
-        f"{m.num('zero_row_d2l'):.3g}); attncore {fmt(m.num('attncore_pad'))}, SDPA "
-        f"{fmt(m.num('sdpa_pad'))}."
+        f"{m.num('zero_row_d2l'):.3g}); attncore {fmt(m.num('attncore_pad'))}, SDPA {fmt(m.num('sdpa_pad'))}."
     ),
     judge=_zero_judge,
 )
@@ -242,8 +238,8 @@ def _dropout(setting: Setting) -> Measurement:
     d = synthetic_dropout(spec, DROP_P, 0, setting.device)
     return Measurement(
         {"within": d.within(2.0), "max_z": d.max_z(), "draws": d.n, "entries": d.exact.numel()},
-        scale=f"head 0 of the Heatmaps page's default synthetic attention (L = S = {spec.L}, "
-        f"d_k = {spec.d_k}), p = {DROP_P:g}, {d.n} seeded draws, {setting.device}",
+        scale=f"head 0 of the Heatmaps page's default synthetic attention (L = S = {spec.L}, d_k = "
+        f"{spec.d_k}), p = {DROP_P:g}, {d.n} seeded draws, {setting.device}",
     )
 
 
@@ -251,8 +247,8 @@ def _dropout_judge(m: Measurement) -> Judgement:
     if m.num("within") >= WITHIN_2SE and m.num("max_z") <= MAX_Z:
         return Judgement(
             HOLDS,
-            f"inverted dropout (survivors ÷ (1 − p)) leaves every output unbiased; one draw "
-            f"is noisy (std √(p/(1−p)·Σw²v²)), {int(m.num('draws'))} draws average it out.",
+            "inverted dropout (survivors ÷ (1 − p)) leaves every output unbiased; one draw is noisy (std "
+            f"√(p/(1−p)·Σw²v²)), {int(m.num('draws'))} draws average it out.",
         )
     return Judgement(
         FAILS,
@@ -265,16 +261,15 @@ DROPOUT_MEAN = Claim(
     key="dropout_mean",
     source="d2l",
     also=("sdpa",),
-    quote="dropout_layer = nn.Dropout(self.dropout, deterministic=not training) … "
-    "return dropout_layer(attention_weights)@values",
+    quote="dropout_layer = nn.Dropout(self.dropout, deterministic=not training) … return "
+    "dropout_layer(attention_weights)@values",
     test=f"The mean output of seeded dropout draws (p = {DROP_P:g}) on the Heatmaps page's default head, "
-    "against the "
-    "output without dropout, entry by entry in standard errors of the mean (closed form).",
+    "against the output without dropout, entry by entry in standard errors of the mean (closed form).",
     tolerance=f"at least {WITHIN_2SE:.0%} of the entries within 2 standard errors and none beyond {MAX_Z:g}",
     measure=_dropout,
     describe=lambda m: (
-        f"{m.num('within'):.1%} of {int(m.num('entries'))} entries within 2 SE of the no-dropout "
-        f"output after {int(m.num('draws'))} draws; largest |z| {m.num('max_z'):.2f}."
+        f"{m.num('within'):.1%} of {int(m.num('entries'))} entries within 2 SE of the no-dropout output "
+        f"after {int(m.num('draws'))} draws; largest |z| {m.num('max_z'):.2f}."
     ),
     judge=_dropout_judge,
 )
@@ -298,9 +293,8 @@ def _flag_judge(m: Measurement) -> Judgement:
     if m.num("vs_plain") > 0 and m.num("vs_again") > 0:
         return Judgement(
             CAVEAT,
-            "SDPA has no training flag: it drops weights whenever dropout_p > 0, also under "
-            "no_grad or in eval mode; the caller must pass 0 at inference (nn.MultiheadAttention "
-            "does so in eval mode).",
+            "SDPA has no training flag: it drops weights whenever dropout_p > 0, also under no_grad or in "
+            "eval mode; the caller must pass 0 at inference (nn.MultiheadAttention does so in eval mode).",
         )
     return Judgement(HOLDS, "SDPA did not drop weights outside training.")
 
@@ -310,13 +304,12 @@ DROPOUT_TRAINING_ONLY = Claim(
     source="sdpa",
     quote="# With dropout (training only): out = F.scaled_dot_product_attention(Q, K, V, dropout_p=0.1)",
     test="Two SDPA calls with dropout_p = 0.1 under torch.no_grad (no training), against each other and "
-    "against "
-    "dropout_p = 0.",
+    "against dropout_p = 0.",
     tolerance="any difference means weights were dropped",
     measure=_dropout_flag,
     describe=lambda m: (
-        f"under no_grad the outputs differ from dropout_p = 0 by up to {fmt(m.num('vs_plain'))} "
-        f"and from each other by {fmt(m.num('vs_again'))}."
+        f"under no_grad the outputs differ from dropout_p = 0 by up to {fmt(m.num('vs_plain'))} and from "
+        f"each other by {fmt(m.num('vs_again'))}."
     ),
     judge=_flag_judge,
 )
@@ -336,8 +329,8 @@ def _row_sum_judge(m: Measurement) -> Judgement:
     if m.num("dev") <= ROW_SUM_TOL:
         return Judgement(
             HOLDS,
-            "for softmax rows that see at least one key; softmax1 and sigmoid rows "
-            "(Heatmaps' normaliser control) and fully masked rows do not sum to 1.",
+            "for softmax rows that see at least one key; softmax1 and sigmoid rows (Heatmaps' normaliser "
+            "control) and fully masked rows do not sum to 1.",
         )
     return Judgement(FAILS, f"a row sums to 1 ± {fmt(m.num('dev'), 2)}.")
 
@@ -366,7 +359,7 @@ def _causal(setting: Setting) -> Measurement:
             "diff": float((out - ref).abs().max()),
             "tol": tolerance("float32"),
         },
-        scale=f"4 heads, L = S = 16, d_k = 64 (the Heatmaps page with mask = causal), float32, "
+        scale="4 heads, L = S = 16, d_k = 64 (the Heatmaps page with mask = causal), float32, "
         f"{setting.device}",
     )
 
@@ -385,11 +378,10 @@ def _causal_judge(m: Measurement) -> Judgement:
 CAUSAL_ZERO = Claim(
     key="causal_zero",
     source="sdpa",
-    quote="With causal mask … Implemented by setting masked positions to −∞ before softmax, so they become 0 "
-    "after exponentiation.",
+    quote="With causal mask … Implemented by setting masked positions to [−∞] before softmax, so they become "
+    "0 after exponentiation.",
     test="attncore's causal weights above the diagonal, and its output against "
-    "F.scaled_dot_product_attention "
-    "(is_causal=True).",
+    "F.scaled_dot_product_attention (is_causal=True).",
     tolerance=f"exactly 0 above the diagonal; outputs within {tolerance('float32'):g}",
     measure=_causal,
     describe=lambda m: (
@@ -422,8 +414,8 @@ def _manual(setting: Setting) -> Measurement:
             "sdpa_empty": float(ref[..., ~seen, :].abs().max()),
             "tol": tolerance("float32"),
         },
-        scale=f"the Kernels page's boolean mask (rows {', '.join(map(str, empty))} see no key) and "
-        f"causal mask, 4 heads, T = {T}, d = 64, float32, {setting.device}",
+        scale=f"the Kernels page's boolean mask (rows {', '.join(map(str, empty))} see no key) and causal "
+        f"mask, 4 heads, T = {T}, d = 64, float32, {setting.device}",
     )
 
 
@@ -435,9 +427,9 @@ def _manual_judge(m: Measurement) -> Judgement:
     if m.num("nan_rows"):
         return Judgement(
             CAVEAT,
-            f"equal wherever a query sees a key; a query that sees none gets NaN from the manual "
-            f"−∞ version ({int(m.num('nan_rows'))} rows) and {fmt(m.num('sdpa_empty'))} from SDPA "
-            "here (the numpy version's −1e9 would give the mean of V instead).",
+            "equal wherever a query sees a key; a query that sees none gets NaN from the manual −∞ version "
+            f"({int(m.num('nan_rows'))} rows) and {fmt(m.num('sdpa_empty'))} from SDPA here (the numpy "
+            "version's −1e9 would give the mean of V instead).",
         )
     return Judgement(HOLDS, "equal on every row, fully masked ones included.")
 
@@ -448,14 +440,13 @@ MANUAL_EQUIVALENT = Claim(
     quote="Manual version (for understanding, NOT for production) … Equivalent to "
     "F.scaled_dot_product_attention.",
     test="The manual softmax(QKᵀ/√d)V with masked_fill_(−∞) (attncore.kernels.notebook_attention) against "
-    "SDPA, "
-    "under a boolean mask that hides every key from some rows, and under the causal mask.",
+    "SDPA, under a boolean mask that hides every key from some rows, and under the causal mask.",
     tolerance=f"within {tolerance('float32'):g} (float32) on rows that see a key",
     measure=_manual,
     describe=lambda m: (
         f"largest difference {fmt(m.num('diff'), 2)} (boolean mask), {fmt(m.num('causal_diff'), 2)} "
-        f"(causal); fully masked rows: {int(m.num('nan_rows'))} of {int(m.num('empty_rows'))} NaN in "
-        "the manual version."
+        f"(causal); fully masked rows: {int(m.num('nan_rows'))} of {int(m.num('empty_rows'))} NaN in the "
+        "manual version."
     ),
     judge=_manual_judge,
 )

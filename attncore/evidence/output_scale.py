@@ -91,14 +91,14 @@ def _printed(m: Measurement, name: str, printed: str) -> Judgement:
     if gap <= half + K_SE * m.err(name):
         return Judgement(
             HOLDS,
-            f"to the printed digit; the exact expectation is "
+            "to the printed digit; the exact expectation is "
             f"{m.num('exact') * (m.num(name) / m.num('std')):.4f}, the rule's "
             f"{m.num('rule') * (m.num(name) / m.num('std')):.4f}.",
         )
     return Judgement(
         FAILS,
-        f"{fmt_pm(m.num(name), m.err(name))} is further from {printed} than its last "
-        f"digit allows (± {half:g}).",
+        f"{fmt_pm(m.num(name), m.err(name))} is further from {printed} than its last digit allows (± "
+        f"{half:g}).",
     )
 
 
@@ -110,8 +110,8 @@ UNDERSCALED = Claim(
     tolerance=f"within half a unit of the printed digit (± 0.05) plus {K_SE:g} standard errors",
     measure=_std,
     describe=lambda m: (
-        f"std(Z) = {fmt_pm(m.num('std'), m.err('std'))}; exact {m.num('exact'):.4f}, the "
-        f"post's rule √(e/256) = {m.num('rule'):.4f}."
+        f"std(Z) = {fmt_pm(m.num('std'), m.err('std'))}; exact {m.num('exact'):.4f}, the post's rule "
+        f"√(e/256) = {m.num('rule'):.4f}."
     ),
     judge=lambda m: _printed(m, "std", "0.1"),
 )
@@ -124,8 +124,8 @@ FULLY_SCALED_UNIT = Claim(
     tolerance=f"within half a unit of the printed digit (± 0.05) plus {K_SE:g} standard errors",
     measure=_std,
     describe=lambda m: (
-        f"std(Z·√(256/e)) = {fmt_pm(m.num('full'), m.err('full'))} "
-        f"(exact {m.num('exact') * m.num('factor'):.4f})."
+        f"std(Z·√(256/e)) = {fmt_pm(m.num('full'), m.err('full'))} (exact "
+        f"{m.num('exact') * m.num('factor'):.4f})."
     ),
     judge=lambda m: _printed(m, "full", "1.0"),
 )
@@ -213,8 +213,8 @@ def _lognormal_judge(m: Measurement) -> Judgement:
     )
     return Judgement(
         FAILS,
-        f"at d_seq = {D_SEQ} the rule is {m.num('rel_half'):+.0%} off at t = ½ and within "
-        f"{REL_TOL:.0%} {start}: a large-n law, it needs d_seq ≫ t⁻²·e^(t⁻²).",
+        f"at d_seq = {D_SEQ} the rule is {m.num('rel_half'):+.0%} off at t = ½ and within {REL_TOL:.0%} "
+        f"{start}: a large-n law, it needs d_seq ≫ t⁻²·e^(t⁻²).",
     )
 
 
@@ -222,17 +222,14 @@ LOGNORMAL_RANGE = Claim(
     key="lognormal_range",
     source="graphcore",
     quote="t > 1/2, with some assumptions, the output follows a log-normal distribution, and the scale of Z "
-    "is "
-    "(e^{t^{-2}}/d_seq)^{1/2}",
+    "is (e^{t^{-2}}/d_seq)^{1/2}",
     test="The rule against the exact std(Z) (quadrature) for logits of variance t⁻² at d_seq = 256, t = 0.5 "
-    "… 2, "
-    "and attncore.attention at t = ½.",
+    "… 2, and attncore.attention at t = ½.",
     tolerance=f"the rule within {REL_TOL:.0%} of the exact value over the whole stated range t > ½",
     measure=_lognormal,
     describe=lambda m: (
         f"at t = ½: rule {m.num('rule_half'):.3f}, exact {m.num('exact_half'):.3f}, measured "
-        f"{fmt_pm(m.num('mc_half'), m.err('mc_half'))}; at t = 1 the rule is "
-        f"{m.num('rel_one'):+.1%} off."
+        f"{fmt_pm(m.num('mc_half'), m.err('mc_half'))}; at t = 1 the rule is {m.num('rel_one'):+.1%} off."
     ),
     judge=_lognormal_judge,
 )
@@ -270,8 +267,8 @@ def _fold(setting: Setting) -> Measurement:
             "diff_half": diffs[T // 2][0],
             "scale_half": diffs[T // 2][1],
         },
-        scale=f"the shipped causal character model (trained, standard), 4 × {T} random characters, "
-        f"float32, {setting.device}",
+        scale=f"the shipped causal character model (trained, standard), 4 × {T} random characters, float32, "
+        f"{setting.device}",
     )
 
 
@@ -283,9 +280,9 @@ def _fold_judge(m: Measurement) -> Judgement:
     if same_t:
         return Judgement(
             CAVEAT,
-            f"identical only at the length it was folded for: √(T/e) changes with T, and at "
-            f"T = {int(m.num('half'))} the logits differ by {fmt(m.num('diff_half'))} (the per-row "
-            "form √(nᵢ/e) cannot be folded into one projection at all).",
+            "identical only at the length it was folded for: √(T/e) changes with T, and at T = "
+            f"{int(m.num('half'))} the logits differ by {fmt(m.num('diff_half'))} (the per-row form √(nᵢ/e) "
+            "cannot be folded into one projection at all).",
         )
     return Judgement(FAILS, f"even at T = {int(m.num('T'))} the logits differ by {fmt(m.num('diff_T'))}.")
 
@@ -297,8 +294,7 @@ FOLD = Claim(
     quote="the scale factor can be “moved” into the output projection for each head; both standard attention "
     "and fully scaled attention can behave identically during inference",
     test="The shipped (standard) model's weights in a fully scaled model whose output projections are "
-    "divided by "
-    "√(T/e), T = 64: the largest difference of the logits at T = 64 and at T = 32.",
+    "divided by √(T/e), T = 64: the largest difference of the logits at T = 64 and at T = 32.",
     tolerance=f"“identical”: logits within {FOLD_REL:g} of their largest magnitude",
     measure=_fold,
     describe=lambda m: (

@@ -79,16 +79,33 @@ class Source:
 SOURCES: dict[str, Source] = {
     s.key: s
     for s in (
-        Source("notes", "Scaled dot product attention", "study notes after “Softmax attention is a fluke”",
-               "Study notes: softmax, null attention"),
-        Source("sqrtd", "Scaled Attention: Why √d Matters", "tutorial, section 5.3",
-               "Why √d Matters (tutorial)"),
-        Source("d2l", "Attention Scoring Functions", "Dive into Deep Learning, JAX edition",
-               "d2l: Attention Scoring Functions"),
-        Source("graphcore", "Almost-scaled dot-product attention", "Graphcore research blog",
-               "Graphcore: Almost-scaled attention"),
-        Source("sdpa", "Scaled Dot-Product Attention", "reference page on F.scaled_dot_product_attention",
-               "SDPA reference page"),
+        Source(
+            "notes",
+            "Scaled dot product attention",
+            "study notes after “Softmax attention is a fluke”",
+            "Study notes: softmax, null attention",
+        ),
+        Source(
+            "sqrtd", "Scaled Attention: Why √d Matters", "tutorial, section 5.3", "Why √d Matters (tutorial)"
+        ),
+        Source(
+            "d2l",
+            "Attention Scoring Functions",
+            "Dive into Deep Learning, JAX edition",
+            "d2l: Attention Scoring Functions",
+        ),
+        Source(
+            "graphcore",
+            "Almost-scaled dot-product attention",
+            "Graphcore research blog",
+            "Graphcore: Almost-scaled attention",
+        ),
+        Source(
+            "sdpa",
+            "Scaled Dot-Product Attention",
+            "reference page on F.scaled_dot_product_attention",
+            "SDPA reference page",
+        ),
     )
 }
 

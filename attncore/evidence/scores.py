@@ -94,8 +94,8 @@ def _agree(m: Measurement, name: str, target: float, what: str) -> Judgement:
     if abs(z) <= K_SE:
         return Judgement(
             HOLDS,
-            f"z = {z:+.1f} against {fmt(target)}; for unit-variance entries, as the text "
-            "assumes (in general Var(q·k) = d·σq²·σk²).",
+            f"z = {z:+.1f} against {fmt(target)}; for unit-variance entries, as the text assumes (in general "
+            "Var(q·k) = d·σq²·σk²).",
         )
     return Judgement(
         FAILS,
@@ -124,7 +124,8 @@ DOT_VARIANCE = Claim(
     key="dot_variance",
     source="sqrtd",
     also=("notes", "d2l", "sdpa"),
-    quote="Since q·k is a sum of d_k such terms: Var(q·k) = d_k.",
+    quote="Since q·k is a sum of d_k such terms … The dot product's variance grows linearly with dimension! "
+    "(Summary table: Var(q·k) = d_k.)",
     test="Sample variance of 20,000 seeded dot products at d = 64 (the Saturation page's histogram).",
     tolerance=_std_tol(),
     measure=lambda s: _variance(64, s),
@@ -149,8 +150,9 @@ STD_64 = Claim(
 STD_512 = Claim(
     key="std_512",
     source="sqrtd",
-    quote="Exercise: for d_k = 512, what's the standard deviation of unscaled scores? (√512 ≈ 22.6)",
-    test="Sample std of 20,000 seeded q·k at d = 512.",
+    quote="Exercise: For d_k = 512, what's the standard deviation of unscaled scores?",
+    test="Sample std of 20,000 seeded q·k at d = 512, against the answer the text's Var(q·k) = d_k gives: "
+    "√512 = 22.6.",
     tolerance=_std_tol(),
     measure=lambda s: _variance(512, s),
     describe=lambda m: (
@@ -193,15 +195,13 @@ def _unit_judge(m: Measurement) -> Judgement:
     if m.num("max_abs_z") <= K_FAMILY:
         return Judgement(
             HOLDS,
-            f"every d from 1 to {int(m.num('d_max'))} within {K_FAMILY:g} standard errors "
-            f"of 1 (worst: d = {int(m.num('worst_d'))}, z = {m.num('max_abs_z'):.1f}); "
-            "for unit-variance entries.",
+            f"every d from 1 to {int(m.num('d_max'))} within {K_FAMILY:g} standard errors of 1 (worst: d = "
+            f"{int(m.num('worst_d'))}, z = {m.num('max_abs_z'):.1f}); for unit-variance entries.",
         )
     return Judgement(
         FAILS,
-        f"at d = {int(m.num('worst_d'))} the scaled std is "
-        f"{fmt_pm(m.num('worst_std'), m.err('worst_std'))}, {m.num('max_abs_z'):.1f} "
-        "standard errors from 1.",
+        f"at d = {int(m.num('worst_d'))} the scaled std is {fmt_pm(m.num('worst_std'), m.err('worst_std'))}, "
+        f"{m.num('max_abs_z'):.1f} standard errors from 1.",
     )
 
 
@@ -215,9 +215,8 @@ UNIT_ANY_D = Claim(
     "under 1%)",
     measure=lambda s: std_sweep_at_defaults(s.device, s.seed),
     describe=lambda m: (
-        f"std(q·k/√d) from {fmt(m.num('min_std'))} to {fmt(m.num('max_std'))} over "
-        f"{int(m.num('points'))} d; largest |z| {m.num('max_abs_z'):.1f} at d = "
-        f"{int(m.num('worst_d'))}."
+        f"std(q·k/√d) from {fmt(m.num('min_std'))} to {fmt(m.num('max_std'))} over {int(m.num('points'))} d; "
+        f"largest |z| {m.num('max_abs_z'):.1f} at d = {int(m.num('worst_d'))}."
     ),
     judge=_unit_judge,
 )
@@ -228,8 +227,8 @@ def _slope_judge(m: Measurement) -> Judgement:
     if abs(z) <= K_SLOPE:
         return Judgement(
             HOLDS,
-            f"log-log slope {fmt_pm(m.num('slope'), m.err('slope'))}, z = {z:+.1f} from "
-            "½; for independent zero-mean entries (their size sets the constant).",
+            f"log-log slope {fmt_pm(m.num('slope'), m.err('slope'))}, z = {z:+.1f} from ½; for independent "
+            "zero-mean entries (their size sets the constant).",
         )
     return Judgement(
         FAILS,
@@ -281,8 +280,8 @@ def _printed_judge(got: list[float], printed: tuple[str, ...], what: str) -> Jud
     if gap <= half + 1e-12:
         return Judgement(
             HOLDS,
-            f"the {what} agree with the printed ones to their last digit (largest gap "
-            f"{fmt(gap, 2)} ≤ {half:g}).",
+            f"the {what} agree with the printed ones to their last digit (largest gap {fmt(gap, 2)} ≤ "
+            f"{half:g}).",
         )
     return Judgement(
         MISPRINT, f"the printed {what} are off by up to {gap:.3f}; they should read {fmt_row(got)}."
@@ -318,9 +317,8 @@ def _scaled_judge(m: Measurement) -> Judgement:
     if j.verdict == MISPRINT:
         return Judgement(
             MISPRINT,
-            f"the printed row sums to {sum(printed):.2f}, so it is no softmax; it should "
-            f"read {fmt_row(got)}. Its point stands: entropy "
-            f"{m.num('entropy_scaled'):.2f} nats scaled against "
+            f"the printed row sums to {sum(printed):.2f}, so it is no softmax; it should read "
+            f"{fmt_row(got)}. Its point stands: entropy {m.num('entropy_scaled'):.2f} nats scaled against "
             f"{m.num('entropy_unscaled'):.2f} unscaled.",
         )
     return j
@@ -334,8 +332,8 @@ SCALED_EXAMPLE = Claim(
     tolerance="every weight within half a unit of the last printed digit (0.005)",
     measure=_worked,
     describe=lambda m: (
-        f"softmax = {fmt_row(_row(m, 'scaled'))} (sum {sum(_row(m, 'scaled')):.3f}); the "
-        f"printed row sums to {sum(_nums(SOURCE_SCALED)):.2f}."
+        f"softmax = {fmt_row(_row(m, 'scaled'))} (sum {sum(_row(m, 'scaled')):.3f}); the printed row sums to "
+        f"{sum(_nums(SOURCE_SCALED)):.2f}."
     ),
     judge=_scaled_judge,
 )
@@ -363,9 +361,8 @@ def _peaked_judge(m: Measurement) -> Judgement:
         return Judgement(HOLDS, f"p₁/p₃ = {m.num('ratio'):.3g} fits the printed weights.")
     return Judgement(
         MISPRINT,
-        f"softmax fixes p₁/p₃ = e^(8.5 − 7.9) = {m.num('ratio'):.2f} whatever the rest of "
-        f"the row; the printed 0.99 and 0.01 need {fmt(m.num('printed_lo'))} to "
-        f"{fmt(m.num('printed_hi'))}.",
+        f"softmax fixes p₁/p₃ = e^(8.5 − 7.9) = {m.num('ratio'):.2f} whatever the rest of the row; the "
+        f"printed 0.99 and 0.01 need {fmt(m.num('printed_lo'))} to {fmt(m.num('printed_hi'))}.",
     )
 
 
@@ -406,8 +403,8 @@ def _saturation_judge(m: Measurement) -> Judgement:
     if not math.isfinite(c):
         return Judgement(
             FAILS,
-            f"the top weight stays below {LEVEL:g} up to x = {m.num('x_max'):g} "
-            f"({m.num('top_at_max'):.4f} there).",
+            f"the top weight stays below {LEVEL:g} up to x = {m.num('x_max'):g} ({m.num('top_at_max'):.4f} "
+            "there).",
         )
     if abs(c - m.num("theory")) > m.num("step"):
         return Judgement(
@@ -416,8 +413,8 @@ def _saturation_judge(m: Measurement) -> Judgement:
         )
     return Judgement(
         HOLDS,
-        f"top weight {LEVEL:g} from x = {c:.2f} (closed form ln(3·{LEVEL:g}/{1 - LEVEL:.2g}) "
-        f"= {m.num('theory'):.2f}): under one unscaled std at d = 64 (8).",
+        f"top weight {LEVEL:g} from x = {c:.2f} (closed form ln(3·{LEVEL:g}/{1 - LEVEL:.2g}) = "
+        f"{m.num('theory'):.2f}): under one unscaled std at d = 64 (8).",
     )
 
 
@@ -429,8 +426,8 @@ SATURATION = Claim(
     tolerance="the crossing within one grid step of the closed form x* = ln(level·(n − 1)/(1 − level))",
     measure=_saturation,
     describe=lambda m: (
-        f"top weight reaches {LEVEL:g} at x = {m.num('crossing'):.3f} (closed form "
-        f"{m.num('theory'):.3f}); {m.num('top_at_max'):.5f} at x = {m.num('x_max'):g}."
+        f"top weight reaches {LEVEL:g} at x = {m.num('crossing'):.3f} (closed form {m.num('theory'):.3f}); "
+        f"{m.num('top_at_max'):.5f} at x = {m.num('x_max'):g}."
     ),
     judge=_saturation_judge,
 )
@@ -461,9 +458,8 @@ def _healthy_judge(m: Measurement) -> Judgement:
         return Judgement(MISPRINT, f"the diagonal of J is {fmt_row(diag)}, not the printed values.")
     return Judgement(
         CAVEAT,
-        f"the printed numbers are J's diagonal p(1 − p); J also has off-diagonal entries "
-        f"−pᵢpⱼ (e.g. {m.num('offdiag'):.2f}), ‖J‖_F = {m.num('norm'):.3f}, and a gradient "
-        "needs ∂loss/∂p as well.",
+        "the printed numbers are J's diagonal p(1 − p); J also has off-diagonal entries −pᵢpⱼ (e.g. "
+        f"{m.num('offdiag'):.2f}), ‖J‖_F = {m.num('norm'):.3f}, and a gradient needs ∂loss/∂p as well.",
     )
 
 
@@ -486,8 +482,8 @@ def _onehot_judge(m: Measurement) -> Judgement:
     if ratio <= TINY:
         return Judgement(
             HOLDS,
-            f"‖J‖_F is {100 * ratio:.1f}% of the [0.3, 0.3, 0.2, 0.2] row's once the top "
-            f"weight is {LEVEL:g}, and shrinks like 1 − p beyond.",
+            f"‖J‖_F is {100 * ratio:.1f}% of the [0.3, 0.3, 0.2, 0.2] row's once the top weight is "
+            f"{LEVEL:g}, and shrinks like 1 − p beyond.",
         )
     return Judgement(
         FAILS, f"‖J‖_F at top weight {LEVEL:g} is still {100 * ratio:.0f}% of the healthy row's."
@@ -499,8 +495,7 @@ VANISHING_ONEHOT = Claim(
     source="sqrtd",
     quote="When softmax ≈ [1, 0, 0, ...]: gradients ≈ [0, 0, 0, ...] ← vanishing!",
     test=f"‖J‖_F of softmax([x, 0, 0, 0]) where its top weight is {LEVEL:g}, against the [0.3, 0.3, 0.2, "
-    "0.2] "
-    "row's.",
+    "0.2] row's.",
     tolerance=f"‖J‖_F at most {TINY:g} × the healthy row's",
     measure=_jacobians,
     describe=lambda m: (
@@ -545,8 +540,8 @@ def _gradients(d: int, setting: Setting) -> Measurement:
         vals,
         se,
         scale=(
-            f"{GRAD_BATCH} × {GRAD_KEYS} query rows over {GRAD_KEYS} keys per d, "
-            f"Q, K, V ~ N(0, 1), float32, {setting.device}"
+            f"{GRAD_BATCH} × {GRAD_KEYS} query rows over {GRAD_KEYS} keys per d, Q, K, V ~ N(0, 1), float32, "
+            f"{setting.device}"
         ),
     )
 
@@ -571,13 +566,13 @@ def _vanish_judge(m: Measurement) -> Judgement:
     if jr <= TINY:
         return Judgement(
             CAVEAT,
-            f"the median ‖J‖ is {jr:.2g}× the scaled one but ‖∂loss/∂q‖ {qr:.2g}×: unscaled "
-            f"logits pass √d more gradient to q; {tail}.",
+            f"the median ‖J‖ is {jr:.2g}× the scaled one but ‖∂loss/∂q‖ {qr:.2g}×: unscaled logits pass √d "
+            f"more gradient to q; {tail}.",
         )
     return Judgement(
         FAILS,
-        f"at d = {d} ({GRAD_KEYS} keys) the median ‖J‖ is {jr:.2g}× the scaled one and "
-        f"‖∂loss/∂q‖ {qr:.2g}×: not tiny; {tail}.",
+        f"at d = {d} ({GRAD_KEYS} keys) the median ‖J‖ is {jr:.2g}× the scaled one and ‖∂loss/∂q‖ {qr:.2g}×: "
+        f"not tiny; {tail}.",
     )
 
 
@@ -594,9 +589,9 @@ GRADIENTS_VANISH = Claim(
     measure=lambda s: _gradients(64, s),
     describe=lambda m: (
         f"d = 64: median ‖J‖ {fmt(m.num('unscaled_jac_median'))} unscaled vs "
-        f"{fmt(m.num('scaled_jac_median'))} scaled; median ‖∂loss/∂q‖ "
-        f"{fmt(m.num('unscaled_grad_q_median'))} vs {fmt(m.num('scaled_grad_q_median'))}; "
-        f"{100 * m.num('unscaled_saturated_mean'):.0f}% of unscaled rows saturated."
+        f"{fmt(m.num('scaled_jac_median'))} scaled; median ‖∂loss/∂q‖ {fmt(m.num('unscaled_grad_q_median'))} "
+        f"vs {fmt(m.num('scaled_grad_q_median'))}; {100 * m.num('unscaled_saturated_mean'):.0f}% of unscaled "
+        "rows saturated."
     ),
     judge=_vanish_judge,
 )
@@ -608,14 +603,14 @@ def _saturation_share_judge(m: Measurement) -> Judgement:
     if u - s > K_SE * math.hypot(su, ss) and s <= 0.01:
         return Judgement(
             HOLDS,
-            f"at d = {int(m.num('d'))} with {GRAD_KEYS} keys {100 * u:.0f}% of unscaled rows "
-            f"put ≥ {LEVEL:g} on one key, {100 * s:.1f}% of scaled ones.",
+            f"at d = {int(m.num('d'))} with {GRAD_KEYS} keys {100 * u:.0f}% of unscaled rows put ≥ {LEVEL:g} "
+            f"on one key, {100 * s:.1f}% of scaled ones.",
         )
     if u - s > K_SE * math.hypot(su, ss):
         return Judgement(
             CAVEAT,
-            f"scaling lowers the saturated share from {100 * u:.0f}% to {100 * s:.1f}%, "
-            "but does not remove it.",
+            f"scaling lowers the saturated share from {100 * u:.0f}% to {100 * s:.1f}%, but does not remove "
+            "it.",
         )
     return Judgement(
         FAILS, f"saturated rows: {100 * u:.1f}% unscaled, {100 * s:.1f}% scaled: no clear difference."
@@ -631,8 +626,7 @@ PREVENTS_SATURATION = Claim(
     test=f"Share of rows whose top weight is ≥ {LEVEL:g} at d = 128, unscaled and scaled (the gradient "
     "sweep).",
     tolerance=f"the shares differ by more than {K_SE:g} standard errors (over independent batch elements), "
-    "and "
-    "scaled rows saturate at most 1% of the time",
+    "and scaled rows saturate at most 1% of the time",
     measure=lambda s: _gradients(128, s),
     describe=lambda m: (
         f"d = 128: {100 * m.num('unscaled_saturated_mean'):.1f}% ± "
@@ -669,8 +663,8 @@ def _temperature_judge(m: Measurement) -> Judgement:
         )
     return Judgement(
         FAILS,
-        f"entropy {', '.join(f'{v:.3f}' for v in h)} and top weight "
-        f"{', '.join(f'{v:.3f}' for v in p)} are not monotone in τ.",
+        f"entropy {', '.join(f'{v:.3f}' for v in h)} and top weight {', '.join(f'{v:.3f}' for v in p)} are "
+        "not monotone in τ.",
     )
 
 
@@ -683,8 +677,8 @@ TEMPERATURE = Claim(
     tolerance="entropy strictly increasing and top weight strictly decreasing in τ",
     measure=_temperatures,
     describe=lambda m: (
-        f"entropy {m.num('h_half'):.3f} < {m.num('h_one'):.3f} < {m.num('h_two'):.3f} nats; "
-        f"top weight {m.num('max_half'):.3f} > {m.num('max_one'):.3f} > {m.num('max_two'):.3f}."
+        f"entropy {m.num('h_half'):.3f} < {m.num('h_one'):.3f} < {m.num('h_two'):.3f} nats; top weight "
+        f"{m.num('max_half'):.3f} > {m.num('max_one'):.3f} > {m.num('max_two'):.3f}."
     ),
     judge=_temperature_judge,
 )
@@ -717,8 +711,8 @@ def _overflow_judge(m: Measurement) -> Judgement:
     overflow = [t for t in OVERFLOW_DTYPES if math.isfinite(m.num(f"naive_nan_from_{t}"))]
     return Judgement(
         HOLDS,
-        "the stable form never overflows and matches float64 in every dtype; the naive one "
-        "turns NaN from x = "
+        "the stable form never overflows and matches float64 in every dtype; the naive one turns NaN from "
+        + "x = "
         + ", ".join(f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})" for t in overflow)
         + ".",
     )
@@ -732,8 +726,8 @@ STABLE_SOFTMAX = Claim(
     "the same result.",
     test="Naive e^x/Σe^x against attncore's stable softmax of [x, 0, 0, 0], x from 1 to 10⁴, in float16, "
     "bfloat16, float32 and float64, each against float64.",
-    tolerance="the stable form never non-finite and within the dtype's tolerance of float64 "
-    "(2e-5 in float32, 4e-3 in float16, 3e-2 in bfloat16)",
+    tolerance="the stable form never non-finite and within the dtype's tolerance of float64 (2e-5 in "
+    "float32, 4e-3 in float16, 3e-2 in bfloat16)",
     measure=_overflow,
     describe=lambda m: (
         "naive NaN from x = "
@@ -742,9 +736,8 @@ STABLE_SOFTMAX = Claim(
             for t in OVERFLOW_DTYPES
             if math.isfinite(m.num(f"naive_nan_from_{t}"))
         )
-        + "; stable: "
-        f"{sum(int(m.num(f'stable_nonfinite_{t}')) for t in OVERFLOW_DTYPES)} non-finite, largest error "
-        f"{fmt(max(m.num(f'stable_err_{t}') for t in OVERFLOW_DTYPES), 2)}."
+        + f"; stable: {sum(int(m.num(f'stable_nonfinite_{t}')) for t in OVERFLOW_DTYPES)} non-finite, "
+        f"largest error {fmt(max(m.num(f'stable_err_{t}') for t in OVERFLOW_DTYPES), 2)}."
     ),
     judge=_overflow_judge,
 )
@@ -786,10 +779,9 @@ def _init_judge(m: Measurement) -> Judgement:
         return Judgement(HOLDS, f"Var(q·k) = {r:.2f}·d_head at initialisation.")
     return Judgement(
         FAILS,
-        f"GPT-style initialisation gives q, k entries of variance {m.num('var_q'):.3f}, so "
-        f"Var(q·k) = {r:.4f}·d_head (std {math.sqrt(m.num('var')):.2f} at d_head "
-        f"{int(m.num('d_head'))}, not {math.sqrt(m.num('d_head')):.1f}); the unit-variance "
-        "premise is an assumption about the inputs.",
+        f"GPT-style initialisation gives q, k entries of variance {m.num('var_q'):.3f}, so Var(q·k) = "
+        f"{r:.4f}·d_head (std {math.sqrt(m.num('var')):.2f} at d_head {int(m.num('d_head'))}, not "
+        f"{math.sqrt(m.num('d_head')):.1f}); the unit-variance premise is an assumption about the inputs.",
     )
 
 

@@ -249,8 +249,8 @@ def _worse_judge(m: Measurement) -> Judgement:
     if c.diff > 0:
         return Judgement(
             CAVEAT,
-            f"the ordering is the post's, but with {_seeds(c)} no seed-to-seed spread is known "
-            f"(need {MIN_SEEDS}); {scale}.",
+            f"the ordering is the post's, but with {_seeds(c)} no seed-to-seed spread is known (need "
+            f"{MIN_SEEDS}); {scale}.",
         )
     return Judgement(FAILS, f"fully scaled trained no worse ({c.diff:+.3f}, {_seeds(c)}).")
 
@@ -259,11 +259,9 @@ FULLY_SCALED_WORSE = Claim(
     key="fully_scaled_worse",
     source="graphcore",
     quote="Fully scaled attention behaves worse than the baseline (final training loss 1.2 for baseline, 1.4 "
-    "for "
-    "fully scaled)",
+    "for fully scaled)",
     test="The shipped learning-rate sweep on tiny Shakespeare: final training loss of standard and fully "
-    "scaled "
-    "attention, each at its best learning rate (lowest mean over seeds).",
+    "scaled attention, each at its best learning rate (lowest mean over seeds).",
     tolerance=f"with ≥ {MIN_SEEDS} seeds per cell the gap must exceed its 95% margin (t × standard error)",
     measure=_lr_sweep,
     describe=lambda m: (
@@ -346,14 +344,14 @@ def _ablation_judge(m: Measurement) -> Judgement:
             )
         return Judgement(
             FAILS,
-            f"the penalty's growth ({grow.diff:+.3f} ± {grow.margin:.3f}) is not distinguishable "
-            "at this scale.",
+            f"the penalty's growth ({grow.diff:+.3f} ± {grow.margin:.3f}) is not distinguishable at this "
+            "scale.",
         )
     if grow.diff > 0 and m.num(f"gap_{hi}") > 0:
         return Judgement(
             CAVEAT,
-            f"the unscaled penalty grows with d_head, but with {int(m.num('grow_n'))} seed(s) "
-            f"no spread is known (need {MIN_SEEDS}); {note}.",
+            f"the unscaled penalty grows with d_head, but with {int(m.num('grow_n'))} seed(s) no spread is "
+            f"known (need {MIN_SEEDS}); {note}.",
         )
     return Judgement(FAILS, f"the unscaled penalty does not grow with d_head ({grow.diff:+.3f}).")
 
@@ -362,12 +360,10 @@ SCALING_ABLATION = Claim(
     key="scaling_ablation",
     source="sqrtd",
     quote="Key takeaway: dot product variance scales with dimension, causing softmax to saturate and "
-    "gradients to "
-    "vanish. Dividing by √d_k … ensuring stable training regardless of dimension. (Exercise: train with and "
-    "without scaling.)",
+    "gradients to vanish. Dividing by √d_k … ensuring stable training regardless of dimension. (Exercise: "
+    "train with and without scaling.)",
     test="The shipped scaling experiment: final validation loss, unscaled minus standard, at d_head 16, 64 "
-    "and 256 "
-    "(same total width), and whether that penalty grows from the smallest to the largest head dim.",
+    "and 256 (same total width), and whether that penalty grows from the smallest to the largest head dim.",
     tolerance=f"with ≥ {MIN_SEEDS} seeds the growth must exceed its 95% margin (paired over seeds)",
     measure=_scaling,
     describe=lambda m: "unscaled − standard, final val loss: " + _gap_text(m) + ".",
@@ -426,9 +422,8 @@ def _stability_judge(m: Measurement) -> Judgement:
     slower = ", ".join(f"{m.num(f'gap_{h}'):+.2f} at d_head {h}" for h in heads if f"gap_{h}" in m.values)
     return Judgement(
         FAILS,
-        f"no unscaled run diverged or spiked ({int(m.num('runs'))} runs, {int(m.num('steps'))} "
-        f"steps at lr {m.num('lr'):g}); they trained slower ({slower} nats in final val loss), "
-        "not unstably.",
+        f"no unscaled run diverged or spiked ({int(m.num('runs'))} runs, {int(m.num('steps'))} steps at lr "
+        f"{m.num('lr'):g}); they trained slower ({slower} nats in final val loss), not unstably.",
     )
 
 
@@ -437,14 +432,17 @@ UNSTABLE_16 = Claim(
     source="sdpa",
     quote="NEVER forget the scaling — without it, training will be unstable for d_k > ~16.",
     test="The shipped scaling experiment's unscaled runs at d_head > 16: divergence, and the largest rise of "
-    "the "
-    "training loss between evaluations.",
+    "the training loss between evaluations.",
     tolerance=f"“unstable”: a run diverged or its loss rose by more than {SPIKE:g} nats between evaluations",
     measure=_stability,
     describe=lambda m: (
         f"{int(m.num('runs'))} unscaled runs at d_head {m['heads']}: {int(m.num('diverged'))} diverged, "
-        f"{int(m.num('spikes'))} spiked; largest rise between evaluations {m.num('worst_rise'):+.3f} "
-        "nats."
+        f"{int(m.num('spikes'))} spiked; "
+        + (
+            f"the training loss fell at every evaluation (largest change {m.num('worst_rise'):+.3f} nats)."
+            if m.num("worst_rise") <= 0
+            else f"largest rise between evaluations {m.num('worst_rise'):+.3f} nats."
+        )
     ),
     judge=_stability_judge,
 )
@@ -494,14 +492,14 @@ def _learned_judge(m: Measurement) -> Judgement:
     if m.num("sinks_softmax") == 0:
         return Judgement(
             UNTESTABLE,
-            f"no sink formed in the shipped softmax model (0/{int(m.num('heads_softmax'))} "
-            f"heads with a first-token weight above {SINK_EPS:g}; uniform attention gives "
-            f"{m.num('uniform'):.3f}): it cannot show what sinks are for.",
+            f"no sink formed in the shipped softmax model (0/{int(m.num('heads_softmax'))} heads with a "
+            f"first-token weight above {SINK_EPS:g}; uniform attention gives {m.num('uniform'):.3f}): it "
+            "cannot show what sinks are for.",
         )
     return Judgement(
         HOLDS,
-        f"{int(m.num('sinks_softmax'))} of {int(m.num('heads_softmax'))} softmax heads became "
-        "first-token sinks.",
+        f"{int(m.num('sinks_softmax'))} of {int(m.num('heads_softmax'))} softmax heads became first-token "
+        "sinks.",
     )
 
 
@@ -539,8 +537,7 @@ BIAS_REMOVES_SINKS = Claim(
     key="bias_removes_sinks",
     source="notes",
     quote="Denominator Bias … allowing for true “null attention” or partial attention … This removes the "
-    "need for "
-    "attention sinks.",
+    "need for attention sinks.",
     test="The same count for the softmax1 and learned-sink-logit models against softmax.",
     tolerance="fewer sink heads with the bias than with softmax",
     measure=_sinks,
