@@ -220,9 +220,8 @@ def _zero_judge(m: Measurement) -> Judgement:
 D2L_VALID_LEN_ZERO = Claim(
     key="d2l_valid_len_zero",
     source="d2l",
-    quote="Set their pre-softmax scores to a large negative number so exp flushes them to zero (a sequence "
-    "with valid_len = 0)",
-    test="The same demo with valid_lens (0, 6): the weight on the first sequence's pad keys.",
+    quote="Padded sequences in a minibatch — we don't want <pad> keys to receive attention mass.",
+    test="The same demo with valid_lens (0, 6), a sequence that is all padding: the weight on its pad keys.",
     tolerance="exactly 0",
     measure=lambda s: _demo(s, (0, 6)),
     describe=lambda m: (
