@@ -30,7 +30,7 @@ from attncore.evidence.records import (
 )
 from attncore.training.io import load_result
 
-__all__ = ["CLAIMS", "MIN_SEEDS", "Comparison", "compare", "t_critical"]
+__all__ = ["CLAIMS", "MIN_SEEDS", "Comparison", "compare", "decide", "t_critical"]
 
 MIN_SEEDS = 3
 SPIKE = 0.1  # nats: a training loss that rises by more than this between evaluations is a spike
@@ -173,10 +173,6 @@ def _scale(d: dict[str, Any]) -> str:
     )
 
 
-def _seeds(c: Comparison) -> str:
-    return f"{c.n_a} and {c.n_b} seed(s)" if c.n_a != c.n_b else f"{c.n_a} seed(s) each"
-
-
 # --------------------------------------------------------------------------- fully scaled trains worse
 
 
@@ -215,44 +211,42 @@ def _lr_sweep(setting: Setting) -> Measurement:
     )
 
 
-def _cmp_of(m: Measurement, a: str = "standard", b: str = "fully_scaled") -> Comparison:
-    margin = m.num("margin")
-    return Comparison(
-        m.num(a),
-        m.num(b),
-        int(m.num("n_a")),
-        int(m.num("n_b")),
-        m.num("diff"),
-        None if math.isnan(margin) else margin,
-        bool(m["paired"]),
-    )
+def decide(diff: float, margin: float, seeds: int) -> int | None:
+    """The rule on a difference and its 95% margin (NaN: none): None with fewer than :data:`MIN_SEEDS` seeds,
+    else +1 / -1 when it is distinguishably above / below zero and 0 when it is not."""
+    if seeds < MIN_SEEDS or math.isnan(margin):
+        return None
+    if diff != 0 and abs(diff) > margin:
+        return 1 if diff > 0 else -1
+    return 0
+
+
+def _seed_text(m: Measurement) -> str:
+    a, b = int(m.num("n_a")), int(m.num("n_b"))
+    return f"{a} and {b} seed(s)" if a != b else f"{a} seed(s) each"
 
 
 def _worse_judge(m: Measurement) -> Judgement:
-    c = _cmp_of(m)
+    diff, margin, seeds = m.num("diff"), m.num("margin"), _seed_text(m)
     scale = (
         f"losses {m.num('standard'):.2f} vs {m.num('fully_scaled'):.2f} here against the post's 1.2 vs 1.4"
     )
-    if c.enough:
-        if c.sign > 0:
-            return Judgement(
-                HOLDS,
-                f"gap {c.diff:+.3f} ± {c.margin:.3f} (95%, {_seeds(c)}); {scale}, a smaller model and run.",
-            )
-        if c.sign < 0:
-            return Judgement(
-                FAILS, f"fully scaled trained better here: {c.diff:+.3f} ± {c.margin:.3f} ({_seeds(c)})."
-            )
+    sign = decide(diff, margin, int(min(m.num("n_a"), m.num("n_b"))))
+    if sign == 1:
         return Judgement(
-            FAILS, f"not distinguishable at this scale: {c.diff:+.3f} ± {c.margin:.3f} ({_seeds(c)})."
+            HOLDS, f"gap {diff:+.3f} ± {margin:.3f} (95%, {seeds}); {scale}, a smaller model and run."
         )
-    if c.diff > 0:
+    if sign == -1:
+        return Judgement(FAILS, f"fully scaled trained better here: {diff:+.3f} ± {margin:.3f} ({seeds}).")
+    if sign == 0:
+        return Judgement(FAILS, f"not distinguishable at this scale: {diff:+.3f} ± {margin:.3f} ({seeds}).")
+    if diff > 0:
         return Judgement(
             CAVEAT,
-            f"the ordering is the post's, but with {_seeds(c)} no seed-to-seed spread is known (need "
+            f"the ordering is the post's, but with {seeds} no seed-to-seed spread is known (need "
             f"{MIN_SEEDS}); {scale}.",
         )
-    return Judgement(FAILS, f"fully scaled trained no worse ({c.diff:+.3f}, {_seeds(c)}).")
+    return Judgement(FAILS, f"fully scaled trained no worse ({diff:+.3f}, {seeds}).")
 
 
 FULLY_SCALED_WORSE = Claim(
@@ -322,38 +316,26 @@ def _gap_text(m: Measurement) -> str:
 
 def _ablation_judge(m: Measurement) -> Judgement:
     lo, hi = int(m.num("d_lo")), int(m.num("d_hi"))
-    grow = Comparison(
-        0.0,
-        m.num("grow"),
-        int(m.num("grow_n")),
-        int(m.num("grow_n")),
-        m.num("grow"),
-        None if math.isnan(m.num("grow_margin")) else m.num("grow_margin"),
-        bool(m["grow_paired"]),
-    )
-    std_drift = m.num(f"std_{hi}") - m.num(f"std_{lo}")
-    note = (
-        f"standard's own loss also moves {std_drift:+.3f} from d_head {lo} to {hi} (fewer, wider heads at a "
-        "fixed width)"
-    )
-    if grow.enough:
-        if grow.sign > 0:
-            return Judgement(
-                HOLDS,
-                f"the unscaled penalty grows with d_head by {grow.diff:+.3f} ± {grow.margin:.3f}; {note}.",
-            )
+    grow, margin = m.num("grow"), m.num("grow_margin")
+    drift = m.num(f"std_{hi}") - m.num(f"std_{lo}")
+    note = f"standard's own loss also moves {drift:+.3f} from d_head {lo} to {hi} (fewer, wider heads at a "
+    "fixed width)"
+    sign = decide(grow, margin, int(m.num("grow_n")))
+    if sign == 1:
         return Judgement(
-            FAILS,
-            f"the penalty's growth ({grow.diff:+.3f} ± {grow.margin:.3f}) is not distinguishable at this "
-            "scale.",
+            HOLDS, f"the unscaled penalty grows with d_head by {grow:+.3f} ± {margin:.3f}; {note}."
         )
-    if grow.diff > 0 and m.num(f"gap_{hi}") > 0:
+    if sign is not None:
+        return Judgement(
+            FAILS, f"the penalty's growth ({grow:+.3f} ± {margin:.3f}) is not distinguishable at this scale."
+        )
+    if grow > 0 and m.num(f"gap_{hi}") > 0:
         return Judgement(
             CAVEAT,
             f"the unscaled penalty grows with d_head, but with {int(m.num('grow_n'))} seed(s) no spread is "
             f"known (need {MIN_SEEDS}); {note}.",
         )
-    return Judgement(FAILS, f"the unscaled penalty does not grow with d_head ({grow.diff:+.3f}).")
+    return Judgement(FAILS, f"the unscaled penalty does not grow with d_head ({grow:+.3f}).")
 
 
 SCALING_ABLATION = Claim(
