@@ -113,14 +113,14 @@ def explain(rows: list[Row]) -> None:
     with st.expander("How a verdict is reached", icon=":material/gavel:"):
         st.markdown(
             "Each claim is quoted from its text and tested by attncore; a rule with a stated tolerance (the "
-            "*rule* column) turns the numbers into one of five verdicts, and the caveat is written from the "
-            "same numbers. **holds**: the measurement agrees within the tolerance (standard errors for "
-            "random draws, half a unit of the last printed digit for printed numbers, a 95% margin over "
-            "seeds for training runs). **holds with a caveat**: it agrees, but only under a condition the "
-            "text does not state, or with too few seeds to know the spread. **does not hold here**: the "
-            "measurement disagrees, at this machine's scale. **misprint in the source**: a printed number "
-            "cannot be right (the arithmetic itself rules it out). **not testable here**: the test cannot "
-            "run on this machine or the shipped runs cannot decide it; the caveat says why."
+            "**Rule** in its *tested by* cell) turns the numbers into one of five verdicts, and the caveat "
+            "is written from the same numbers. **holds**: the measurement agrees within the tolerance "
+            "(standard errors for random draws, half a unit of the last printed digit for printed numbers, a "
+            "95% margin over seeds for training runs). **holds with a caveat**: it agrees, but only under a "
+            "condition the text does not state, or with too few seeds to know the spread. **does not hold "
+            "here**: the measurement disagrees, at this machine's scale. **misprint in the source**: a "
+            "printed number cannot be right (the arithmetic itself rules it out). **not testable here**: the "
+            "test cannot run on this machine or the shipped runs cannot decide it; the caveat says why."
         )
         n = {
             b: sum(r.measurement.basis == b and not r.measurement.missing for r in rows)
@@ -128,10 +128,10 @@ def explain(rows: list[Row]) -> None:
         }
         st.markdown(
             f"**live** ({n[LIVE]} rows): computed now by attncore on this page's device, seed and precision "
-            "(the sidebar), at the default settings of the page the *view* link opens. **exact** "
-            f"({n[EXACT]}): arithmetic, closed forms or quadrature, the same on every machine. **shipped** "
-            f"({n[SHIPPED]}): read from the training runs shipped with the app (attncore/training/results), "
-            "not rerun here: the Training lab shows them in full."
+            f"(the sidebar), at the default settings of the page its link opens. **exact** ({n[EXACT]}): "
+            f"arithmetic, closed forms or quadrature, the same on every machine. **shipped** ({n[SHIPPED]}): "
+            "read from the training runs shipped with the app (attncore/training/results), not rerun here: "
+            "the Training lab shows them in full."
         )
 
 
