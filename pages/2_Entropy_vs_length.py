@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from attncore.errors import AttnInputError
-from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, choose_engine, max_sweep_n
+from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, engine_choice, max_sweep_n
 from ui import state, widgets
 from ui.admission import heavy
 from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
@@ -25,6 +25,7 @@ from ui.views.entropy import (
     Controls,
     Series,
     build_series,
+    engine_sentence,
     figure1_charts,
     figure1_frame,
     main_chart,
@@ -32,6 +33,7 @@ from ui.views.entropy import (
     mark_stale,
     n_label,
     panel_frame,
+    seed_note,
     theory_lengths,
     validity_frame,
 )
@@ -197,9 +199,11 @@ def how_it_is_computed(engine: str = "torch") -> None:
         tail = ("Here the sweeps run as fused Triton kernels: every program draws its random "
                 "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
                 "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
-                "*vectors* draws each tile of keys once and shares it across up to 64 query rows through a "
-                "matrix product. Their Gaussians take 40 random bits for the radius and reach 7.54σ, "
-                "beyond the largest of 2³⁰ keys, so nothing is redrawn.")
+                "*vectors* draws each tile of keys once and shares it across up to 128 query rows through "
+                "tensor-core products (keys and values rounded to tf32, queries split into two tf32 parts: "
+                "float32-accurate logits). Their Gaussians take 40 random bits for the radius and reach "
+                "7.54σ, beyond the largest of 2³⁰ keys, so nothing is redrawn. A long sweep draws its short "
+                "lengths first, marked \"measuring…\", while the long ones stream.")
     else:
         tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
                 "samples above 5σ are redrawn from the exact tail. Curves that differ only in temperature, "
@@ -401,19 +405,19 @@ def body(ctx: PageContext) -> None:
         shown = len(series[0].shown)
         reused = "" if result.computed == len(series) else \
             f" {len(series) - result.computed} of {len(series)} curves reused from an earlier run."
+        engines = [engine_choice(s.spec, ctx.device) for s in series]
         widgets.caption_compute(ctx.device_label, result.seconds,
                                 f"{len(series)} curves × {shown} lengths, {c.queries} "
                                 f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
-                                f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused}")
+                                f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused} "
+                                f"{engine_sentence(engines, [s.label for s in series])}")
         with st.expander("Where the large-n formulas hold", expanded=False):
             validity_table(series, frames, theories)
         explain_more()
-        how_it_is_computed(choose_engine(None, ctx.device, "float32"))
+        how_it_is_computed(engines[0].name)
     figure1(ctx)
 
 
-SEED_NOTE = ("This page's sweeps draw their random numbers on the compute device (Philox in Triton kernels "
-             "on CUDA, torch's generator on the CPU): a GPU shows other draws than a CPU, with the same "
-             "statistics within the error bars.")
+SEED_NOTE = seed_note()
 run_page(title="Entropy vs length", icon=":material/trending_up:", params=PARAMS, body=body,
          seed_note=SEED_NOTE, oom_hint="Lower the query rows, d or the number of curves.")

@@ -12,8 +12,19 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import ui.sweep
+import ui.views.entropy
 from attncore.row_theory import sweep_theory, sweep_theory_given_queries
-from attncore.sweeps import SweepSpec, max_sweep_n, peak_weight_sweep, query_norms, run_sweep
+from attncore.sweeps import (
+    SweepSpec,
+    engine_choice,
+    max_sweep_n,
+    max_sweep_work,
+    partial_lengths,
+    peak_weight_sweep,
+    query_norms,
+    run_sweep,
+    sweep_work,
+)
 from attncore.theory import fully_scaled_multiplier, peak_weight
 from tests.chart_data import decode, figure, no_errors, page_device, run_app, same
 from ui.views.entropy import (
@@ -239,7 +250,11 @@ def test_url_restores_the_view_and_bad_values_get_notices() -> None:
 
 
 def test_an_over_budget_request_is_refused_with_a_plain_message() -> None:
-    at = run(ent_lo="24", ent_hi="24", ent_method="vectors", ent_q="1024", ent_d="1024", ent_vary="none")
+    # the largest n this device offers (2^24 on a CPU, 2^30 on CUDA) at the largest sizes: over its budget
+    top = max_sweep_n(page_device()).bit_length() - 1
+    spec = SweepSpec(lengths=(1 << top,), method="vectors", queries=1024, d=1024)
+    assert sweep_work(spec, page_device()) > max_sweep_work(page_device())  # the request is really too much
+    at = run(ent_lo=str(top), ent_hi=str(top), ent_method="vectors", ent_q="1024", ent_d="1024", ent_vary="none")
     assert not at.exception
     assert at.error and "limit" in at.error[0].value and "random numbers" in at.error[0].value
 
@@ -274,7 +289,7 @@ def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s
     label, spec = specs_of(at)[0]
     df = run_sweep(spec, device=page_device())
     n = int(df["n"].iloc[-1])
-    given = sweep_theory_given_queries([n], query_norms(spec, page_device()).numpy(), d=spec.d,
+    given = sweep_theory_given_queries([n], query_norms(spec, page_device()).cpu().numpy(), d=spec.d,
                                        scale_rule=spec.scale_rule, temperature=spec.temperature,
                                        normalizer=spec.normalizer, ssmax_s=spec.ssmax_s).iloc[0]
     deltas = {m.label.split(" at ")[0]: m.delta for m in at.metric}
@@ -380,6 +395,13 @@ def test_ssmax_s_does_not_recompute_a_sweep_it_does_not_affect(monkeypatch: pyte
 
 
 def test_a_long_sweep_draws_its_short_lengths_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # long enough for a staged run on this device: 4 blocks of 2^16 keys on a CPU (torch engine); on CUDA
+    # the fused kernels (2^24 is past the logits crossover), which report after ~1/16 of their numbers
+    draws_short_lengths_first(monkeypatch, hi=18 if page_device() == "cpu" else 24)
+
+
+def draws_short_lengths_first(monkeypatch: pytest.MonkeyPatch, hi: int) -> None:
+    """A long sweep to 2^hi (4 rows, three curves) draws the lengths its engine reports first, then all."""
     import ui.views.entropy as views
 
     drawn: list[dict] = []
@@ -389,20 +411,39 @@ def test_a_long_sweep_draws_its_short_lengths_first(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(ui.sweep, "PARTIAL_AFTER_S", -1.0)  # every sweep counts as long here
     monkeypatch.setattr(ui.sweep, "AUTO_RUN_WORK", 0)
     monkeypatch.setattr(ui.sweep, "AUTO_RUN_S", 1e9)  # ...and runs without the Run button
-    at = run(ent_lo="4", ent_hi="18", ent_q="4")
+    at = run(ent_lo="4", ent_hi=str(hi), ent_q="4")
     check_charts(at)  # the final chart: every length, equal to attncore
     assert len(drawn) == 1
     part = drawn[0]
-    # 2^18 keys are 4 blocks of 2^16; the first stage is the first block
-    assert part["layout"]["meta"]["partial"] is True and part["layout"]["meta"]["n_done"] == 1 << 16
-    assert "measuring… n ≤ 2¹⁶" in part["layout"]["annotations"][-1]["text"]
+    # the first report ends where attncore says this device's engine reports first
+    swept = sweep_spec(specs_of(at)[0][1], int(at.session_state["ent_ppo"]))
+    first = partial_lengths(swept, page_device())[0]
+    if page_device() == "cpu" and hi == 18 and engine_choice(swept, "cpu").name == "torch":
+        assert first == 1 << 16  # the first stage is the first of the four 2^16-key blocks
+    assert part["layout"]["meta"]["partial"] is True and part["layout"]["meta"]["n_done"] == first
+    assert f"measuring… n ≤ {views.n_label(first).split(' = ')[0]}" in part["layout"]["annotations"][-1]["text"]
     final = figure(at, "entropy-panels")
     assert not final["layout"]["meta"].get("partial")
     for label, spec in specs_of(at):
         df = run_sweep(spec, device=page_device())
         t = trace(part, label, "x")
         x = decode(t["x"])
-        assert x.max() == 1 << 16 and len(x) < len(df)  # the lengths done after the first block
+        assert x.max() == first and len(x) < len(df)  # the lengths done at the first report
         np.testing.assert_allclose(decode(t["y"]), df["entropy"][: len(x)], rtol=1e-5)
         ex = trace(part, f"{label} · exact", "x")  # the theory is drawn whole from the start
         np.testing.assert_allclose(decode(ex["y"]), decode(trace(final, f"{label} · exact", "x")["y"]))
+
+
+def test_the_caption_names_the_engine_that_ran_and_the_seed_note_its_rule() -> None:
+    at = run(**SMALL)
+    no_errors(at)
+    caption = " ".join(c.value for c in at.caption)
+    for _, spec in specs_of(at):
+        assert f"Engine: {engine_choice(spec, page_device()).reason}." in caption
+    from attncore.sweeps import CROSSOVERS, MAX_SWEEP_N
+
+    note = ui.views.entropy.seed_note()
+    assert note in caption  # the sidebar's line under the seed
+    # the note's lengths are the dispatch table's: logits from its crossover, vectors above the torch cap
+    assert f"n ≥ 2{'²⁰' if CROSSOVERS['logits'].n == 1 << 20 else '?'} (logits)" in note
+    assert CROSSOVERS["vectors"].n > MAX_SWEEP_N and "n > 2²⁴ (vectors)" in note

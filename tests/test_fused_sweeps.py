@@ -27,7 +27,7 @@ from attncore.errors import AttnInputError, ResourceLimitError  # noqa: E402
 from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink  # noqa: E402
 from attncore.row_theory import sweep_theory  # noqa: E402
 from attncore.stats import entropy, max_weight, row_sum, sum_squares  # noqa: E402
-from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, run_sweep  # noqa: E402
+from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, max_sweep_n, run_sweep  # noqa: E402
 from attncore.sweeps.fused import (  # noqa: E402
     MAX_SWEEP_N_CUDA,
     FixedInputs,
@@ -37,8 +37,10 @@ from attncore.sweeps.fused import (  # noqa: E402
     fused_normals,
     fused_reference_sweep,
     fused_unavailable_reason,
-    max_sweep_n,
+    key_batches,
     run_fused_sweep,
+    split_tf32,
+    tf32_round,
     validate_fused,
 )
 
@@ -66,8 +68,9 @@ def _normaliser(name: str):
 # --------------------------------------------------------------------------- the generator
 
 
-def test_normals_have_the_standard_normal_law():
-    x = fused_normals(1 << 14, seed=7, device=DEV).cpu().double()  # 65536 samples
+@pytest.mark.parametrize("vectors", [False, True])
+def test_normals_have_the_standard_normal_law(vectors):
+    x = fused_normals(1 << 14, seed=7, device=DEV, vectors=vectors).cpu().double()  # 65536 samples
     n = x.numel()
     assert abs(float(x.mean())) < 4 / math.sqrt(n)
     assert abs(float(x.var()) - 1) < 4 * math.sqrt(2 / n)
@@ -82,14 +85,16 @@ def test_normals_have_the_standard_normal_law():
     assert torch.equal(fused_normals(1 << 10, seed=7, device=DEV), fused_normals(1 << 10, seed=7, device=DEV))
 
 
-def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
+@pytest.mark.parametrize("fast", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not _CUDA, reason="the fast special functions are inline PTX: they run compiled on CUDA only"))])
+def test_box_muller_radius_reaches_7_54_sigma_and_never_nans(fast):
     from attncore.sweeps import fused_kernels as fk
 
     top = (1 << 32) - 1
     w1 = torch.tensor([0, 0, 1, 255, top, top, 1 << 31], dtype=torch.int64, device=DEV)
     w2 = torch.tensor([0, 255, 0, 0, top, 0, 0], dtype=torch.int64, device=DEV)
     out = torch.empty(2, w1.numel(), device=DEV)
-    fk._box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8)
+    fk._box_muller_kernel[(1,)](w1, w2, out, w1.numel(), BLOCK=8, FAST=fast)
     out = out.cpu().double()
     r = torch.sqrt(out[0] ** 2 + out[1] ** 2)
     assert torch.isfinite(out).all()
@@ -104,6 +109,72 @@ def test_box_muller_radius_reaches_7_54_sigma_and_never_nans():
     np.testing.assert_allclose(r.numpy(), expected, rtol=2e-5, atol=2e-3)
     # 40 bits: the second word's low byte refines the radius where the first word is small
     assert float(r[0]) > float(r[1]) > float(r[2])
+
+
+def test_tf32_rounding_in_the_kernel_equals_the_host_and_the_rule():
+    """The kernels' tf32 rounding, the host's, and the rule from scratch: nearest, ties away from zero."""
+    from attncore.sweeps import fused_kernels as fk
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.randn(4000, generator=g) * 10.0 ** torch.randint(-6, 7, (4000,), generator=g),
+                   torch.tensor([0.0, 1.0, -1.0, 3.0e38, -2.5e-30])])
+    ties = torch.tensor([1 + 2**-11, -(1 + 2**-11), 1 + 3 * 2**-11, 1.5 + 2**-11])  # exactly half a tf32 ulp
+    x = torch.cat([x, ties]).to(torch.float32)
+    host = tf32_round(x)
+    dev = torch.empty_like(x, device=DEV)
+    fk._tf32_kernel[(-(-x.numel() // 1024),)](x.to(DEV), dev, x.numel(), BLOCK=1024)
+    assert torch.equal(dev.cpu(), host)
+    assert int((host.view(torch.int32) & 0x1FFF).abs().sum()) == 0  # 10 mantissa bits left
+    # from scratch in float64: the multiple of the tf32 ulp nearest to x, halves away from zero
+    xd = x.double()
+    nz = xd != 0
+    ulp = torch.zeros_like(xd)
+    ulp[nz] = 2.0 ** (torch.floor(torch.log2(xd[nz].abs())) - 10)
+    scratch = torch.where(nz, torch.sign(xd) * torch.floor(xd.abs() / torch.where(nz, ulp, 1.0) + 0.5) * ulp, xd)
+    assert torch.equal(host.double(), scratch)
+    assert host[-4:].tolist() == [1 + 2**-10, -(1 + 2**-10), 1 + 4 * 2**-11, 1.5 + 2**-10]
+
+
+def test_split_queries_are_exact_tf32_parts_of_the_float32_ones():
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(7, 20, generator=g, dtype=torch.float64) * 3.0
+    hi, lo = split_tf32(q, 32)
+    assert hi.shape == lo.shape == (7, 32) and not hi[:, 20:].any() and not lo[:, 20:].any()
+    for part in (hi, lo):
+        assert int((part.view(torch.int32) & 0x1FFF).abs().sum()) == 0
+    err = (hi.double() + lo.double() - torch.nn.functional.pad(q, (0, 12))).abs()
+    assert float(err.max()) <= 2.0**-21 * float(q.abs().max())
+    # a tf32 key times either part is exact in float32: the tensor cores' products lose nothing
+    k = tf32_round(torch.randn(20, generator=g))
+    for part in (hi, lo):
+        prod32 = part[:, :20] * k
+        assert torch.equal(prod32.double(), part[:, :20].double() * k.double())
+
+
+def test_vectors_draws_follow_the_documented_index_map():
+    """Component DCH c + 4 p + 2 a + b of key j is output a + 2 b of counter (j n_dch + c) DCH/4 + p, in tf32."""
+    from attncore.sweeps.fused import STREAM_KEYS, STREAM_VALUES, _plan
+
+    spec = _spec(method="vectors", d=40, value_dim=6)
+    p = _plan(spec)
+    n = 5
+    draws = fused_draws(spec, n, DEV)
+    P4 = p.dch // 4
+    counters = n * p.n_dch * P4
+    z = fused_normals(counters, seed=spec.seed, device=DEV, stream=STREAM_KEYS, vectors=True).cpu().view(4, -1)
+    keys = torch.empty(n, p.n_dch * p.dch)
+    for j in range(n):
+        for t in range(p.n_dch * p.dch):
+            c, r = divmod(t, p.dch)
+            q4, ab = divmod(r, 4)
+            a, b = divmod(ab, 2)
+            keys[j, t] = z[a + 2 * b, (j * p.n_dch + c) * P4 + q4]
+    assert torch.equal(draws["keys"].cpu(), tf32_round(keys)[:, : spec.d])
+    D4 = p.dvp // 4
+    zv = fused_normals(n * D4, seed=spec.seed, device=DEV, stream=STREAM_VALUES, vectors=True).cpu().view(4, -1)
+    vals = torch.stack([torch.stack([zv[(t % 4) // 2 + 2 * (t % 2), j * D4 + t // 4] for t in range(p.dvp)])
+                        for j in range(n)])
+    assert torch.equal(draws["values"].cpu(), tf32_round(vals)[:, : spec.value_dim])
 
 
 # --------------------------------------------------------------------------- exact reduction on given inputs
@@ -150,6 +221,7 @@ def test_fixed_vectors_reduce_exactly(normalizer, scale_rule):
     keys, vals = torch.randn(n, 20, generator=g), torch.randn(n, 5, generator=g)
     keys[17] *= 6.0  # a key far out
     got = run_fused_sweep(spec, device=DEV, fixed=FixedInputs(keys=keys, values=vals), chunk=128, launch_keys=256)
+    keys, vals = tf32_round(keys), tf32_round(vals)  # what the kernel multiplies (as its own draws)
     q = _Fused(spec, torch.device(DEV)).q.cpu().double()
     for m, row in zip((100, n), got.itertuples(), strict=True):
         if scale_rule == "ssmax" and normalizer == "softmax":
@@ -188,6 +260,13 @@ def test_fused_equals_materialised_reference_on_its_own_draws(method, normalizer
     assert got["n"].tolist() == ref["n"].tolist()
     for col in (*STATS, "normalized_entropy", "effective_support", "logit_std", "logit_factor"):
         np.testing.assert_allclose(got[col], ref[col], rtol=3e-5, atol=1e-7, err_msg=col)
+    # the standard errors too: the vectors output's from the kernels' batches of keys (program p of a
+    # launch in batch p mod 8), which the reference rebuilds from the launch plan
+    for col in ("entropy_sem", "max_weight_sem", "output_std_sem"):
+        np.testing.assert_allclose(got[col], ref[col], rtol=1e-3, atol=1e-9, err_msg=col)
+    if method == "vectors":
+        batches = key_batches(spec, spec.lengths, 1500)
+        assert len(set(batches.tolist())) == 8  # 1500 keys in 32-key programs: every batch holds keys
 
 
 @pytest.mark.parametrize("method", ["logits", "vectors"])
@@ -294,7 +373,7 @@ def test_device_caps_and_plain_errors(monkeypatch):
         validate_fused(_spec(lengths=(1 << 24,), queries=64), torch.device("cpu"))  # interpreter budget
     assert "mps" in str(fused_unavailable_reason("mps"))
     # a CUDA device with the fused kernels gets 2^30 (without a GPU: pretend)
-    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: torch.device(dev).type == "cuda")
+    _pretend_cuda(monkeypatch)
     assert max_sweep_n("cuda") == MAX_SWEEP_N_CUDA == 1 << 30
     validate_fused(_spec(lengths=(1 << 30,), queries=64, d=128), torch.device("cuda"))
     with pytest.raises(AttnInputError, match="2\\^30"):
@@ -354,7 +433,9 @@ def test_cuda_bench_logic_runs_through_the_interpreter(monkeypatch, capsys):
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.strip().startswith("2^10")]
     assert [ln.split()[1] for ln in lines] == ["logits", "vectors"]
-    assert "targets (issue 12" in out and "materialised" in out
+    assert "targets (issue 25" in out and "materialised" in out
+    assert "vectors 2^24 <= 25.00 ms" in out and "vectors 2^30 <= 1.500 s" in out  # the new targets, printed
+    assert [ln.split(":")[0].strip() for ln in out.splitlines() if "the dispatch table" in ln] == ["logits", "vectors"]
 
 
 def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
@@ -364,33 +445,86 @@ def test_cuda_out_of_memory_becomes_a_plain_limit_error(monkeypatch):
     freed = []
     monkeypatch.setattr("attncore.budget.free_gpu_memory", lambda: freed.append(1))
 
-    def oom(*_a, **_k):
+    def oom(*_a, **_k):  # the sweep's steps: out of memory at the first launch
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        yield  # noqa: RET503 (a generator, as the real steps)
 
-    monkeypatch.setattr(fused_sweeps, "_run", oom)
+    monkeypatch.setattr(fused_sweeps, "_steps", oom)
     with pytest.raises(ResourceLimitError, match="ran out of memory.*Lower the query rows") as info:
         run_fused_sweep(_spec(), device=DEV)
     assert freed == [1] and info.value.__context__ is None  # the failed frames were let go first
     assert oom_to_limit(lambda: 3, "x", "y") == 3
 
 
+def _pretend_cuda(monkeypatch) -> None:
+    """The dispatch as on a CUDA machine where the fused kernels run (without a GPU here)."""
+    monkeypatch.setattr("attncore.sweeps.dispatch.fused_unavailable_reason",
+                        lambda dev: None if torch.device(dev).type == "cuda" else "interpreter off")
+
+
 def test_engine_choice(monkeypatch):
-    from attncore.sweeps.fused import ENGINE_ENV, choose_engine
+    from attncore.sweeps import CROSSOVERS, ENGINE_ENV, choose_engine, engine_choice
 
     monkeypatch.delenv(ENGINE_ENV, raising=False)
-    assert choose_engine(None, "cpu") == "torch"
-    assert choose_engine("torch", DEV) == "torch"
-    assert choose_engine("fused", DEV) == "fused"  # interpreted on the CPU, compiled on CUDA
-    assert choose_engine("auto", DEV, "float64") == "torch"
+    small, big = _spec(lengths=(16, 1000)), _spec(lengths=(16, 1 << 22))
+    assert choose_engine(None, "cpu", big) == "torch"
+    assert choose_engine("torch", DEV, small) == "torch"
+    assert choose_engine("fused", DEV, small) == "fused"  # interpreted on the CPU, compiled on CUDA
     monkeypatch.setenv(ENGINE_ENV, "fused")
-    assert choose_engine(None, DEV) == "fused" and choose_engine("torch", DEV) == "torch"
+    assert choose_engine(None, DEV, small) == "fused" and choose_engine("torch", DEV, small) == "torch"
     with pytest.raises(AttnInputError, match="unknown sweep engine"):
-        choose_engine("fast", DEV)
+        choose_engine("fast", DEV, small)
     with pytest.raises(AttnInputError, match="cannot run here"):
-        choose_engine("fused", "mps")
-    monkeypatch.setattr("attncore.sweeps.fused.fused_available", lambda dev: True)
+        choose_engine("fused", "mps", small)
     monkeypatch.delenv(ENGINE_ENV)
-    assert choose_engine(None, "cuda") == "fused" and choose_engine(None, "cpu") == "torch"
+    # on CUDA: by size, at the measured crossovers (the table's numbers, not restated here)
+    _pretend_cuda(monkeypatch)
+    for method in ("logits", "vectors"):
+        cross = CROSSOVERS[method].n
+        for n_max in (cross // 2, cross - 1, cross, 2 * cross, 1 << 30):
+            spec = _spec(method=method, lengths=(16, n_max), queries=64, d=128)
+            expect = "fused" if n_max >= cross or n_max > MAX_SWEEP_N else "torch"
+            choice = engine_choice(spec, "cuda")
+            assert choice.name == expect, (method, n_max, choice)
+            if expect == "torch":  # the reason names the crossover and where it was measured
+                assert f"2^{cross.bit_length() - 1}" in choice.reason and "H200" in choice.reason
+    assert choose_engine(None, "cuda", _spec(lengths=(1 << 22,), dtype="float64")) == "torch"
+    assert "float32" in engine_choice(_spec(lengths=(1 << 22,), dtype="float64"), "cuda").reason
+    assert choose_engine(None, "cpu", big) == "torch"
+    # below the crossover, a sweep the torch engine would refuse (its work limit) goes to the kernels
+    heavy = _spec(lengths=tuple(range(1000, 1200)), scale_rule="ssmax", queries=1024)  # 200 passes
+    assert choose_engine(None, "cuda", heavy) == "fused"
+    assert "work limit" in engine_choice(heavy, "cuda").reason
+
+
+def test_partial_results_of_a_fused_sweep_are_its_first_lengths(monkeypatch):
+    """A staged fused run reports after ~1/16 and ~1/4 of its random numbers; each report is a prefix of
+    the final frame, and partial_lengths says which lengths each report ends at."""
+    from attncore.sweeps import ENGINE_ENV, partial_lengths, run_sweep_set
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    spec = _spec(lengths=tuple(1 << k for k in range(4, 13)), queries=4)
+    seen: list = []
+    final = run_fused_sweep(spec, device=DEV, partial=seen.append, launch_keys=1024)
+    assert final.equals(run_fused_sweep(spec, device=DEV, launch_keys=1024))  # reporting changes no number
+    assert [int(f["n"].max()) for f in seen] == list(partial_lengths(spec, DEV, engine="fused")) == [256, 1024]
+    for f in seen:
+        pd_equal = final.iloc[: len(f)].reset_index(drop=True)
+        np.testing.assert_allclose(f[list(STATS)], pd_equal[list(STATS)], rtol=1e-12)
+    # SSMax: one pass per length; the reports hold the finished passes
+    ss = _spec(lengths=(64, 512, 1024, 4096), queries=4, scale_rule="ssmax")
+    seen = []
+    run_fused_sweep(ss, device=DEV, partial=seen.append)
+    assert [int(f["n"].max()) for f in seen] == list(partial_lengths(ss, DEV, engine="fused")) == [512, 1024]
+    # through run_sweep_set: each sweep in turn to its next report, then one view of both (as the torch
+    # engine reports the curves it streams together)
+    shown: list = []
+    finals = run_sweep_set([spec, ss], device=DEV, engine="fused", partial=shown.append)
+    assert len(shown) == 2
+    for k, view in enumerate(shown):
+        assert [int(f["n"].max()) for f in view] == [partial_lengths(spec, DEV, engine="fused")[k],
+                                                      partial_lengths(ss, DEV, engine="fused")[k]]
+    assert finals[1].equals(run_fused_sweep(ss, device=DEV))
 
 
 @pytest.mark.slow
@@ -424,6 +558,7 @@ def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):
     monkeypatch.setenv(ENGINE_ENV, "fused")
     assert entropy_vs_length([256, 1000], device=DEV, **kw).equals(fused)
     assert check_sweep(spec, DEV) == "fused"
+    assert plan([spec], DEV).engines == ("fused",)
     assert sweep_work(spec, DEV) == fused_work(spec) == 1000 * 8
     probe = plan([spec], DEV).probes[0]
     assert probe.lengths[0] % 1024 == 0 and probe.normalizer == "softmax"
@@ -443,6 +578,15 @@ def test_entropy_page_through_the_fused_engine(monkeypatch):
     check_charts(at)  # compares with run_sweep on the page's device, which takes the same engine
     text = " ".join(m.value for m in at.markdown)
     assert "fused Triton kernels" in text and "redrawn from the exact tail" not in text
+
+
+def test_entropy_page_draws_a_fused_sweeps_short_lengths_first(monkeypatch):
+    """The page through the fused engine (interpreted here): a long sweep's first lengths are drawn first."""
+    from attncore.sweeps import ENGINE_ENV
+    from tests.test_apptest_entropy import draws_short_lengths_first
+
+    monkeypatch.setenv(ENGINE_ENV, "fused")
+    draws_short_lengths_first(monkeypatch, hi=12)
 
 
 def test_sigmoid_entropy_finite_with_denormals_flushed():

@@ -83,29 +83,29 @@ def _store() -> _Store:
 
 
 @st.cache_resource(show_spinner=False)
-def _rates() -> dict[tuple[str, str], float]:
-    """Seconds per work unit, per (device, method): measured, then refined by real sweeps."""
+def _rates() -> dict[tuple[str, str, str], float]:
+    """Seconds per work unit, per (device, method, engine): measured, then refined by real sweeps."""
     return {}
 
 
 def _rate(spec: SweepSpec, device: str, costs: SweepPlan, i: int) -> float:
-    """Seconds per work unit for spec i of ``costs``: its probe is timed once per (device, method)."""
+    """Seconds per work unit for spec i of ``costs``: its probe is timed once per (device, method, engine)."""
     rates = _rates()
-    key = (device, spec.method)
+    key = (device, spec.method, costs.engines[i])
     if key not in rates:
-        if device.startswith("cuda"):
-            run_sweep(costs.probes[i], device=device)  # compiles the kernels: not part of the rate
+        if device.startswith("cuda"):  # compiles the kernels / starts the device: not part of the rate
+            run_sweep(costs.probes[i], device=device, engine=costs.engines[i])
         t0 = time.perf_counter()
-        run_sweep(costs.probes[i], device=device)
+        run_sweep(costs.probes[i], device=device, engine=costs.engines[i])
         rates[key] = (time.perf_counter() - t0) / max(1, costs.probe_work[i])
     return rates[key]
 
 
-def _learn(spec: SweepSpec, device: str, work: int, seconds: float) -> None:
+def _learn(spec: SweepSpec, engine: str, device: str, work: int, seconds: float) -> None:
     if work < _LEARN_WORK or seconds <= 0:
         return  # too small to say much about the rate
     rates = _rates()
-    key = (device, spec.method)
+    key = (device, spec.method, engine)
     measured = seconds / work
     rates[key] = measured if key not in rates else 0.5 * rates[key] + 0.5 * measured
 
@@ -145,13 +145,15 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
         costs = plan(todo, device)
         total = costs.total
         limit = max_sweep_work(device)
-        check_limit(total, limit, "the work of all curves together (random numbers drawn)",
-                    "(about a minute on a 2-core CPU)" if limit < (1 << 36) else "(10-20 s on one H100)",
+        # each curve's work as a share of its engine's budget, in the units of this device's budget
+        check_limit(costs.load * limit, limit, "the work of all curves together (random numbers drawn)",
+                    "(about a minute on a 2-core CPU)" if limit < (1 << 36) else "(seconds of GPU time)",
                     "Compare fewer settings, or lower the largest n, the query rows or d.")
         flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
         stopped = bool(st.session_state.pop(flag_stop, False))
         run_now = bool(st.session_state.pop(flag_run, False))
-        if total <= AUTO_RUN_WORK and any((device, t.method) not in _rates() for t in todo):
+        if total <= AUTO_RUN_WORK and any((device, t.method, e) not in _rates()
+                                          for t, e in zip(todo, costs.engines, strict=True)):
             # it runs at once whatever it costs: no calibration probe for a first small sweep
             # (its figure only picks the progress display); the run itself then measures the rate
             est = total * FIRST_RATE
@@ -172,7 +174,7 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
             return None
         known = [None if v is None else v[0] for v in found.values()]
         # a partial view costs a chart build and a browser redraw: worth it only for long sweeps
-        _compute(specs, missing, costs.work, labels, device, key, est, store, slot,
+        _compute(specs, missing, costs, labels, device, key, est, store, slot,
                  partial if est > PARTIAL_AFTER_S and total > AUTO_RUN_WORK else None, known)
     frames, seconds = [], 0.0
     for i, s in enumerate(specs):
@@ -182,11 +184,12 @@ def run_sweeps(specs: Sequence[SweepSpec], device: str, *, key: str, labels: Seq
     return SweepResult(frames=tuple(frames), seconds=seconds, computed=len(missing))
 
 
-def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int], labels: Sequence[str],
+def _compute(specs: Sequence[SweepSpec], missing: list[int], costs: SweepPlan, labels: Sequence[str],
              device: str, key: str, est: float, store: _Store, box: Any,
              partial: Callable[[list[pd.DataFrame | None]], None] | None = None,
              known: list[pd.DataFrame | None] | None = None) -> None:
-    """Run the missing sweeps (``work[j]`` units for ``specs[missing[j]]``) together, one progress bar."""
+    """Run the missing sweeps (``costs`` their plan) together, one progress bar."""
+    work = costs.work
     total = max(1, sum(work))
     names = ", ".join(labels[i] for i in missing)
     what = f"{len(missing)} curves ({names})" if len(missing) > 1 else names
@@ -223,11 +226,12 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], work: Sequence[int]
         for j, (i, df) in enumerate(zip(missing, frames, strict=True)):
             share = sec * work[j] / total  # curves on shared draws split the time by their work
             store.put((specs[i], device), (df, share))
-        if len({s.method for s in todo}) == 1:
-            _learn(todo[0], device, total, sec)  # the set as one: sharing makes it cheaper than its parts
+        if len({(s.method, e) for s, e in zip(todo, costs.engines, strict=True)}) == 1:
+            # the set as one: sharing makes it cheaper than its parts
+            _learn(todo[0], costs.engines[0], device, total, sec)
         else:
             for j, i in enumerate(missing):
-                _learn(specs[i], device, work[j], sec * work[j] / total)
+                _learn(specs[i], costs.engines[j], device, work[j], sec * work[j] / total)
     finally:
         if bar is not None:
             bar.empty()

@@ -36,15 +36,20 @@ may sum to less than 1); ``sigmoid`` (``sigma(x_i - log n)``, no competition). A
 max weight, ``sum p^2``, row sum and the output use the raw weights.
 
 Random numbers: float32 samples, float64 accumulation, in per-lane streams
-(:mod:`attncore.sweeps.rng`). The materialised reference :func:`reference_sweep` uses the
-same draws.
+(:mod:`attncore.sweeps.rng`; the fused kernels: Philox in-kernel). The materialised
+references (:func:`reference_sweep`, :func:`attncore.sweeps.fused.fused_reference_sweep`)
+use each engine's own draws.
 
-Modules: :mod:`~attncore.sweeps.spec` (what a sweep is, its cost, :func:`plan`),
+Modules, in layers (each imports only the ones above it; ``tests/test_sweeps_architecture.py``):
+:mod:`~attncore.sweeps.spec` (what a sweep is, the torch engine's blocks and cost),
+:mod:`~attncore.sweeps.progress` (progress, partial results, stopping);
 :mod:`~attncore.sweeps.rng`, :mod:`~attncore.sweeps.draws` (draws kept between sweeps),
-:mod:`~attncore.sweeps.reduce`, :mod:`~attncore.sweeps.engine`,
-:mod:`~attncore.sweeps.reference`, :mod:`~attncore.sweeps.fused` (Triton kernels that draw
-their random numbers in-kernel: the engine on CUDA, n up to 2^30; :func:`max_sweep_n` gives
-a device's cap, :func:`choose_engine` which engine runs where).
+:mod:`~attncore.sweeps.reduce`; the two engines, :mod:`~attncore.sweeps.engine` (torch) and
+:mod:`~attncore.sweeps.fused` (Triton kernels that draw their random numbers in-kernel: n up
+to 2^30 on CUDA), and :mod:`~attncore.sweeps.reference`; last :mod:`~attncore.sweeps.dispatch`,
+the one place that picks an engine (:func:`engine_choice`: by device, dtype, method and the
+largest n, at the measured :data:`CROSSOVERS`), prices sweeps (:func:`plan`) and runs them
+(:func:`run_sweep`, :func:`run_sweep_set`, :func:`entropy_vs_length`).
 """
 
 from attncore.normalizers import peak_weight_sweep
@@ -55,24 +60,28 @@ from attncore.scale_rules import (
     llama4_multiplier,
     logit_multiplier,
 )
-from attncore.sweeps.engine import (
-    Partial,
-    Progress,
-    SweepCancelled,
-    entropy_vs_length,
-    run_sweep,
-    run_sweep_set,
-)
-from attncore.sweeps.fused import (
+from attncore.sweeps.dispatch import (
+    CROSSOVERS,
     ENGINE_ENV,
     ENGINES,
-    MAX_FUSED_WORK,
-    MAX_SWEEP_N_CUDA,
+    Crossover,
+    EngineChoice,
+    SweepPlan,
     check_sweep,
     choose_engine,
+    engine_choice,
+    entropy_vs_length,
+    fused_from,
     max_sweep_n,
     max_sweep_work,
+    partial_lengths,
+    plan,
+    run_sweep,
+    run_sweep_set,
+    sweep_work,
 )
+from attncore.sweeps.fused import MAX_FUSED_WORK, MAX_SWEEP_N_CUDA
+from attncore.sweeps.progress import Partial, Progress, SweepCancelled
 from attncore.sweeps.reference import reference_sweep
 from attncore.sweeps.rng import query_norms
 from attncore.sweeps.spec import (
@@ -85,23 +94,21 @@ from attncore.sweeps.spec import (
     METHODS,
     SWEEP_DTYPES,
     SWEEP_NORMALIZERS,
-    SweepPlan,
     SweepSpec,
     block_keys,
-    plan,
-    sweep_work,
 )
 
 __all__ = [
     "COLUMNS",
+    "CROSSOVERS",
     "ENGINES",
     "ENGINE_ENV",
-    "MAX_FUSED_WORK",
-    "MAX_SWEEP_N_CUDA",
     "LLAMA4_ATTN_SCALE",
     "LLAMA4_FLOOR_SCALE",
+    "MAX_FUSED_WORK",
     "MAX_SWEEP_D",
     "MAX_SWEEP_N",
+    "MAX_SWEEP_N_CUDA",
     "MAX_SWEEP_QUERIES",
     "MAX_SWEEP_WORK",
     "MAX_VALUE_DIM",
@@ -109,6 +116,8 @@ __all__ = [
     "SCALE_RULES",
     "SWEEP_DTYPES",
     "SWEEP_NORMALIZERS",
+    "Crossover",
+    "EngineChoice",
     "Partial",
     "Progress",
     "SweepCancelled",
@@ -117,11 +126,14 @@ __all__ = [
     "block_keys",
     "check_sweep",
     "choose_engine",
+    "engine_choice",
     "entropy_vs_length",
+    "fused_from",
     "llama4_multiplier",
     "logit_multiplier",
     "max_sweep_n",
     "max_sweep_work",
+    "partial_lengths",
     "peak_weight_sweep",
     "plan",
     "query_norms",

@@ -1,4 +1,7 @@
-"""The threaded streaming engine: :func:`entropy_vs_length` / :func:`run_sweep` / :func:`run_sweep_set`.
+"""The torch engine: threaded streaming over torch.Generator draws (:func:`run_torch_sweeps`).
+
+Callers go through :mod:`attncore.sweeps.dispatch` (``run_sweep`` and friends), which picks
+this engine or the fused kernels for each sweep.
 
 Shapes (see the package legend): ``L`` query rows, ``n`` keys a row sees, ``d`` query/key
 dim, ``Ev`` value dim, ``K`` keys per block, ``Lt`` rows per logit tile. The largest tensors
@@ -20,38 +23,28 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import torch
 
-from attncore.budget import fmt_count, oom_to_limit
-from attncore.device import resolve_device
-from attncore.errors import Cancelled
+from attncore.budget import oom_to_limit
 from attncore.sweeps.draws import Tiles, draw_store, stream_bytes
+from attncore.sweeps.progress import PARTIAL_FRACTIONS, Partial, Progress, SweepCancelled, Ticker
 from attncore.sweeps.reduce import EXP_FLOOR, Acc, Reducer, frame, merge_into, new_acc, row_stats, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks, units_per_key
 from attncore.threads import single_threaded
 
-__all__ = ["Partial", "Progress", "SweepCancelled", "entropy_vs_length", "run_sweep", "run_sweep_set",
-           "stream_key"]
-
-Progress = Callable[[float, str], "bool | None"]
+__all__ = ["run_torch_sweeps", "stage_keys", "stream_key"]
 
 
 # Leading segments of a tile no longer than this many keys are reduced together by a few segmented
 # calls (Reducer.add_segments); longer ones one by one. Block 0 holds every length up to K: at four
 # points per doubling, 36 of its 49 segments are this short and span only 4096 keys.
 SEGMENTED_KEYS = 4096
-
-
-class SweepCancelled(Cancelled):
-    """The progress callback returned False (or the cancel event was set) between chunks."""
 
 
 # --------------------------------------------------------------------------- workers
@@ -111,13 +104,21 @@ def stream_key(spec: SweepSpec) -> tuple:
 def _stages(n_blocks: int, staged: bool) -> list[int]:
     """Block counts at which a run stops to report finished lengths (the last is ``n_blocks``).
 
-    Staged runs report after about 1/16 and 1/4 of the blocks, so a page can draw the short
-    lengths while the long ones stream; unstaged runs have no barrier.
+    Staged runs report after about :data:`~attncore.sweeps.progress.PARTIAL_FRACTIONS` (1/16
+    and 1/4) of the blocks, so a page can draw the short lengths while the long ones stream;
+    unstaged runs have no barrier.
     """
     if not staged:
         return [n_blocks]
-    ends = sorted({max(1, -(-n_blocks // 16)), max(1, -(-n_blocks // 4)), n_blocks})
+    ends = sorted({*(max(1, math.ceil(n_blocks * f)) for f in PARTIAL_FRACTIONS), n_blocks})
     return [e for e in ends if e <= n_blocks]
+
+
+def stage_keys(spec: SweepSpec, device: torch.device | str) -> tuple[int, ...]:
+    """Keys streamed when a staged run of ``spec`` alone reports (partial reports, then the end)."""
+    block, _ = plan_blocks(spec, torch.device(device))
+    n_max = max(spec.lengths)
+    return tuple(min(n_max, e * block) for e in _stages(-(-n_max // block), True))
 
 
 class _Engine:
@@ -262,7 +263,7 @@ class _Engine:
                             m = x_full[:, a - lo: e - lo].amax(dim=1)
                             v = vals[a - lo: e - lo] if self.vectors else None
                             red.add((ji, s), a - lo, e - lo, rt, m, v, job.bias, r0,
-                                    floor_needed=floor_needed, sigmoid=job.sigmoid, offset=offset)
+                                    floor_needed=floor_needed, sigmoid=job.sigmoid, offset=offset, key0=a)
                 for ji, job in live:
                     for _, _, s in _segments(lo, min((b + 1) * K, job.n_max), job.checkpoints):
                         red.flush((ji, s), accs[(ji, lane, s)], slice(r_lo, r_hi), job.sigmoid)
@@ -364,115 +365,21 @@ def _gpu_worker_init() -> None:
     torch.set_flush_denormal(True)
 
 
-def entropy_vs_length(
-    lengths: Sequence[int],
-    *,
-    d: int = 64,
-    queries: int = 64,
-    scale_rule: str = "sqrt_d",
-    temperature: float = 1.0,
-    normalizer: str = "softmax",
-    method: str = "logits",
-    seed: int = 0,
-    device: str | torch.device | None = None,
-    progress: Progress | None = None,
-    ssmax_s: float = 0.43,
-    value_dim: int = 16,
-    dtype: str = "float32",
-    workers: int | None = None,
-    cancel: threading.Event | None = None,
-    engine: str | None = None,
-) -> pd.DataFrame:
-    """Row statistics of attention against the number of keys n, streamed (see the module doc).
+def run_torch_sweeps(specs: Sequence[SweepSpec], device: torch.device, *, progress: Progress | None = None,
+                     workers: int | None = None, cancel: threading.Event | None = None,
+                     partial: Partial | None = None) -> list[pd.DataFrame]:
+    """The torch engine over ``specs``: those on the same draws (:func:`stream_key`) share one stream.
 
-    Args:
-        lengths: the key counts n to report, each in ``[1, max_sweep_n(device)]``: ``2**24``
-            with the torch engine, ``2**30`` with the fused kernels on CUDA.
-        d: query/key dimension. queries: query rows L (independent queries) averaged per n.
-        scale_rule: ``sqrt_d``, ``none``, ``ssmax`` (factor ``s log n`` on top of
-            ``1/sqrt d``) or ``llama4``. temperature: divides the logits (> 0).
-        normalizer: ``softmax``, ``softmax1`` or ``sigmoid`` (bias ``-log n``).
-        method: ``logits`` (exact-distribution shortcut) or ``vectors`` (real q, k, v).
-        seed: seeds every draw; the same seed, device and spec give the same numbers.
-        device: ``None`` = CUDA if present, else CPU. ssmax_s: SSMax's s.
-        value_dim: Ev of the values (vectors method; the output spread is measured over L x Ev).
-        dtype: ``float32`` (default) or ``float64`` samples; sums are float64 either way.
-        workers: CPU worker threads (default: torch's intra-op thread count, at most 8);
-            each runs single-threaded with its own generators. CUDA uses one.
-        progress: ``progress(fraction_done, message)`` called from the calling thread about
-            every 0.1 s; returning ``False`` (or raising) stops the sweep between chunks.
-        cancel: an optional event; setting it stops the sweep between chunks.
-        engine: ``None``/``"auto"`` (the ``ATTNCORE_SWEEP_ENGINE`` environment variable, else
-            the fused Triton kernels on CUDA for float32 and the torch engine otherwise),
-            ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter, for
-            tests). The fused kernels draw other random numbers (Philox): the same
-            statistics within their standard errors, not to the digit (:mod:`attncore.sweeps.fused`).
-
-    Returns:
-        A DataFrame, one row per distinct n (ascending), columns :data:`COLUMNS`: means over
-        the L rows with standard errors (``*_sem``) of entropy (nats, of the row renormalised
-        to sum 1), entropy / log n, max weight, effective support ``exp(mean H)`` (the
-        perplexity of the average row, error by the delta method), output std,
-        ``sum p^2`` and row sum; ``logit_std`` (rms over rows of the logits' std) and
-        ``logit_factor`` (the factor on ``q . k`` at that n).
-
-    Raises:
-        AttnInputError / ResourceLimitError: bad or too large arguments (plain message).
-        SweepCancelled: the progress callback returned False or ``cancel`` was set.
+    Validates every spec first (the torch engine's caps). ``partial(frames)`` is called from
+    the calling thread after each stage but the last with one frame per spec of the lengths
+    finished so far (None where a spec has none yet). Returns one frame per spec, in order.
     """
-    spec = SweepSpec(lengths=tuple(int(n) if isinstance(n, (int, np.integer)) and not isinstance(n, bool)
-                                   else n for n in lengths),
-                     d=d, queries=queries, scale_rule=scale_rule, temperature=temperature,
-                     normalizer=normalizer, method=method, seed=seed, ssmax_s=ssmax_s,
-                     value_dim=value_dim, dtype=dtype)
-    return run_sweep(spec, device=device, progress=progress, workers=workers, cancel=cancel, engine=engine)
-
-
-def run_sweep(spec: SweepSpec, *, device: str | torch.device | None = None, progress: Progress | None = None,
-              workers: int | None = None, cancel: threading.Event | None = None,
-              engine: str | None = None) -> pd.DataFrame:
-    """:func:`entropy_vs_length` for a ready :class:`SweepSpec` (``engine`` as there)."""
-    return run_sweep_set([spec], device=device, progress=progress, workers=workers, cancel=cancel,
-                         engine=engine)[0]
-
-
-Partial = Callable[[list["pd.DataFrame | None"]], None]
-
-
-def run_sweep_set(specs: Sequence[SweepSpec], *, device: str | torch.device | None = None,
-                  progress: Progress | None = None, workers: int | None = None,
-                  cancel: threading.Event | None = None, engine: str | None = None,
-                  partial: Partial | None = None) -> list[pd.DataFrame]:
-    """Several sweeps at once; specs that draw the same random numbers share one stream.
-
-    Specs with equal :func:`stream_key` (the same method, seed, d, query rows, value dim and
-    dtype: e.g. curves that differ only in temperature, scale rule or normaliser) are run by
-    one streaming pass over their common draws, each reduced with its own factor, so the
-    random numbers (about half of a CPU sweep's time) are drawn once. Each result equals
-    :func:`run_sweep` of that spec alone (the same draws; ``run_sweep`` is this with one spec).
-
-    Args:
-        specs: the sweeps. device, progress, workers, cancel, engine: as :func:`entropy_vs_length`
-            (``progress`` covers all of them).
-        partial: if given, called from the calling thread as the torch engine finishes the
-            short lengths (after about 1/16 and 1/4 of the keys), with one frame per spec of
-            the lengths done so far (None where a spec has none yet); the final frames are the
-            return value.
-
-    Returns:
-        One DataFrame per spec, in order, as :func:`entropy_vs_length` returns.
-    """
-    from attncore.sweeps.fused import choose_engine, run_fused_sweep  # fused imports this module
-
-    dev = resolve_device(device)
     specs = list(specs)
+    for spec in specs:
+        spec.validate()
     out: list[pd.DataFrame | None] = [None] * len(specs)
     groups: dict[tuple, list[int]] = {}
     for i, spec in enumerate(specs):
-        if choose_engine(engine, dev, spec.dtype) == "fused":
-            out[i] = run_fused_sweep(spec, device=dev, progress=progress, cancel=cancel)
-            continue
-        spec.validate()
         groups.setdefault(stream_key(spec), []).append(i)
     for idx in groups.values():
         sub = [specs[i] for i in idx]
@@ -485,14 +392,14 @@ def run_sweep_set(specs: Sequence[SweepSpec], *, device: str | torch.device | No
                 partial(shown)
 
         cb = on_partial if partial is not None else None
-        if dev.type != "cpu":
-            frames = oom_to_limit(lambda sub=sub, cb=cb: _run_set(sub, dev, 1, progress, cancel,
+        if device.type != "cpu":
+            frames = oom_to_limit(lambda sub=sub, cb=cb: _run_set(sub, device, 1, progress, cancel,
                                                                  _gpu_worker_init, cb),
                                   "this sweep", "Lower the query rows or d.")
         else:
             with _THREADS_LOCK, single_threaded() as prev_threads:  # one CPU sweep at a time; count restored
                 n_workers = max(1, min(LANES, prev_threads if workers is None else int(workers)))
-                frames = _run_set(sub, dev, n_workers, progress, cancel, _worker_init, cb)
+                frames = _run_set(sub, device, n_workers, progress, cancel, _worker_init, cb)
         for i, f in zip(idx, frames, strict=True):
             out[i] = f
     return [f for f in out if f is not None]
@@ -506,24 +413,12 @@ def _run_set(specs: list[SweepSpec], dev: torch.device, workers: int, progress: 
     shared = _Shared(done=[0] * workers)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
-    total_units = engine.total_work
-    t0 = time.perf_counter()
-    last = [0.0]
+    ticker = Ticker(engine.total_work, progress, cancel)
 
     def poll() -> None:
-        if cancel is not None and cancel.is_set():
-            shared.cancel.set()
-        if progress is None or shared.cancel.is_set():
+        if shared.cancel.is_set():
             return
-        now = time.perf_counter()
-        if now - last[0] < 0.1:
-            return
-        last[0] = now
-        frac = min(1.0, sum(shared.done) / total_units)
-        eta = (now - t0) * (1 - frac) / frac if frac > 0.02 else float("nan")
-        msg = f"{frac:.0%} of {fmt_count(total_units)} random numbers" + \
-            (f", about {eta:.0f} s left" if math.isfinite(eta) else "")
-        if progress(frac, msg) is False:
+        if not ticker.tick(sum(shared.done)):
             shared.cancel.set()
 
     def on_stage(records: list[list[dict]]) -> None:
@@ -538,6 +433,5 @@ def _run_set(specs: list[SweepSpec], dev: torch.device, workers: int, progress: 
         # let go of the tiles (kept ones live on in the store): an engine left in a reference cycle
         # would otherwise hold up to draw_cache_bytes() until some later garbage collection
         engine.record = engine.stored = None
-    if progress is not None:
-        progress(1.0, "done")
+    ticker.finish()
     return [frame(r) for r in records]

@@ -19,28 +19,30 @@ device), so ``logit_std`` and ``logit_factor`` agree exactly.
 
 * ``logits``: one program reduces ``RB`` rows over a chunk of keys, drawing ``z`` in
   groups of ``GROUP`` keys (four Gaussians per Philox call) and one ``exp`` per sample.
-* ``vectors``: one program owns ``BR`` query rows (up to 64) and a chunk of keys; each
-  tile of ``BN`` keys and their values is drawn once and shared by the rows through
-  ``tl.dot`` (TF32x3 on CUDA: float32 accuracy on tensor cores). More than 64 rows are
-  split into row tiles that draw the same keys again (each from the same counters).
+* ``vectors``: one program owns ``BR`` query rows (64, or 128 from 65 rows on) and a chunk of
+  keys; each tile of ``BN`` keys and their values is drawn once, rounded to tf32 and shared
+  by the rows through ``tl.dot`` on the tensor cores (queries split into two tf32 parts:
+  float32-accurate logits from two passes). Each warp owns 16 whole rows, so the running max
+  and sums never leave a warp. More than 128 rows are split into row tiles that draw the same
+  keys again (each from the same counters).
 
 The tail: the Gaussian's radius uniform has 40 bits (not 32), so samples reach 7.54
 standard deviations and are correct in the tail to well beyond the largest of ``2^36``
 draws (see :mod:`attncore.sweeps.fused_kernels`); no redraws are needed. The CUDA tests check the
 max weight against the exact quadrature of :mod:`attncore.row_theory` at 2^20..2^30.
 
-Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (25-90 ms
-on one H100 by the rates the issue measured; not yet measured with these kernels); the
+Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (about
+0.1 s on an H200 at the rates issue 25 measured); the
 partial merge of each launch is queued right behind it. The host never reads a value back
 inside a sweep: on CUDA it waits on the event of the launch *before* the one just queued (the
 GPU always has the next launch queued), then reports progress and checks cancellation. On the CPU the kernels
 run in Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported): slow,
 for tests at small n.
 
-Which engine runs a sweep: :func:`choose_engine` (``run_sweep(..., engine=)``, else the
-``ATTNCORE_SWEEP_ENGINE`` environment variable, else these kernels on CUDA for float32 and the
-torch engine elsewhere). :func:`max_sweep_n` is a device's cap on n (2^30 here, 2^24 for the
-torch engine), :func:`check_sweep` validates a spec for the engine that will run it.
+Which engine runs a sweep is decided in one place, :mod:`attncore.sweeps.dispatch` (on CUDA
+these kernels from the measured crossover lengths on, the torch engine below them); this
+module only says whether the kernels can run on a device (:func:`fused_unavailable_reason`)
+and what they cost (:func:`fused_work`, :func:`validate_fused`).
 """
 
 from __future__ import annotations
@@ -48,9 +50,8 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -59,41 +60,54 @@ import torch
 from torch import Tensor
 
 from attncore.attention import attention_stages
-from attncore.budget import check_limit, fmt_count, oom_to_limit
+from attncore.budget import check_limit, oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
 from attncore.scale_rules import logit_multiplier
 from attncore.stats import entropy, max_weight, row_sum, sum_squares
-from attncore.sweeps.engine import SweepCancelled
-from attncore.sweeps.reduce import Acc, frame, merge_into, new_acc, row_stats, summarise
+from attncore.sweeps.progress import PARTIAL_FRACTIONS, Progress, SweepCancelled, Ticker
+from attncore.sweeps.reduce import (
+    VALUE_BATCHES,
+    Acc,
+    batch_outputs,
+    frame,
+    merge_into,
+    new_acc,
+    row_stats,
+    summarise,
+)
 from attncore.sweeps.rng import draw_queries, splitmix64
-from attncore.sweeps.spec import MAX_SWEEP_N, MAX_SWEEP_WORK, SweepSpec
+from attncore.sweeps.spec import MAX_SWEEP_N, SweepSpec
 
 __all__ = [
-    "ENGINES",
-    "ENGINE_ENV",
     "MAX_FUSED_WORK",
+    "MAX_INTERPRETED_WORK",
     "MAX_SWEEP_N_CUDA",
     "FixedInputs",
-    "check_sweep",
-    "choose_engine",
+    "advance",
     "fused_available",
+    "fused_cap",
     "fused_draws",
     "fused_floor",
     "fused_normals",
     "fused_reference_sweep",
+    "fused_sweep_steps",
     "fused_unavailable_reason",
     "fused_work",
-    "max_sweep_n",
-    "max_sweep_work",
+    "fused_work_limit",
+    "key_batches",
     "probe_length",
+    "report_points",
     "run_fused_sweep",
+    "split_tf32",
+    "tf32_round",
+    "validate_fused",
 ]
 
 MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
-# Random numbers one fused sweep may draw: ~10-20 s on one H100 at the 100-180 G samples/s the
-# issue measured for a naive fused kernel (an estimate until measured on a GPU).
+# Random numbers one fused sweep may draw: about 6 s at the logits kernel's 196 G samples/s on an
+# H200 (issue 25); the reworked vectors kernel's rate is not yet measured.
 MAX_FUSED_WORK = 1 << 40
 FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
 MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
@@ -101,17 +115,19 @@ LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-90 ms on an H1
 TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
 GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
 RB = 4  # logits: rows per program
-BN = 32  # vectors: keys per tile (64 spilled registers in the sm_90 build; see VECTOR_WARPS)
-VECTOR_WARPS = 8  # vectors kernel: 212 registers, a 32-byte stack on sm_90 (4 warps: a 96-byte spill)
+# vectors kernel tiles (sm_90 build with 16-byte aligned arguments, as the launches get them:
+# 163 registers and no spill at 64 rows, so three programs share an SM; 64-key tiles take
+# 253 registers, 64-wide head-dim chunks 240, both two programs per SM). Estimates until timed
+# on a GPU: `python -m bench.entropy_cuda --tune` times the alternatives.
+BN = 32  # vectors: keys per tile (drawn once, shared by every row of the program); 16 from a value
+# dim of 128 on (the output accumulator takes 128 registers at 256: 32-key tiles spill 320 bytes)
+DCH = 32  # vectors: head-dim chunk of one key draw and its two tf32 products (16 where d <= 16)
+ROWS_PER_WARP = 16  # vectors: each warp owns 16 whole rows (row max and sums stay in the warp)
 MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
 STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
 # compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
 _OPTS: dict = {"enable_fp_fusion": True}
 INTERPRET_ENV = "TRITON_INTERPRET"
-ENGINE_ENV = "ATTNCORE_SWEEP_ENGINE"  # auto | torch | fused: which engine entropy_vs_length uses
-ENGINES: tuple[str, ...] = ("auto", "torch", "fused")
-
-Progress = Callable[[float, str], "bool | None"]
 
 
 # --------------------------------------------------------------------------- availability
@@ -153,57 +169,15 @@ def fused_available(device: torch.device | str) -> bool:
     return fused_unavailable_reason(device) is None
 
 
-def max_sweep_n(device: torch.device | str | None = None) -> int:
-    """The largest n (keys per row) a sweep may ask for on ``device``.
-
-    ``2**30`` on CUDA with the fused kernels (memory stays flat in n), ``2**24`` elsewhere
-    (the torch engine: beyond it a sweep takes minutes on a CPU).
-    """
-    dev = resolve_device(device) if device is None else torch.device(device)
-    if dev.type == "cuda" and fused_available(dev):
-        return MAX_SWEEP_N_CUDA
-    return MAX_SWEEP_N
+def fused_cap(device: torch.device | str) -> int:
+    """The largest n the fused kernels take on ``device``: 2^30 on CUDA (memory stays flat in n),
+    the torch engine's 2^24 when interpreted."""
+    return MAX_SWEEP_N_CUDA if torch.device(device).type == "cuda" else MAX_SWEEP_N
 
 
-def choose_engine(engine: str | None, device: torch.device | str, dtype: str = "float32") -> str:
-    """``"fused"`` or ``"torch"``: which engine runs a sweep on ``device``.
-
-    ``engine``: ``"auto"``/None (then the :data:`ENGINE_ENV` environment variable, then auto:
-    the fused kernels on CUDA for float32 when triton is at hand, the torch engine otherwise),
-    ``"torch"`` or ``"fused"`` (on the CPU only through Triton's interpreter: for tests).
-    """
-    name = str(engine or "auto").strip().lower()
-    if name == "auto":
-        name = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
-    if name not in ENGINES:
-        raise AttnInputError(f"unknown sweep engine {name!r}; choose one of {', '.join(ENGINES)}.")
-    dev = torch.device(device)
-    if name == "auto":
-        return "fused" if dev.type == "cuda" and dtype == "float32" and fused_available(dev) else "torch"
-    if name == "fused":
-        why = fused_unavailable_reason(dev)
-        if why is not None:
-            raise AttnInputError(f"the fused sweep engine cannot run here: {why}")
-    return name
-
-
-def check_sweep(spec: SweepSpec, device: torch.device | str, engine: str | None = None) -> str:
-    """Validate ``spec`` for the engine that runs it on ``device`` (plain errors); return that engine."""
-    dev = torch.device(device)
-    name = choose_engine(engine, dev, spec.dtype)
-    if name == "fused":
-        validate_fused(spec, dev)
-    else:
-        spec.validate()
-    return name
-
-
-def max_sweep_work(device: torch.device | str, dtype: str = "float32") -> int:
-    """The work limit of the engine that runs float32 sweeps on ``device`` (units of :func:`sweep_work`)."""
-    dev = torch.device(device)
-    if choose_engine(None, dev, dtype) != "fused":
-        return MAX_SWEEP_WORK
-    return MAX_FUSED_WORK if dev.type == "cuda" else MAX_INTERPRETED_WORK
+def fused_work_limit(device: torch.device | str) -> int:
+    """Random numbers one fused sweep may draw on ``device`` (compiled on CUDA, or interpreted)."""
+    return MAX_FUSED_WORK if torch.device(device).type == "cuda" else MAX_INTERPRETED_WORK
 
 
 def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
@@ -211,7 +185,7 @@ def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
     dev = torch.device(device)
     work = FUSED_PROBE_WORK if dev.type == "cuda" else 1 << 14
     keys = work // max(1, _plan(spec).samples_per_key)
-    return int(max(GROUP, min(max_sweep_n(dev), keys) // GROUP * GROUP))
+    return int(max(GROUP, min(fused_cap(dev), keys) // GROUP * GROUP))
 
 
 def _kernels() -> ModuleType:
@@ -238,10 +212,12 @@ class _Plan:
 
     row_block: int  # RB (logits) or BR (vectors)
     row_programs: int
-    n_dch: int  # vectors: 64-wide chunks of the padded head dim (0 for logits)
+    n_dch: int  # vectors: DCH-wide chunks of the padded head dim (0 for logits)
+    dch: int  # vectors: head-dim chunk (0 for logits)
     dvp: int  # vectors: padded value dim (0 for logits)
-    key_align: int  # chunk sizes are multiples of this
+    key_align: int  # chunk sizes are multiples of this (vectors: the key tile BN)
     samples_per_key: int  # random numbers drawn per key (all row programs together)
+    warps: int = 4
 
     def chunk(self, keys: int, override: int | None = None) -> int:
         """Keys per program for a segment of ``keys`` keys."""
@@ -260,14 +236,18 @@ class _Plan:
 def _plan(spec: SweepSpec) -> _Plan:
     R = spec.queries
     if spec.method == "logits":
-        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dvp=0, key_align=GROUP,
+        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
                      samples_per_key=-(-R // RB) * RB)
-    br = min(64, max(16, _pow2_at_least(R)))
+    # 64 rows per program (one warp group: the M side of every tensor-core product), 128 from
+    # 65 rows on (two warp groups: the keys are drawn once per 128 rows instead of twice)
+    br = 64 if R <= 64 else 128
     tiles = -(-R // br)
-    n_dch = -(-spec.d // 64)
+    dch = 16 if spec.d <= 16 else DCH
+    n_dch = -(-spec.d // dch)
     dvp = max(16, _pow2_at_least(spec.value_dim))
-    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dvp=dvp, key_align=BN,
-                 samples_per_key=tiles * (64 * n_dch + dvp))
+    bn = BN if dvp < 128 else 16
+    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dch=dch, dvp=dvp, key_align=bn,
+                 samples_per_key=tiles * (dch * n_dch + dvp), warps=br // ROWS_PER_WARP)
 
 
 def fused_work(spec: SweepSpec) -> int:
@@ -278,17 +258,50 @@ def fused_work(spec: SweepSpec) -> int:
 
 def validate_fused(spec: SweepSpec, device: torch.device) -> None:
     """The spec's checks with the device's n cap and the fused work limit (plain messages)."""
-    cap = max_sweep_n(device) if device.type == "cuda" else MAX_SWEEP_N
     # the spec's checks with this cap (the torch engine's work limit is the CPU's: not here)
-    spec.validate(max_n=cap, check_work=False)
+    spec.validate(max_n=fused_cap(device), check_work=False)
     if spec.dtype != "float32":
         raise AttnInputError("the fused kernels sample in float32; use the torch engine for float64.")
     if device.type == "cuda":
-        check_limit(fused_work(spec), MAX_FUSED_WORK, "this sweep's random numbers",
-                    "(about 10-20 s on one H100)", "Lower the largest n, the query rows or d.")
+        check_limit(fused_work(spec), fused_work_limit(device), "this sweep's random numbers",
+                    "(seconds of GPU time)", "Lower the largest n, the query rows or d.")
     else:
-        check_limit(fused_work(spec), MAX_INTERPRETED_WORK, "this interpreted sweep's random numbers",
+        check_limit(fused_work(spec), fused_work_limit(device), "this interpreted sweep's random numbers",
                     "(Triton's interpreter draws about 0.1 M per second)", "Lower the largest n or the rows.")
+
+
+# --------------------------------------------------------------------------- tf32 operands
+
+
+def tf32_round(x: Tensor) -> Tensor:
+    """``x`` (float32) rounded to the nearest tf32 number (10 mantissa bits, ties away from zero).
+
+    The same bit operation as the kernels' ``_tf32``: the vectors kernel draws its keys and
+    values as float32 Gaussians rounded this way (a relative change below 2^-11 per number:
+    no statistic of the sweep can see it), so the tensor cores multiply them exactly.
+    """
+    b = x.to(torch.float32).contiguous().view(torch.int32)
+    return ((b + 0x1000) & -0x2000).view(torch.float32)
+
+
+def split_tf32(x: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """``x`` (R, d) as two tf32 parts ``(hi, lo)`` (R, width), zero-padded: ``hi + lo = x`` to 2^-22.
+
+    Two tf32 tensor-core products with a tf32 operand k, ``hi k + lo k``, give ``x . k`` to
+    float32 accuracy (each product is exact; the sums are float32), at two passes where the
+    three of TF32x3 (which also splits k) were needed.
+    """
+    R, d = x.shape
+    hi = torch.zeros(R, width, device=x.device, dtype=torch.float32)
+    lo = torch.zeros(R, width, device=x.device, dtype=torch.float32)
+    hi[:, :d] = tf32_round(x.to(torch.float32))
+    lo[:, :d] = tf32_round((x.to(torch.float64) - hi[:, :d].to(torch.float64)).to(torch.float32))
+    return hi, lo
+
+
+def _dot_precision(interpret: bool) -> str:
+    """tl.dot's input precision: tf32 on the GPU (the operands are tf32 numbers), exact when interpreted."""
+    return "ieee" if interpret else "tf32"
 
 
 # --------------------------------------------------------------------------- fixed inputs (test hook)
@@ -299,7 +312,8 @@ class FixedInputs:
     """Given inputs instead of Philox draws: the kernels' reduction on known numbers (tests).
 
     logits: ``z`` (R, n) unit-std logits (the kernel multiplies row r by ``|q_r| * factor``).
-    vectors: ``keys`` (n, d) and ``values`` (n, Dv). ``n`` must cover the spec's largest length.
+    vectors: ``keys`` (n, d) and ``values`` (n, Dv), which the kernel rounds to tf32 as it does
+    its own draws (:func:`tf32_round`). ``n`` must cover the spec's largest length.
     """
 
     z: Tensor | None = None
@@ -349,13 +363,14 @@ class _Fused:
             raise AttnInputError(f"fixed keys must be (n>={n_max}, d={self.spec.d}) and values "
                                  f"(n, {self.dv}).")
         n = int(keys.shape[0])
-        kp = torch.zeros(n, 64 * self.plan.n_dch, device=dev, dtype=f32)
+        kp = torch.zeros(n, self.plan.dch * self.plan.n_dch, device=dev, dtype=f32)
         kp[:, : self.spec.d] = keys.to(device=dev, dtype=f32)
         vp = torch.zeros(n, self.plan.dvp, device=dev, dtype=f32)
         vp[:, : self.dv] = vals.to(device=dev, dtype=f32)
         return dummy, kp, vp, n
 
-    def _launch(self, buf: Tensor, factor_arg: Tensor, lo: int, hi: int, chunk: int, bias: float) -> Tensor:
+    def _launch(self, buf: Tensor, factor_arg: tuple[Tensor, ...], lo: int, hi: int, chunk: int,
+                bias: float) -> Tensor:
         """Queue one launch over keys [lo, hi); returns its partials (P, R, W) (a view of buf)."""
         spec, plan, k = self.spec, self.plan, self.k
         R = spec.queries
@@ -366,65 +381,85 @@ class _Fused:
         z, kp, vp, n_fixed = self.fixed_args
         fixed = self.fixed is not None
         if self.vectors:
+            q_hi, q_lo = factor_arg
             k._vectors_kernel[grid](
-                part, factor_arg, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
-                self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block, BN=BN,
-                DVP=plan.dvp, DOT_PREC="ieee" if self.interpret else "tf32x3", num_warps=VECTOR_WARPS,
-                **_OPTS)
+                part, q_hi, q_lo, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
+                self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block,
+                BN=plan.key_align, DCH=plan.dch, DVP=plan.dvp, DOT_PREC=_dot_precision(self.interpret),
+                FAST=not self.interpret, num_warps=plan.warps, num_stages=1, **_OPTS)
         else:
-            k._logits_kernel[grid](part, factor_arg, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
+            (std,) = factor_arg
+            k._logits_kernel[grid](part, std, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
                                   SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
         return part
 
     def _fold(self, part: Tensor) -> Acc:
-        """Merge the partials of one launch (P, R, W) over P, in float64 on the device."""
+        """Merge the partials of one launch (P, R, W) over P, in float64 on the device.
+
+        Vectors: the outputs and ``s2`` of program p go to batch ``p mod B`` (:data:`VALUE_BATCHES`).
+        """
         p = part.to(torch.float64)
         m_p = p[..., 0]
-        o_p = p[..., 4:] if self.vectors else None
+        P = p.shape[0]
         if self.sigmoid:
-            return Acc(m=m_p.amax(0), a=p[..., 1].sum(0), b=p[..., 2].sum(0), c=p[..., 3].sum(0),
-                        o=None if o_p is None else o_p.sum(0), empty=False)
-        m = m_p.amax(0)  # (R,)
-        al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
-        a = (al * p[..., 1]).sum(0)
-        b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
-        c = (al * al * p[..., 3]).sum(0)
-        o = None if o_p is None else (al[..., None] * o_p).sum(0)
-        return Acc(m=m, a=a, b=b, c=c, o=o, empty=False)
+            m, al = m_p.amax(0), torch.ones_like(m_p)
+            a, b, c = p[..., 1].sum(0), p[..., 2].sum(0), p[..., 3].sum(0)
+        else:
+            m = m_p.amax(0)  # (R,)
+            al = torch.exp(m_p - m)  # (P, R); empty programs (m_p = -1e30) get 0
+            a = (al * p[..., 1]).sum(0)
+            b = (al * (p[..., 2] + (m_p - m) * p[..., 1])).sum(0)
+            c = (al * al * p[..., 3]).sum(0)
+        if not self.vectors:
+            return Acc(m=m, a=a, b=b, c=c, empty=False)
+        batch = torch.arange(P, device=p.device) % VALUE_BATCHES  # (P,)
+        R = p.shape[1]
+        o = torch.zeros(VALUE_BATCHES, R, self.dv, device=p.device, dtype=p.dtype)
+        o.index_add_(0, batch, al[..., None] * p[..., 4:])
+        cb = torch.zeros(VALUE_BATCHES, R, device=p.device, dtype=p.dtype)
+        cb.index_add_(0, batch, al * al * p[..., 3])
+        return Acc(m=m, a=a, b=b, c=c, o=o.permute(1, 0, 2), cb=cb.T, empty=False)
 
     def launches(self, checkpoints: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
         """[(segment, lo, hi, chunk)] covering keys [0, n_max), cut at the checkpoints."""
-        out = []
-        prev = 0
-        for s, c in enumerate(checkpoints):
-            if c <= prev:
-                continue
-            chunk = self.plan.chunk(c - prev, self.chunk_override)
-            step = self.plan.launch_keys(chunk, self.launch_override)
-            for lo in range(prev, c, step):
-                out.append((s, lo, min(c, lo + step), chunk))
-            prev = c
-        return out
+        return _launches(self.plan, checkpoints, self.chunk_override, self.launch_override)
 
     def run_pass(self, factor: float, checkpoints: tuple[int, ...], bias: float,
                  tick: Callable[[int], None]) -> list[dict[str, Tensor]]:
-        """Stream one pass; per-row stats at each checkpoint. ``tick(samples)`` after each launch."""
+        """Stream one pass; per-row stats at each checkpoint (on the host). ``tick(samples)``: after each
+        launch."""
+        steps = self.pass_steps(factor, checkpoints, bias, tick)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def pass_steps(self, factor: float, checkpoints: tuple[int, ...], bias: float,
+                   tick: Callable[[int], None], report_after: frozenset[int] = frozenset()
+                   ) -> Generator[list[dict[str, Tensor]], None, list[dict[str, Tensor]]]:
+        """:meth:`run_pass` as a generator: after checkpoint ``s`` in ``report_after`` it yields the
+        host stats of checkpoints ``0 .. s`` (one copy to the host: a synchronisation); otherwise
+        nothing is read back until the pass ends. Returns the stats of every checkpoint.
+        """
         spec, dev = self.spec, self.device
         R = spec.queries
         if self.vectors:
-            qf = torch.zeros(R, 64 * self.plan.n_dch, device=dev, dtype=torch.float32)
-            qf[:, : spec.d] = (self.q.to(torch.float64) * factor).to(torch.float32)  # (R, 64 n_dch)
-            arg = qf
+            width = self.plan.dch * self.plan.n_dch
+            arg: tuple[Tensor, ...] = split_tf32(self.q.to(torch.float64) * factor, width)  # 2 x (R, width)
         else:
-            arg = (self.q_norm * factor).to(torch.float32)  # (R,) row std of the logits
+            arg = ((self.q_norm * factor).to(torch.float32),)  # (R,) row std of the logits
         plan = self.launches(checkpoints)
         biggest = max(-(-(hi - lo) // chunk) for _, lo, hi, chunk in plan)
         buf = torch.empty(biggest * R * (4 + self.dv), device=dev, dtype=torch.float32)
-        accs = [new_acc(R, self.dv or None, dev, self.sigmoid) for _ in checkpoints]
+        total = new_acc(R, self.dv or None, dev, self.sigmoid)
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []  # each stat's shape after the row dim
+        snaps: list[Tensor] = []  # per finished checkpoint: its row stats stacked (K, R...), on the device
         in_flight: deque = deque()
-        for s, lo, hi, chunk in plan:
+        for i, (s, lo, hi, chunk) in enumerate(plan):
             part = self._launch(buf, arg, lo, hi, chunk, bias)
-            merge_into(accs[s], self._fold(part), self.sigmoid)
+            merge_into(total, self._fold(part), self.sigmoid)
             if dev.type == "cuda":
                 ev = torch.cuda.Event()
                 ev.record()
@@ -432,28 +467,109 @@ class _Fused:
                 while len(in_flight) > 1:  # keep one launch queued behind the one running
                     in_flight.popleft().synchronize()
             tick((hi - lo) * self.plan.samples_per_key)
-        total = new_acc(R, self.dv or None, dev, self.sigmoid)
-        stats = []
-        for s, n in enumerate(checkpoints):
-            merge_into(total, accs[s], self.sigmoid)
-            stats.append(row_stats(total, n, spec))
-        names = list(stats[0])
-        # one copy to the host for the whole pass (each copy is a synchronisation)
-        host = torch.stack([torch.stack([st[k] for k in names]) for st in stats]).to("cpu")  # (C, K, R)
-        return [dict(zip(names, host[i], strict=True)) for i in range(len(stats))]
+            if i + 1 < len(plan) and plan[i + 1][0] == s:
+                continue
+            # checkpoint s is complete: snapshot its stats (a copy: the sums change in place later)
+            st = row_stats(total, checkpoints[s], spec)
+            if not names:
+                names = list(st)
+                shapes = [tuple(st[k].shape[1:]) for k in names]
+            snaps.append(_stack_stats(st, names))
+            if s in report_after:
+                yield _host_stats(snaps, names, shapes)
+        return _host_stats(snaps, names, shapes)
+
+
+def _launches(plan: _Plan, checkpoints: tuple[int, ...], chunk: int | None = None,
+              launch_keys: int | None = None) -> list[tuple[int, int, int, int]]:
+    """[(segment, lo, hi, chunk)] covering keys [0, n_max) of one pass, cut at the checkpoints."""
+    out = []
+    prev = 0
+    for s, c in enumerate(checkpoints):
+        if c <= prev:
+            continue
+        ch = plan.chunk(c - prev, chunk)
+        step = plan.launch_keys(ch, launch_keys)
+        for lo in range(prev, c, step):
+            out.append((s, lo, min(c, lo + step), ch))
+        prev = c
+    return out
+
+
+def key_batches(spec: SweepSpec, checkpoints: tuple[int, ...], n: int) -> Tensor:
+    """The value batch of each of the first ``n`` keys of a pass to ``checkpoints`` (n,), int64.
+
+    The kernels keep one partial per program; program p of a launch goes to batch
+    ``p mod B`` (:data:`~attncore.sweeps.reduce.VALUE_BATCHES`): a fixed function of the spec and
+    the pass, which the reference (:func:`fused_reference_sweep`) follows.
+    """
+    out = torch.empty(n, dtype=torch.int64)
+    for _, lo, hi, chunk in _launches(_plan(spec), checkpoints):
+        if lo >= n:
+            break
+        keys = torch.arange(lo, min(hi, n))
+        out[lo: min(hi, n)] = ((keys - lo) // chunk) % VALUE_BATCHES
+    return out
+
+
+def _stack_stats(stats: dict[str, Tensor], names: list[str]) -> Tensor:
+    """Row stats (each (R, ...)) as one (R, K) tensor: a copy (the sums change in place later)."""
+    return torch.cat([stats[k].reshape(stats[k].shape[0], -1) for k in names], dim=1)
+
+
+def _host_stats(snaps: list[Tensor], names: list[str], shapes: list[tuple[int, ...]]
+                ) -> list[dict[str, Tensor]]:
+    """Snapshots back on the host as per-checkpoint dicts (one copy: one synchronisation)."""
+    host = torch.stack(snaps).to("cpu")  # (C, R, K)
+    out = []
+    for c in range(host.shape[0]):
+        col, d = 0, {}
+        for k, shape in zip(names, shapes, strict=True):
+            w = math.prod(shape)
+            d[k] = host[c, :, col: col + w].reshape(host.shape[1], *shape)
+            col += w
+        out.append(d)
+    return out
+
+
+def report_points(spec: SweepSpec) -> list[tuple[int, int]]:
+    """(pass, checkpoint) after which a staged fused run of ``spec`` reports its finished lengths.
+
+    The first checkpoints at which the random numbers drawn reach the
+    :data:`~attncore.sweeps.progress.PARTIAL_FRACTIONS` of the sweep's (never the last one).
+    """
+    per_key = _plan(spec).samples_per_key
+    total = fused_work(spec)
+    thresholds = [f * total for f in PARTIAL_FRACTIONS]
+    passes = spec.passes()
+    out, done, k = [], 0, 0
+    for pi, (_, lens) in enumerate(passes):
+        prev = 0
+        for ci, c in enumerate(lens):
+            done += (c - prev) * per_key
+            prev = c
+            last = pi == len(passes) - 1 and ci == len(lens) - 1
+            if k < len(thresholds) and done >= thresholds[k] and not last:
+                out.append((pi, ci))
+            while k < len(thresholds) and done >= thresholds[k]:
+                k += 1
+    return out
 
 
 def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None,
                     progress: Progress | None = None, cancel: threading.Event | None = None,
+                    partial: Callable[[pd.DataFrame], None] | None = None,
                     fixed: FixedInputs | None = None, chunk: int | None = None,
                     launch_keys: int | None = None) -> pd.DataFrame:
     """:func:`attncore.sweeps.entropy_vs_length` through the fused kernels (same columns).
 
     Args:
-        spec: the sweep; ``n`` up to :func:`max_sweep_n` of the device, float32 only.
+        spec: the sweep; ``n`` up to :data:`MAX_SWEEP_N_CUDA` on CUDA, float32 only.
         device: CUDA, or the CPU when triton runs its interpreter (tests).
         progress: ``progress(fraction_done, message)`` between launches (about every 0.1 s);
             returning ``False`` stops the sweep. cancel: an event; setting it stops the sweep.
+        partial: if given, called with the frame of the lengths finished so far at the
+            :func:`report_points` (after about 1/16 and 1/4 of the random numbers).
         fixed: test hook, :class:`FixedInputs` instead of random draws.
         chunk, launch_keys: override keys per program / per launch (tests: results must not
             depend on them beyond float32 rounding).
@@ -463,6 +579,25 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
             cannot run on this device (the message says why).
         SweepCancelled: stopped by ``progress`` or ``cancel``.
     """
+    steps = fused_sweep_steps(spec, device=device, progress=progress, cancel=cancel,
+                              staged=partial is not None, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
+    while True:
+        done, frame_now = advance(steps)
+        if done:
+            return frame_now
+        if partial is not None:
+            partial(frame_now)
+
+
+def fused_sweep_steps(spec: SweepSpec, *, device: str | torch.device | None = None,
+                      progress: Progress | None = None, cancel: threading.Event | None = None,
+                      staged: bool = True, fixed: FixedInputs | None = None, chunk: int | None = None,
+                      launch_keys: int | None = None) -> Generator[pd.DataFrame, None, pd.DataFrame]:
+    """:func:`run_fused_sweep` one stage at a time: validates ``spec`` at once, then (driven by
+    :func:`advance`) yields the frame of the lengths finished at each :func:`report_points`
+    (with ``staged``) and returns the final frame. Several of them advanced in turn report
+    their short lengths together (:func:`attncore.sweeps.run_sweep_set`).
+    """
     dev = resolve_device(device)
     why = fused_unavailable_reason(dev)
     if why is not None:
@@ -470,44 +605,53 @@ def run_fused_sweep(spec: SweepSpec, *, device: str | torch.device | None = None
     validate_fused(spec, dev)
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("the sweep was stopped before it started.")
-    return oom_to_limit(lambda: _run(spec, dev, progress, cancel, fixed, chunk, launch_keys),
-                        "this sweep", "Lower the query rows (or d and the value dim for the vectors method).")
+    return _steps(spec, dev, progress, cancel, staged, fixed, chunk, launch_keys)
 
 
-def _run(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
-         fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None) -> pd.DataFrame:
+def advance(steps: Generator[pd.DataFrame, None, pd.DataFrame]) -> tuple[bool, pd.DataFrame]:
+    """Run a :func:`fused_sweep_steps` generator to its next report: ``(finished, frame)``.
+
+    A CUDA out-of-memory error becomes a plain ``ResourceLimitError``.
+    """
+    def step() -> tuple[bool, pd.DataFrame]:
+        try:
+            return False, next(steps)
+        except StopIteration as done:
+            return True, done.value
+
+    return oom_to_limit(step, "this sweep",
+                        "Lower the query rows (or d and the value dim for the vectors method).")
+
+
+def _steps(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel: threading.Event | None,
+           staged: bool, fixed: FixedInputs | None, chunk: int | None, launch_keys: int | None
+           ) -> Generator[pd.DataFrame, None, pd.DataFrame]:
     eng = _Fused(spec, dev, fixed=fixed, chunk=chunk, launch_keys=launch_keys)
-    total = max(1, fused_work(spec))
+    ticker = Ticker(fused_work(spec), progress, cancel)
     done = [0]
-    t0 = time.perf_counter()
-    last = [0.0]
 
     def tick(samples: int) -> None:
         done[0] += samples
-        if cancel is not None and cancel.is_set():
-            raise SweepCancelled("the sweep was stopped.")
-        if progress is None:
-            return
-        now = time.perf_counter()
-        if now - last[0] < 0.1:
-            return
-        last[0] = now
-        frac = min(1.0, done[0] / total)
-        eta = (now - t0) * (1 - frac) / frac if frac > 0.02 else float("nan")
-        msg = f"{frac:.0%} of {fmt_count(total)} random numbers" + \
-            (f", about {eta:.0f} s left" if math.isfinite(eta) else "")
-        if progress(frac, msg) is False:
+        if not ticker.tick(done[0]):
             raise SweepCancelled("the sweep was stopped.")
 
-    records = []
+    points = report_points(spec) if staged else []
+    records: list[dict] = []
     q_norm = eng.q_norm.cpu()
-    for factor, lens in spec.passes():
+    for pi, (factor, lens) in enumerate(spec.passes()):
         bias = -math.log(max(lens)) if spec.normalizer == "sigmoid" else 0.0
-        stats = eng.run_pass(factor, lens, bias, tick)
-        for n, rows in zip(lens, stats, strict=True):
-            records.append(summarise(n, rows, spec, factor, q_norm))
-    if progress is not None:
-        progress(1.0, "done")
+        steps = eng.pass_steps(factor, lens, bias, tick, frozenset(ci for p, ci in points if p == pi))
+        while True:
+            try:
+                so_far = next(steps)
+            except StopIteration as finished:
+                stats = finished.value
+                break
+            # the lengths of earlier passes and those of this one finished so far
+            yield frame(records + [summarise(n, rows, spec, factor, q_norm)
+                                   for n, rows in zip(lens, so_far, strict=False)])
+        records.extend(summarise(n, rows, spec, factor, q_norm) for n, rows in zip(lens, stats, strict=True))
+    ticker.finish()
     return frame(records)
 
 
@@ -518,7 +662,8 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
     """The random numbers the fused kernels use for keys [0, n), materialised (tests, reference).
 
     logits: ``{"z": (R, n)}`` unit-std logits (row r's logits are ``z[r] * |q_r| * factor``);
-    vectors: ``{"keys": (n, d), "values": (n, Dv)}``. Limited to 16M numbers.
+    vectors: ``{"keys": (n, d), "values": (n, Dv)}`` (tf32 numbers, as the kernel uses them).
+    Limited to 16M numbers.
     """
     dev = resolve_device(device)
     why = fused_unavailable_reason(dev)
@@ -533,12 +678,13 @@ def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = Non
         k._draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
                                                                   RB=RB, GROUP=GROUP, **_OPTS)
         return {"z": z}
-    check_limit(n * (64 * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
+    check_limit(n * (plan.dch * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
                 "Lower n or d.")
-    kp = torch.empty(n, 64 * plan.n_dch, device=dev, dtype=torch.float32)
+    kp = torch.empty(n, plan.dch * plan.n_dch, device=dev, dtype=torch.float32)
     vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
     seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
-    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DVP=plan.dvp, **_OPTS)
+    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DCH=plan.dch, DVP=plan.dvp,
+                                          FAST=dev.type == "cuda", **_OPTS)
     return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
 
 
@@ -560,7 +706,7 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
     records = []
     for n in sorted(set(spec.lengths)):
         factor = spec.logit_factor(n)
-        out_ms = None
+        batches = None
         if spec.method == "logits":
             x = draws["z"][:, :n] * (q_norm * factor).to(torch.float32)[:, None]  # (R, n), as the kernel
             w = plain[spec.normalizer](x)
@@ -574,40 +720,49 @@ def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = N
             st = attention_stages(q[None], keys[None], vals[None], scale=scale, normalizer=norm,
                                   temperature=spec.temperature)
             w = st.weights[0]  # (R, n)
-            out_ms = (st.output[0].to(torch.float64) ** 2).mean(dim=1)
+            lens = next(lens for f, lens in spec.passes() if n in lens and f == factor)
+            batches = batch_outputs(w, vals, key_batches(spec, lens, n).to(w.device))
         w64 = w.to(torch.float64)
         rows = {"entropy": entropy(w64), "max_weight": max_weight(w64), "sum_sq": sum_squares(w64),
                 "row_sum": row_sum(w64)}
-        if out_ms is not None:
-            rows["out_ms"] = out_ms
+        if batches is not None:
+            rows["out_b"], rows["sq_b"] = batches
         records.append(summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
     return frame(records)
 
 
-def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None) -> Tensor:
-    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32."""
+def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None, *, stream: int = 99,
+                  vectors: bool = False) -> Tensor:
+    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32.
+
+    Output ``s`` of counter ``i`` is element ``s n + i``; the Philox key is ``(seed, stream)``
+    mixed as the sweeps mix theirs. ``vectors``: the vectors kernels' transform (on CUDA the
+    fast special functions; see ``fused_kernels._box_muller``), else the logits kernels'.
+    """
     dev = resolve_device(device)
     k = _kernels()
     out = torch.empty(4 * n, device=dev, dtype=torch.float32)
     block = 1024
-    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, 99), n, BLOCK=block, **_OPTS)
+    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, stream), n, BLOCK=block,
+                                         FAST=vectors and dev.type == "cuda", **_OPTS)
     return out
 
 
-def fused_floor(rows: int, n: int, device: str | torch.device | None = None) -> Tensor:
+def fused_floor(rows: int, n: int, device: str | torch.device | None = None, *, fast: bool = False) -> Tensor:
     """The floor kernel: ``rows x n`` Philox Gaussians and one exp each, summed per row chunk.
 
     What no fused sweep can skip (bench); returns the per-chunk sums (P, rows) so nothing is
-    optimised away. Queued, not synchronised.
+    optimised away. Queued, not synchronised. ``fast``: with the vectors kernels' transform
+    (the GPU's one-instruction log, sin and cos; compiled on CUDA only).
     """
     dev = resolve_device(device)
     k = _kernels()
-    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dvp=0, key_align=GROUP,
+    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
                  samples_per_key=rows)
     chunk = plan.chunk(n)
     programs = -(-n // chunk)
     out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
     std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
     k._logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
-                                                         **_OPTS)
+                                                         FAST=fast and dev.type == "cuda", **_OPTS)
     return out

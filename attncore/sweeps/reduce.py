@@ -22,8 +22,8 @@ from torch import Tensor
 
 from attncore.sweeps.spec import COLUMNS, SweepSpec
 
-__all__ = ["EXP_FLOOR", "Acc", "Reducer", "exp_into", "frame", "merge_into", "new_acc", "row_stats",
-           "summarise"]
+__all__ = ["EXP_FLOOR", "VALUE_BATCHES", "Acc", "Reducer", "batch_outputs", "exp_into", "frame", "merge_into",
+           "new_acc", "output_ms_sem", "row_stats", "summarise"]
 
 LOG2E = 1.0 / math.log(2.0)
 # Shifted logits below this are raised to it before exp: torch's float32 exp on the CPU takes
@@ -41,13 +41,21 @@ def exp_into(x: Tensor, e: Tensor) -> Tensor:
     torch.mul(x, LOG2E, out=e)
     return torch.exp2(e, out=e)
 
+# The vectors method's output is kept in this many batches of keys (the torch engine: key j in
+# batch j mod 8; the fused kernels: program p of a launch in batch p mod 8). Given the weights the
+# batches' outputs are independent (disjoint values), which is what the output's standard error
+# rests on (:func:`output_ms_sem`).
+VALUE_BATCHES = 8
+
+
 @dataclass
 class Acc:
     """Streaming sums for one segment of keys, per row, float64.
 
     softmax family: ``m`` running max, ``a`` = s0, ``b`` = s1, ``c`` = s2 (relative to m);
     sigmoid: ``m`` max weight, ``a`` = sum w, ``b`` = sum w log w, ``c`` = sum w^2.
-    ``o`` (L, Ev) the unnormalised output (vectors method) or None.
+    ``o`` (L, B, Ev): the unnormalised output per batch of keys (vectors method) or None, and
+    ``cb`` (L, B) the batches' shares of ``c``. ``B`` = :data:`VALUE_BATCHES`.
     """
 
     m: Tensor
@@ -55,18 +63,21 @@ class Acc:
     b: Tensor
     c: Tensor
     o: Tensor | None = None
+    cb: Tensor | None = None
     empty: bool = True
     filled: list[tuple[int, int]] = field(default_factory=list)  # row ranges merged into so far
 
 
 def new_acc(rows: int, dv: int | None, device: torch.device, sigmoid: bool) -> Acc:
-    """Empty sums for ``rows`` rows (and an ``(rows, dv)`` output when ``dv`` is given)."""
+    """Empty sums for ``rows`` rows (and per-batch outputs ``(rows, B, dv)`` when ``dv`` is given)."""
     f64 = torch.float64
     start = 0.0 if sigmoid else float("-inf")
+    B = VALUE_BATCHES
     return Acc(m=torch.full((rows,), start, dtype=f64, device=device),
                 a=torch.zeros(rows, dtype=f64, device=device), b=torch.zeros(rows, dtype=f64, device=device),
                 c=torch.zeros(rows, dtype=f64, device=device),
-                o=None if dv is None else torch.zeros(rows, dv, dtype=f64, device=device))
+                o=None if dv is None else torch.zeros(rows, B, dv, dtype=f64, device=device),
+                cb=None if dv is None else torch.zeros(rows, B, dtype=f64, device=device))
 
 
 def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> None:
@@ -79,8 +90,8 @@ def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> 
         # (max(-inf, m) = m, weights 0 and e^0 = 1), so copy it (a block partial meets an empty
         # lane's sums in most flushes; ~4 small calls instead of ~20)
         dst.m[rows], dst.a[rows], dst.b[rows], dst.c[rows] = src.m, src.a, src.b, src.c
-        if dst.o is not None and src.o is not None:
-            dst.o[rows] = src.o
+        if dst.o is not None and src.o is not None and dst.cb is not None and src.cb is not None:
+            dst.o[rows], dst.cb[rows] = src.o, src.cb
         dst.filled.append((lo, hi))
         dst.empty = False
         return
@@ -90,8 +101,9 @@ def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> 
         dst.a[rows] += src.a
         dst.b[rows] += src.b
         dst.c[rows] += src.c
-        if dst.o is not None and src.o is not None:
+        if dst.o is not None and src.o is not None and dst.cb is not None and src.cb is not None:
             dst.o[rows] += src.o
+            dst.cb[rows] += src.cb
         dst.empty = False
         return
     m0 = dst.m[rows]
@@ -103,8 +115,9 @@ def merge_into(dst: Acc, src: Acc, sigmoid: bool, rows: slice = slice(None)) -> 
     dst.b[rows] = al0 * b0 + al1 * (src.b + (src.m - m) * src.a)
     dst.a[rows] = al0 * dst.a[rows] + al1 * src.a
     dst.c[rows] = al0 * al0 * dst.c[rows] + al1 * al1 * src.c
-    if dst.o is not None and src.o is not None:
-        dst.o[rows] = al0[:, None] * dst.o[rows] + al1[:, None] * src.o
+    if dst.o is not None and src.o is not None and dst.cb is not None and src.cb is not None:
+        dst.o[rows] = al0[:, None, None] * dst.o[rows] + al1[:, None, None] * src.o
+        dst.cb[rows] = (al0 * al0)[:, None] * dst.cb[rows] + (al1 * al1)[:, None] * src.cb
     dst.m[rows] = m
     dst.empty = False
 
@@ -134,18 +147,21 @@ class Reducer:
         return self.y[: self.rt]
 
     def part(self, s: Hashable) -> Tensor:
-        """The float32 partial of segment key s: (L, 4 + Ev) = [max, s0, s1, s2, output...]."""
+        """The float32 partial of segment key s: (L, 4 + B Ev + B) = [max, s0, s1, s2, per-batch
+        outputs (B, Ev), per-batch s2 (B)] (logits: the first 4)."""
         if s not in self.parts:
-            width = 4 + (self.dv if self.vectors else 0)
+            width = 4 + ((self.dv + 1) * VALUE_BATCHES if self.vectors else 0)
             self.parts[s] = torch.zeros(self.rows, width, device=self.device, dtype=self.dtype)
         return self.parts[s]
 
     def add(self, s: Hashable, a: int, b: int, rt: int, mx: Tensor, values: Tensor | None, bias: float,
             r0: int, floor_needed: bool = True, sigmoid: bool | None = None,
-            offset: Tensor | None = None) -> None:
+            offset: Tensor | None = None, key0: int = 0) -> None:
         """Reduce columns [a, b) of the first ``rt`` logit rows (overwritten) into rows r0.. of part s.
 
         ``mx`` (Lt,): the rows' maxima over the columns, which the softmax family subtracts.
+        ``values`` (b - a, Ev): the keys' values (vectors), their outputs kept per batch of keys;
+        ``key0``: the index of key ``a`` in the row (key j belongs to batch j mod B).
         ``floor_needed=False`` promises that no shifted logit is below :data:`EXP_FLOOR`.
         ``sigmoid``: the normaliser family of this part (default: the spec's).
         ``offset`` (Lt,): what the logits were already shifted by (softmax family: the part's max
@@ -172,7 +188,13 @@ class Reducer:
             p[:, 2] = torch.linalg.vecdot(x, e, dim=1)
             p[:, 3] = torch.linalg.vecdot(e, e, dim=1)
         if values is not None:
-            torch.matmul(e, values, out=p[:, 4:])
+            B, Ev = VALUE_BATCHES, values.shape[1]
+            o = p[:, 4: 4 + B * Ev].view(rt, B, Ev)
+            for beta in range(B):
+                first = (beta - key0) % B  # the first column of batch beta
+                eb = e[:, first::B]
+                o[:, beta] = eb @ values[first::B]
+                p[:, 4 + B * Ev + beta] = torch.linalg.vecdot(eb, eb, dim=1)
 
     def add_segments(self, keys: Sequence[Hashable], bounds: Sequence[tuple[int, int]], rt: int, bias: float,
                      r0: int, floor_needed: bool = True, sigmoid: bool | None = None,
@@ -245,9 +267,29 @@ class Reducer:
     def flush(self, s: Hashable, acc: Acc, rows: slice = slice(None), sigmoid: bool | None = None) -> None:
         """Merge rows ``rows`` of the block partial of segment key s into the float64 accumulator."""
         p = self.part(s)[rows].to(torch.float64)
-        part = Acc(m=p[:, 0], a=p[:, 1], b=p[:, 2], c=p[:, 3], o=p[:, 4:] if self.vectors else None,
-                    empty=False)
+        B = VALUE_BATCHES
+        o = p[:, 4: 4 + B * self.dv].reshape(-1, B, self.dv) if self.vectors else None
+        part = Acc(m=p[:, 0], a=p[:, 1], b=p[:, 2], c=p[:, 3], o=o,
+                   cb=p[:, 4 + B * self.dv:] if self.vectors else None, empty=False)
         merge_into(acc, part, self.sigmoid if sigmoid is None else sigmoid, rows)
+
+
+def batch_outputs(w: Tensor, values: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
+    """Materialised weights ``w`` (L, n) and ``values`` (n, Ev) split by ``batch`` (n,) (ids < B):
+    each row's output per batch (L, B, Ev) and each batch's share of ``sum p^2`` (L, B), float64.
+
+    What :func:`row_stats` gives from the streamed sums (the references use it).
+    """
+    w64, v64 = w.to(torch.float64), values.to(torch.float64)
+    L, Ev, B = w.shape[0], values.shape[1], VALUE_BATCHES
+    out = torch.zeros(L, B, Ev, dtype=torch.float64, device=w.device)
+    sq = torch.zeros(L, B, dtype=torch.float64, device=w.device)
+    for b in range(B):
+        pick = (batch == b).nonzero().squeeze(1)
+        wb = w64.index_select(1, pick)
+        out[:, b] = wb @ v64.index_select(0, pick)
+        sq[:, b] = (wb * wb).sum(dim=1)
+    return out, sq
 
 
 def row_stats(acc: Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
@@ -259,16 +301,18 @@ def row_stats(acc: Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
         safe = torch.where(ok, w, torch.ones_like(w))
         h = torch.where(ok, torch.log(safe) - acc.b / safe, torch.zeros_like(w))
         out = {"entropy": h, "max_weight": acc.m, "sum_sq": acc.c, "row_sum": w}
-        o = acc.o
+        o, cb = acc.o, acc.cb
     else:
         sink = 1.0 if spec.normalizer == "softmax1" else 0.0
         s0 = acc.a
         h = torch.log(s0) - acc.b / s0
         denom = s0 + sink * torch.exp(torch.clamp(-acc.m, max=700.0))
         out = {"entropy": h, "max_weight": 1.0 / denom, "sum_sq": acc.c / denom**2, "row_sum": s0 / denom}
-        o = None if acc.o is None else acc.o / denom[:, None]
-    if o is not None:
-        out["out_ms"] = (o * o).mean(dim=1)
+        o = None if acc.o is None else acc.o / denom[:, None, None]
+        cb = None if acc.cb is None else acc.cb / (denom**2)[:, None]
+    if o is not None and cb is not None:
+        out["out_b"] = o  # (L, B, Ev): each row's output from each batch of keys
+        out["sq_b"] = cb  # (L, B): each batch's share of the row's sum p^2
     # a single key has entropy 0 exactly (rounding in w log w / w would leave ~1e-9)
     out["entropy"] = torch.zeros_like(w if spec.normalizer == "sigmoid" else acc.a) if n <= 1 else \
         torch.clamp(out["entropy"], min=0.0).to(f64)
@@ -278,7 +322,14 @@ def row_stats(acc: Acc, n: int, spec: SweepSpec) -> dict[str, Tensor]:
 
 
 def summarise(n: int, rows: dict[str, Tensor], spec: SweepSpec, factor: float, q_norm: Tensor) -> dict:
-    """Means and standard errors over the L rows for one length: one record of :data:`COLUMNS`."""
+    """Means and standard errors over the L rows for one length: one record of :data:`COLUMNS`.
+
+    ``rows``: per-row statistics (L,) from :func:`row_stats`, and for the vectors method
+    ``out_sq`` (L, Ev), the squared outputs. Standard errors are the spread over the rows,
+    which are independent given the queries for the logits method. The vectors method's rows
+    share their keys and values, so the output's spread is estimated by
+    :func:`output_ms_sem` instead.
+    """
     L = spec.queries
 
     def mean_sem(a: np.ndarray) -> tuple[float, float]:
@@ -297,14 +348,49 @@ def summarise(n: int, rows: dict[str, Tensor], spec: SweepSpec, factor: float, q
     # exp of the mean entropy (perplexity of the average row; E exp H would carry a Jensen gap)
     rec["effective_support"] = math.exp(rec["entropy"])
     rec["effective_support_sem"] = rec["effective_support"] * rec["entropy_sem"]
-    ms = rows["out_ms"].numpy() if "out_ms" in rows else rows["sum_sq"].numpy()
-    mean_ms, sem_ms = mean_sem(ms)
+    if "out_b" in rows:
+        out_b = rows["out_b"].numpy().astype(np.float64, copy=False)  # (L, B, Ev)
+        mean_ms = float((out_b.sum(axis=1) ** 2).mean())
+        sem_ms = output_ms_sem(out_b, rows["sq_b"].numpy().astype(np.float64, copy=False), rec["sum_sq_sem"])
+    else:  # logits: Var(o | p) = sum p^2 exactly, rows independent
+        mean_ms, sem_ms = rec["sum_sq"], rec["sum_sq_sem"]
     std = math.sqrt(max(mean_ms, 0.0))
     rec["output_std"] = std
     rec["output_std_sem"] = sem_ms / (2 * std) if std > 0 else float("nan")
     rec["logit_std"] = float(torch.sqrt((q_norm**2).mean()) * factor)
     rec["logit_factor"] = factor
     return rec
+
+
+def output_ms_sem(out_b: np.ndarray, sq_b: np.ndarray, sum_sq_sem: float) -> float:
+    """Standard error of the output's mean square ``mean(o^2)`` over rows and value columns (vectors).
+
+    ``out_b`` (L, B, Ev): each row's output from each batch of keys (they add up to the
+    output); ``sq_b`` (L, B): each batch's share of the row's ``sum_j p_j^2``; ``sum_sq_sem``:
+    the standard error of the rows' mean ``sum_j p_j^2``. Given the queries the error has two
+    parts (Var = E Var(. | keys) + Var E(. | keys)):
+
+    * the values. Every row reads the same values, so the rows' outputs are correlated (for
+      flat rows by about ``e^{-sigma^2}``: 0.37 at sigma = 1) and their spread understates
+      the error (3x at 64 rows and Ev = 16). Given the weights, the output column
+      ``o_c = P v_c`` (L,) is Gaussian with covariance ``G = P P^T`` and
+      ``Var(mean o^2 | P) = 2 tr(G^2) / (L^2 Ev)``. Each batch b of keys gives an independent
+      ``o_c^b`` with covariance ``G_b`` (``G = sum_b G_b``), so ``tr(G^2) = sum_{b,b'}
+      tr(G_b G_b')`` is estimated without bias by ``(o_c^b . o_c^b')^2`` for ``b != b'`` and
+      ``((o_c^b . o_c^b)^2 - tr(G_b)^2) / 2`` for ``b = b'`` (``tr(G_b)`` from ``sq_b``),
+      averaged over the columns: about B x Ev samples of the dominant (common) part where the
+      columns alone give Ev (their spread covered 88-93% at Ev = 16 where this covers 95%).
+    * the keys: ``E[o_rc^2 | keys] = sum_j p_rj^2`` for unit-variance values, whose mean over
+      the rows has the error ``sum_sq_sem`` (the rows' spread, which also holds their
+      different query norms: on the safe side).
+    """
+    L, _, Ev = out_b.shape
+    M = np.einsum("lbc,lkc->cbk", out_b, out_b)  # (Ev, B, B): o_c^b . o_c^b'
+    diag = np.diagonal(M, axis1=1, axis2=2)  # (Ev, B)
+    tr_b = sq_b.sum(axis=0)  # (B,): tr(G_b)
+    per_column = (M**2).sum(axis=(1, 2)) - (diag**2).sum(axis=1) + ((diag**2 - tr_b**2) / 2).sum(axis=1)
+    values = 2.0 * max(float(per_column.mean()), 0.0) / (L * L * Ev)
+    return math.sqrt(values + sum_sq_sem**2)
 
 
 def frame(records: list[dict]) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from attncore.stats import entropy as row_entropy
 from attncore.stats import max_weight as row_max_weight
 from attncore.stats import row_sum as row_total
 from attncore.stats import sum_squares
-from attncore.sweeps.reduce import frame, summarise
+from attncore.sweeps.reduce import VALUE_BATCHES, batch_outputs, frame, summarise
 from attncore.sweeps.rng import LANES, draw_queries, fill_logit_tile, row_groups, unit_generator
 from attncore.sweeps.spec import SWEEP_DTYPES, SweepSpec, plan_blocks
 
@@ -93,7 +93,7 @@ def reference_sweep(spec: SweepSpec, device: str | torch.device = "cpu") -> pd.D
         if spec.method == "logits":
             x = (blocks[:, :n].to(torch.float64) * (q_norm * factor)[:, None]).to(dt)  # (L, n)
             w = _plain_normalizer(spec.normalizer)(x)
-            out_ms = None
+            batches = None
         else:
             keys, vals = blocks[:n, : spec.d], blocks[:n, spec.d:]
             if spec.scale_rule == "ssmax" and spec.normalizer == "softmax":
@@ -105,12 +105,13 @@ def reference_sweep(spec: SweepSpec, device: str | torch.device = "cpu") -> pd.D
             st = attention_stages(q[None], keys[None], vals[None], scale=scale, normalizer=norm_obj,
                                   temperature=spec.temperature)
             w = st.weights[0]  # (L, n)
-            out_ms = (st.output[0].to(torch.float64) ** 2).mean(dim=1)
+            key_batch = torch.arange(n, device=w.device) % VALUE_BATCHES  # key j: batch j mod B (the engine)
+            batches = batch_outputs(w, vals, key_batch)
         w64 = w.to(torch.float64)
         rows = {"entropy": row_entropy(w64), "max_weight": row_max_weight(w64),
                 "sum_sq": sum_squares(w64), "row_sum": row_total(w64)}
-        if out_ms is not None:
-            rows["out_ms"] = out_ms
+        if batches is not None:
+            rows["out_b"], rows["sq_b"] = batches
         rows = {k: v.cpu() for k, v in rows.items()}
         records.append(summarise(n, rows, spec, factor, q_norm.cpu()))
     return frame(records)

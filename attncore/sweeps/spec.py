@@ -1,20 +1,18 @@
-"""What a sweep is and what it costs: :class:`SweepSpec`, the block plan and the cost model.
+"""What a sweep is and what the torch engine makes of it: :class:`SweepSpec`, its block plan and cost.
 
 Shapes (see the package legend): ``L`` query rows (``spec.queries``), ``n`` keys a row
 sees, ``d`` query/key dim, ``Ev`` value dim, ``K`` keys per streamed block, ``Lt`` rows per
 logit tile.
 
-Cost: one work unit is about one Gaussian sample's time on a CPU; matmul flops count
-1/128 unit each (0.2 G samples/s against ~25 GFLOP/s per two cores). :func:`plan` prices a
-list of sweeps on a device in one call and hands the UI the calibration probe that turns
-units into seconds.
+Cost of the torch engine (:func:`torch_work`): one work unit is about one Gaussian sample's
+time on a CPU; matmul flops count 1/128 unit each (0.2 G samples/s against ~25 GFLOP/s per
+two cores). Which engine runs a sweep, and its cost there, is :mod:`attncore.sweeps.dispatch`'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,14 +30,13 @@ __all__ = [
     "MAX_SWEEP_WORK",
     "MAX_VALUE_DIM",
     "METHODS",
+    "PROBE_WORK",
     "SWEEP_DTYPES",
     "SWEEP_NORMALIZERS",
-    "SweepPlan",
     "SweepSpec",
     "block_keys",
-    "plan",
     "plan_blocks",
-    "sweep_work",
+    "torch_work",
     "units_per_key",
 ]
 
@@ -90,9 +87,9 @@ class SweepSpec:
     def validate(self, max_n: int = MAX_SWEEP_N, check_work: bool = True) -> None:
         """Raise :class:`AttnInputError` / ``ResourceLimitError`` with a plain message.
 
-        ``max_n``: the device's cap on n (:func:`attncore.sweeps.max_sweep_n`; the torch
-        engine's 2^24 by default). ``check_work``: check the torch engine's work limit (the
-        fused engine checks its own, :func:`attncore.sweeps.fused.validate_fused`).
+        ``max_n``: the cap on n of the engine that runs it (the torch engine's 2^24 by default;
+        :func:`attncore.sweeps.max_sweep_n` gives a device's). ``check_work``: check the torch
+        engine's work limit (the fused engine checks its own, :func:`attncore.sweeps.fused.validate_fused`).
         """
         if not self.lengths:
             raise AttnInputError("give at least one sequence length n.")
@@ -143,7 +140,7 @@ class SweepSpec:
             raise AttnInputError(f"the seed must be a non-negative integer; got {self.seed}.")
         if not check_work:
             return
-        check_limit(sweep_work(self), MAX_SWEEP_WORK, "this sweep's work (random numbers drawn)",
+        check_limit(torch_work(self), MAX_SWEEP_WORK, "this sweep's work (random numbers drawn)",
                     "(about a minute on a 2-core CPU)",
                     "Lower the largest n, the query rows or d, or use the logits method.")
 
@@ -191,31 +188,19 @@ def block_keys(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
     return plan_blocks(spec, torch.device(device))[0]
 
 
-def sweep_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
-    """Work units a sweep costs: random numbers drawn plus matmul flops / 128.
+def torch_work(spec: SweepSpec, device: torch.device | str = "cpu") -> int:
+    """Work units the torch engine spends on a sweep: random numbers drawn plus matmul flops / 128.
 
     On a CPU one Gaussian sample costs about as much as 128 flops of matmul (0.2 G samples/s
     against ~25 GFLOP/s per two cores), so a unit is roughly one sample's time. The estimate
     of :mod:`ui.sweep` multiplies this by a measured seconds-per-unit rate.
     """
-    dev = torch.device(device)
-    if _fused_on(dev, spec):
-        from attncore.sweeps.fused import fused_work  # here: fused imports spec
-
-        return fused_work(spec)
-    block, _ = plan_blocks(spec, dev)
+    block, _ = plan_blocks(spec, torch.device(device))
     total = 0
     for _, lens in spec.passes():
         keys = -(-max(lens) // block) * block
         total += keys * units_per_key(spec)
     return int(total)
-
-
-def _fused_on(device: torch.device, spec: SweepSpec) -> bool:
-    """Whether the fused kernels run ``spec`` on ``device`` (their work unit: random numbers)."""
-    from attncore.sweeps.fused import choose_engine  # here: fused imports spec
-
-    return choose_engine(None, device, spec.dtype) == "fused"
 
 
 def units_per_key(spec: SweepSpec) -> int:
@@ -224,45 +209,3 @@ def units_per_key(spec: SweepSpec) -> int:
         return spec.queries
     per_key = spec.d + spec.value_dim
     return per_key + (2 * spec.queries * per_key) // 128
-
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """What a list of sweeps costs on one device, from :func:`plan`.
-
-    ``work[i]`` is spec i's work units (:func:`sweep_work`); ``probes[i]`` a small sweep
-    of whole blocks with spec i's method and sizes (about :data:`PROBE_WORK` units) that
-    measures the seconds per unit, and ``probe_work[i]`` its units.
-    """
-
-    work: tuple[int, ...]
-    probes: tuple[SweepSpec, ...]
-    probe_work: tuple[int, ...]
-
-    @property
-    def total(self) -> int:
-        """Work units of all the sweeps together."""
-        return sum(self.work)
-
-
-def plan(specs: Sequence[SweepSpec], device: torch.device | str = "cpu", probe_work: int = PROBE_WORK
-         ) -> SweepPlan:
-    """Price ``specs`` on ``device``: work units per sweep and one calibration probe per sweep.
-
-    A probe keeps the sweep's method, d, queries and value dim (what its rate depends on)
-    with the plain ``sqrt_d`` softmax and one length of whole blocks.
-    """
-    dev = torch.device(device)
-    probes = []
-    for spec in specs:
-        one = replace(spec, lengths=(1,), scale_rule="sqrt_d", normalizer="softmax")
-        if _fused_on(dev, spec):
-            from attncore.sweeps.fused import probe_length
-
-            probes.append(replace(one, lengths=(probe_length(one, dev),)))
-            continue
-        blocks = max(1, probe_work // max(1, sweep_work(one, dev)))
-        probes.append(replace(one, lengths=(blocks * block_keys(one, dev),)))
-    return SweepPlan(work=tuple(sweep_work(s, dev) for s in specs), probes=tuple(probes),
-                     probe_work=tuple(sweep_work(p, dev) for p in probes))

@@ -14,7 +14,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attncore.sweeps import COLUMNS, SCALE_RULES, SWEEP_NORMALIZERS, SweepSpec
+from attncore.sweeps import (
+    COLUMNS,
+    MAX_SWEEP_N,
+    METHODS,
+    SCALE_RULES,
+    SWEEP_NORMALIZERS,
+    EngineChoice,
+    SweepSpec,
+    fused_from,
+)
 from attncore.theory import (
     fully_scaled_multiplier,
     margin_for_half_weight,
@@ -27,9 +36,9 @@ from attncore.theory import (
 from ui import figures
 from ui.figures import PALETTE, Curve, Panel
 
-__all__ = ["ASYMPTOTE_RTOL", "Controls", "Series", "asymptote_holds", "build_series", "figure1_charts",
-           "figure1_frame", "lengths_for", "main_chart", "mark_stale", "n_label", "panel_frame", "sweep_spec",
-           "theory_lengths", "validity_frame"]
+__all__ = ["ASYMPTOTE_RTOL", "Controls", "Series", "asymptote_holds", "build_series", "engine_sentence",
+           "figure1_charts", "figure1_frame", "lengths_for", "main_chart", "mark_stale", "n_label",
+           "panel_frame", "seed_note", "sweep_spec", "theory_lengths", "validity_frame"]
 
 RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
 ERR_Z = 2.0  # error bars: +- 2 standard errors
@@ -87,6 +96,32 @@ def _pow2(e: int) -> str:
 def n_label(n: int) -> str:
     """'2¹⁶ = 65,536' for powers of two."""
     return f"{_pow2(int(math.log2(n)))} = {n:,}"
+
+
+def engine_sentence(choices: list[EngineChoice], labels: list[str]) -> str:
+    """The caption's sentence on the engine that ran each curve (attncore's reasons), one if they agree."""
+    if len({c.reason for c in choices}) <= 1:
+        return f"Engine: {choices[0].reason}." if choices else ""
+    return "Engines: " + "; ".join(f"{lab}: {c.reason}" for lab, c in zip(labels, choices, strict=True)) + "."
+
+
+def seed_note() -> str:
+    """The line under the seed: where the draws come from and why the picture is reproducible.
+
+    Built from attncore's dispatch table (:data:`attncore.sweeps.CROSSOVERS`): the engine
+    depends only on the device, the method and the largest n.
+    """
+    parts = []
+    for method in METHODS:
+        n = fused_from(method)
+        parts.append(f"n > {_pow2(int(math.log2(n - 1)))} ({method})" if n == MAX_SWEEP_N + 1 else
+                     f"n ≥ {_pow2(int(math.log2(n)))} ({method})")
+    return ("This page's sweeps draw their random numbers on the compute device. Which engine draws them "
+            "depends only on the device, the method and the largest n: on CUDA the fused Triton kernels "
+            f"(Philox) for {' and '.join(parts)}, torch's generator below that and on a CPU. So a URL "
+            "shows the same picture every time on the same kind of device; another engine or device draws "
+            "other numbers, with the same statistics within the error bars. The caption under the chart "
+            "names the engine that ran.")
 
 
 def lengths_for(lo: int, hi: int, ppo: int) -> tuple[int, ...]:
