@@ -29,6 +29,7 @@ from attncore.errors import AttnInputError
 __all__ = [
     "NORMALIZER_NAMES",
     "Normalizer",
+    "ReLUNorm",
     "SSMax",
     "Sigmoid",
     "Softmax",
@@ -219,11 +220,37 @@ class Sigmoid(Normalizer):
         return {"b": float("nan") if self.bias is None else self.bias}
 
 
+@dataclass(frozen=True)
+class ReLUNorm(Normalizer):
+    r"""ReLU attention: :math:`p_i = \mathrm{ReLU}(x_i) / n`, n = keys the row may see.
+
+    No exponential and no competition: a key scored at or below 0 gets weight exactly 0, so a
+    row whose scores are all negative spends nothing (a head can attend to nothing). Dividing
+    by n keeps a row of positive scores from growing with the row's length. This is the form of
+    Guo et al. 2024, "Active-Dormant Attention Heads: Mechanistically Demystifying
+    Extreme-Token Phenomena in LLMs" (their ``attn_use_relu``: ReLU of the scaled scores over
+    the query's 1-based position, which under a causal mask is the keys it sees).
+    """
+
+    name = "relu"
+    label = "ReLU (÷ n)"
+    formula = r"p_i = \frac{\max(x_i, 0)}{n}"
+    source = "Guo et al. 2024, 'Active-Dormant Attention Heads'"
+    sums_to_one = False
+
+    def __call__(self, scores: Tensor, allowed: Tensor | None = None) -> Tensor:
+        ok = effective_allowed(scores, allowed)
+        n = allowed_counts(ok).to(scores.dtype).clamp_min(1.0)  # (..., L, 1)
+        w = torch.where(ok, torch.relu(scores), torch.zeros_like(scores)) / n
+        return w
+
+
 _FACTORIES = {
     "softmax": Softmax,
     "softmax1": SoftmaxWithSink,
     "ssmax": SSMax,
     "sigmoid": Sigmoid,
+    "relu": ReLUNorm,
 }
 NORMALIZER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
@@ -232,7 +259,7 @@ def get_normalizer(spec: str | Normalizer, **params: float | None) -> Normalizer
     """Return a normaliser object from a name (with parameters) or pass one through.
 
     Names: ``softmax``, ``softmax1`` (param ``sink_logit``), ``ssmax`` (``s``),
-    ``sigmoid`` (``bias``).
+    ``sigmoid`` (``bias``), ``relu``.
     """
     if isinstance(spec, Normalizer):
         if params:

@@ -80,13 +80,17 @@ class AdditiveScorer:
         g = generator if generator is not None else torch.default_generator
         dev = torch.device("cpu") if device is None else torch.device(device)
 
-        def draw(*shape: int) -> Tensor:  # a CPU generator's draws are the same on every device
-            return randn(*shape, generator=g, device=dev, dtype=dtype)
+        def draw(*shape: int, fan_in: int) -> Tensor:
+            # A CPU generator's draws are drawn and scaled on the CPU, then moved: the same numbers on
+            # every device (CUDA divides by a scalar as a multiplication by its reciprocal, which can
+            # differ from the CPU's division in the last bit). A device generator draws there.
+            at = torch.device("cpu") if g.device.type == "cpu" else dev
+            return (randn(*shape, generator=g, device=at, dtype=dtype) / math.sqrt(fan_in)).to(dev)
 
         return cls(
-            w_q=draw(hidden, d_q) / math.sqrt(d_q),
-            w_k=draw(hidden, d_k) / math.sqrt(d_k),
-            w_v=draw(hidden) / math.sqrt(hidden),
+            w_q=draw(hidden, d_q, fan_in=d_q),
+            w_k=draw(hidden, d_k, fan_in=d_k),
+            w_v=draw(hidden, fan_in=hidden),
         )
 
     @property

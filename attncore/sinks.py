@@ -10,7 +10,7 @@ is (close to) zero: the *attention sink* (Xiao et al. 2023, "Efficient
 Streaming Language Models with Attention Sinks"). This module builds that
 situation from real queries, keys and values (:func:`sink_sequence`), runs the
 same logits through the proposed fixes (:func:`normaliser_zoo`: softmax1, a
-learned sink logit, sigmoid attention, an output gate), and measures sinks in
+learned sink logit, sigmoid attention, ReLU attention, an output gate), and measures sinks in
 any attention tensor with the metric of Gu et al. 2024, "When Attention Sink
 Emerges in Language Models: An Empirical View" (:func:`sink_scores`,
 :func:`sink_head_share`).
@@ -42,7 +42,7 @@ from attncore.attention import attention_stages
 from attncore.budget import check_bytes, check_limit
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
-from attncore.normalizers import Normalizer, Sigmoid, Softmax, SoftmaxWithSink
+from attncore.normalizers import Normalizer, ReLUNorm, Sigmoid, Softmax, SoftmaxWithSink
 from attncore.synthetic import make_generator, randn
 
 __all__ = [
@@ -85,7 +85,7 @@ MAX_SWEEP_CELLS = 16 * 1024 * 1024  # points x queries x keys of one batched swe
 GATE_KINDS: tuple[str, ...] = ("elementwise", "headwise")
 STRENGTH_RANGE = (-4.0, 16.0)  # sink logit range of the page's slider and sweep
 CONTENT_RANGE = (-10.0, 6.0)  # mean real-logit range of the page's slider and sweep
-ZOO: tuple[str, ...] = ("softmax", "softmax1", "sink_logit", "sigmoid", "gated")
+ZOO: tuple[str, ...] = ("softmax", "softmax1", "sink_logit", "sigmoid", "relu", "gated")
 
 
 @dataclass(frozen=True)
@@ -275,12 +275,14 @@ class ZooEntry:
 
 def _zoo_normalizer(name: str, spec: SinkSpec) -> Normalizer:
     return {"softmax": Softmax(), "softmax1": SoftmaxWithSink(0.0), "gated": Softmax(),
-            "sink_logit": SoftmaxWithSink(float(spec.sink_logit)), "sigmoid": Sigmoid()}[name]
+            "sink_logit": SoftmaxWithSink(float(spec.sink_logit)), "sigmoid": Sigmoid(),
+            "relu": ReLUNorm()}[name]
 
 
 def normaliser_zoo(spec: SinkSpec, device: torch.device | str = "cpu",
                    seq: SinkSequence | None = None) -> dict[str, ZooEntry]:
-    """The same logits through softmax, softmax1, a sink logit b, sigmoid (b = -log n) and gated softmax.
+    """The same logits through softmax, softmax1, a sink logit b, sigmoid (b = -log n), ReLU (÷ n) and
+    gated softmax.
 
     Returns one :class:`ZooEntry` per name in :data:`ZOO`, all with ``L = n`` queries
     and ``S`` keys as in :class:`SinkSequence`, on ``device`` in the compute dtype.
@@ -461,8 +463,8 @@ def zoo_theory(spec: SinkSpec) -> dict[str, ZooTheory]:
 
     Real logits are ``content + spread * Z``; the sink (when present) has logit
     ``strength`` and value scale ``sink_value``; sigmoid uses ``b = -log S``;
-    the gate's pre-activations are unit Gaussian, so it scales the output RMS by
-    ``sqrt(E[σ(b_g + Z)²])``.
+    ReLU divides by the S keys of the row; the gate's pre-activations are unit Gaussian, so
+    it scales the output RMS by ``sqrt(E[σ(b_g + Z)²])``.
     """
     spec.validate()
     n, c, sd, nu = float(spec.n), float(spec.content), float(spec.spread), float(spec.sink_value)
@@ -480,6 +482,11 @@ def zoo_theory(spec: SinkSpec) -> dict[str, ZooTheory]:
     rms_sig = float(T.sigmoid_output_rms_theory(n, c, sd, bias))
     out["sigmoid"] = ZooTheory(row_sum=real_sig + sig_sink, sink_weight=sig_sink,
                                output_rms=math.sqrt(rms_sig**2 + (sig_sink * nu) ** 2))
+    relu_sink = max(s, 0.0) / keys if s is not None else 0.0
+    real_relu = float(T.relu_mass_theory(n, c, sd, keys))
+    rms_relu = float(T.relu_output_rms_theory(n, c, sd, keys))
+    out["relu"] = ZooTheory(row_sum=real_relu + relu_sink, sink_weight=relu_sink,
+                            output_rms=math.sqrt(rms_relu**2 + (relu_sink * nu) ** 2))
     soft = out["softmax"]
     out["gated"] = ZooTheory(row_sum=1.0, sink_weight=soft.sink_weight,
                              output_rms=soft.output_rms * float(T.gate_rms_theory(spec.gate_bias)))
@@ -490,12 +497,14 @@ def zoo_content_theory(name: str, spec: SinkSpec, content: np.ndarray) -> tuple[
     """(real mass, output RMS) of zoo entry ``name`` over content levels ``content`` (P,), no sink key.
 
     The closed forms of :func:`zoo_theory` along the content sweep (:func:`content_sweep`):
-    sigmoid with ``b = -log n``, the softmax family with its extra logit (none, 0 for
+    sigmoid with ``b = -log n``, ReLU over n keys, the softmax family with its extra logit (none, 0 for
     softmax1, ``sink_logit``), the gate scaling softmax's output RMS.
     """
     n, sd, x = spec.n, spec.spread, np.asarray(content, dtype=np.float64)
     if name == "sigmoid":
         return np.asarray(T.sigmoid_mass_theory(n, x, sd)), np.asarray(T.sigmoid_output_rms_theory(n, x, sd))
+    if name == "relu":
+        return np.asarray(T.relu_mass_theory(n, x, sd)), np.asarray(T.relu_output_rms_theory(n, x, sd))
     if name not in ZOO:
         raise AttnInputError(f"unknown normaliser {name!r}; choose one of {', '.join(ZOO)}.")
     extra = {"softmax": None, "gated": None, "softmax1": 0.0, "sink_logit": spec.sink_logit}[name]

@@ -7,6 +7,11 @@ each attention variant's forward + backward time relative to ``standard`` (timed
 alternation with it, so that the machine's drifting speed hits both alike), and ``standard``
 computed through attncore's materialised attention (the reference path) against fused SDPA.
 
+Then the Bigram-Backcopy task at the null_attention experiment's size (1 layer, 1 head, d_model 64,
+context 64, batch 64): the on-the-fly sequence generator (``BigramBackcopy.sample``, vectorised
+over the batch) against a per-token numpy loop as in Guo et al.'s ``BBM/data.py``, and a whole
+training step (sampling + forward + backward + AdamW) per variant in tokens/s.
+
 Run: python -m bench.training [--threads N] [--repeats R]
 """
 
@@ -16,12 +21,16 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from attncore import resolve_device
 from attncore.training import VARIANTS, CharTransformer, TrainConfig
+from attncore.training.bbm import BigramBackcopy
 from attncore.training.model import FUSED_VARIANTS
+from attncore.training.null_attention import SIZES as NULL_SIZES
+from attncore.training.train import make_optimizer
 from bench.common import median_time
 
 VOCAB = 65  # tiny Shakespeare's character count
@@ -131,6 +140,72 @@ def main() -> None:
         ms, mv = statistics.median(ts), statistics.median(tv)
         print(f"  {name:<20} {mv * 1e3:8.1f} ms  standard {ms * 1e3:8.1f} ms  ratio {mv / ms:5.2f}  "
               f"{tokens / mv:10,.0f} tokens/s  ({path})")
+    bbm_bench(device, args.repeats)
+
+
+def bbm_text() -> str:
+    """A corpus for the task: tiny Shakespeare when it is at hand, else the built-in standard-library text."""
+    from attncore.training.experiments import default_corpus  # noqa: PLC0415
+
+    path = default_corpus()
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    from ui.corpus import stdlib_corpus  # noqa: PLC0415
+
+    return stdlib_corpus().text
+
+
+def numpy_loop_sample(task: BigramBackcopy, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
+    """The baseline: one ``rng.choice`` per token, as Guo et al.'s generator draws (BBM/data.py)."""
+    cond, first = task.cond.numpy(), task.first.numpy()
+    trig, V = set(task.triggers), task.size
+    out = np.empty((n, length), dtype=np.int64)
+    for b in range(n):
+        seq = [task.bos, int(rng.choice(V, p=first))]
+        while len(seq) < length:
+            x = seq[-1]
+            seq.append(seq[-2] if x in trig else int(rng.choice(V, p=cond[x])))
+        out[b] = seq[:length]
+    return out
+
+
+def bbm_bench(device: torch.device, repeats: int) -> None:
+    cfg0 = TrainConfig(**NULL_SIZES["cpu"]["config"])
+    task = BigramBackcopy.from_text(bbm_text())
+    B, T = cfg0.batch, cfg0.context
+    tokens = B * T
+    print(f"\nBigram-Backcopy task (null_attention's cpu size: {cfg0.n_layer} layer, {cfg0.n_head} head, "
+          f"d_model {cfg0.d_model}, context {T}, batch {B}; {task.size} tokens, triggers "
+          f"{[task.vocab[i] for i in task.triggers]}):")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rng = np.random.default_rng(0)
+    t_ours = median_time(lambda: task.sample(B, T + 1, g), repeats=repeats)
+    t_loop = median_time(lambda: numpy_loop_sample(task, B, T + 1, rng), repeats=max(1, repeats // 2))
+    print(f"  sampling a batch: ours {t_ours * 1e3:.2f} ms ({tokens / t_ours:,.0f} tokens/s), per-token "
+          f"numpy loop {t_loop * 1e3:.1f} ms ({tokens / t_loop:,.0f} tokens/s): ours is "
+          f"{t_loop / t_ours:.0f}x faster")
+    print("  one training step (sampling + forward + backward + AdamW), per variant:")
+    for changes in NULL_SIZES["cpu"]["variants"]:
+        cfg = cfg0.replace(**changes)
+        model = CharTransformer.create(cfg, task.vocab, torch.Generator().manual_seed(0)).to(device).train()
+        opt = make_optimizer(model, cfg)
+        data_t: list[float] = []
+
+        def step(model: CharTransformer = model, opt: torch.optim.Optimizer = opt,
+                 times: list = data_t) -> None:
+            t0 = time.perf_counter()
+            batch = task.sample(B, T + 1, g).to(device)
+            times.append(time.perf_counter() - t0)
+            logits, _ = model(batch[:, :-1])
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
+            opt.step()
+
+        t = median_time(step, repeats=repeats)
+        share = statistics.median(data_t) / t
+        name = cfg.variant + (f" b0={cfg.sink_init:g}" if cfg.variant == "sink_logit" else "")
+        print(f"    {name:<18} {t * 1e3:7.1f} ms per step  {tokens / t:10,.0f} tokens/s  "
+              f"(sampling {share:.0%})")
 
 
 if __name__ == "__main__":

@@ -283,7 +283,7 @@ def real_text(ctx: PageContext) -> None:
                 delta_arrow="off")
     c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
                 delta_color="off", delta_arrow="off")
-    c[3].metric(f"Mass on {att.tokens[0]}", f"{float(w[:, 0].mean()):.3f}",
+    c[3].metric(f"Mass on {plain(att.tokens[0])}", f"{float(w[:, 0].mean()):.3f}",
                 help="Mean weight the queries of this head put on the first token.")
     st.caption(plain(rt_views.heads_sentence(att, lm.name)))
     realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights", mp=RT, token=chosen.token)

@@ -19,12 +19,13 @@ from attncore.sinks import (
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
-from ui import cached, causal, realtext, widgets
+from ui import cached, causal, learned, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
+from ui.text import plain
 from ui.views import sinks as view
 
-P_VIEW = Param("snk_view", "lab", options=("lab", "model"))
+P_VIEW = Param("snk_view", "lab", options=("lab", "model", "learned"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
 P_SINK = Param("snk_sink", True)
 P_LOG = Param("snk_log", True)
@@ -43,7 +44,7 @@ GATE_HELP = (
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
-          *MP_NEXT.all())
+          *MP_NEXT.all(), *learned.SINKS_PARAMS)
 
 
 
@@ -72,13 +73,13 @@ def explain_text() -> None:
         "weight onto a token whose value is close to zero, so that the mix it writes is close to zero "
         "too. That token is an **attention sink**: `[CLS]`, `[SEP]`, the first token of a decoder, "
         "often punctuation. The fixes either give the denominator a term that no value stands behind "
-        "(softmax1, a learned sink logit *b*), drop the budget altogether (sigmoid), or let the head "
+        "(softmax1, a learned sink logit *b*), drop the budget altogether (sigmoid, ReLU), or let the head "
         "scale what it writes (an output gate)."
     )
     st.latex(r"\text{softmax: } p_j=\frac{e^{x_j}}{\sum_k e^{x_k}}\qquad"
              r"\text{sink logit } b\text{: } p_j=\frac{e^{x_j}}{e^{b}+\sum_k e^{x_k}}\ \ "
              r"(b=0:\ \text{softmax1})")
-    st.latex(r"\text{sigmoid: } p_j=\sigma(x_j-\log n)\qquad"
+    st.latex(r"\text{sigmoid: } p_j=\sigma(x_j-\log n)\qquad\text{ReLU: } p_j=\frac{\max(x_j,0)}{n}\qquad"
              r"\text{gated: } o_i=\sigma(x_i W_g+b_g)\odot\sum_j p_{ij}\,v_j")
 
 
@@ -193,8 +194,9 @@ def nothing_section(spec: SinkSpec, sweep) -> None:
         "Here there is no sink token. As every real logit sinks ($c \\to -\\infty$), softmax renormalises "
         "and still hands out a total of 1, so the head keeps writing a full-sized mix of irrelevant values. "
         "softmax1 and a sink logit spend $R/(e^b+R)$ with $R=n\\,e^{c+\\sigma^2/2}$, which falls to 0; "
-        "sigmoid spends $n\\,\\mathbb{E}[\\sigma(x-\\log n)]$, which has no ceiling; the gate leaves the "
-        "weights alone and scales the output instead."
+        "sigmoid spends $n\\,\\mathbb{E}[\\sigma(x-\\log n)]$, which has no ceiling; ReLU attention (Guo et "
+        "al. 2024) spends $\\mathbb{E}[\\max(x,0)]$, exactly 0 once every logit is negative; the gate leaves "
+        "the weights alone and scales the output instead."
     )
     mass_fig, rms_fig = view.nothing_figures(sweep, spec)
     left, right = st.columns(2)
@@ -208,13 +210,14 @@ def nothing_section(spec: SinkSpec, sweep) -> None:
 
 
 def zoo_section(spec: SinkSpec, zoo, theory) -> None:
-    st.markdown("##### 3 · The same logits, five normalisers")
+    st.markdown("##### 3 · The same logits, six normalisers")
     st.plotly_chart(view.zoo_maps_figure(zoo), key="chart_snk_zoo")
     for col, (field, label, log_y) in zip(st.columns(3), view.ZOO_FIELDS, strict=True):
         col.plotly_chart(view.zoo_bars_figure(zoo, theory, field, label, log_y), key=f"chart_snk_zoo_{field}")
     st.caption(f"Bars: mean over the {spec.n} queries (error bar: spread over queries); grey ticks: "
                "mean-field theory. softmax1 and the sink logit spend less than 1 only when the real logits "
-               "are low; sigmoid can spend far more than 1; the gate (mean "
+               "are low; sigmoid can spend far more than 1; ReLU spends max(x, 0)/n, nothing on a key scored "
+               "below 0; the gate (mean "
                f"{float(zoo['gated'].gate_mean.mean()):.3f}) shrinks the output whatever the weights do.")
     widgets.csv_download(lambda: view.zoo_table(spec, zoo, theory), "sink_normaliser_zoo.csv",
                          label="Download the comparison (CSV)", key="dl_snk_zoo")
@@ -248,13 +251,13 @@ def model_view(ctx: PageContext) -> None:
     c[0].metric("Tokens L", f"{L}", f"uniform share 1/L = {1 / L:.3f}" if not att.causal else "causal",
                 delta_color="off", delta_arrow="off")
     layers = f"layer {mid.start}" if len(mid) == 1 else f"layers {mid.start}–{mid.stop - 1}"
-    c[1].metric(f"Mass on {labels['first']}, {layers}", f"{first_mid:.2f}",
+    c[1].metric(f"Mass on {plain(labels['first'])}, {layers}", f"{first_mid:.2f}",
                 f"{first_mid / uni:.1f}× uniform ({uni:.3f})", delta_color="off", delta_arrow="off",
                 help="Mean over those layers, all heads and all queries of the weight on the first token.")
-    c[2].metric(f"Sink heads for {labels['first']}", f"{rep.sink_heads(0)} of {lm.layers * lm.heads}",
+    c[2].metric(f"Sink heads for {plain(labels['first'])}", f"{rep.sink_heads(0)} of {lm.layers * lm.heads}",
                 help=f"Heads whose mean weight on key 0 exceeds ε = {eps:g}.")
     other = "special" if bool(att.categories()["special"].any()) else "punct"  # a text without [SEP]/EOS
-    c[3].metric(f"Mass on {labels[other]}", f"{float(rep.mass[other].mean()):.3f}",
+    c[3].metric(f"Mass on {plain(labels[other])}", f"{float(rep.mass[other].mean()):.3f}",
                 f"uniform {rep.uniform[other]:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
     st.markdown("##### Every head (rows: layers, columns: heads)")
@@ -316,7 +319,7 @@ def glance_caption(att, rep, labels: dict[str, str]) -> str:
     return (f"Dashed: what each key set would get if every query spread its weight evenly over the keys it "
             f"sees. Under the causal mask query i sees only the i + 1 tokens up to itself, so the first "
             f"token's even share is the mean of 1/(i + 1): {uni:.3f} for these {L} tokens, not 1/L = "
-            f"{1 / L:.3f}. This model puts the most on {labels['first']} in layer {top}: "
+            f"{1 / L:.3f}. This model puts the most on {plain(labels['first'])} in layer {top}: "
             f"{float(per_layer[top]):.3f}, {float(per_layer[top]) / uni:.1f}× the even share. A decoder "
             "that parks its spare weight on its first token (the sink StreamingLLM keeps in its cache) "
             "draws that curve far above the dashed line.")
@@ -369,12 +372,16 @@ def uniform_metric_sentence(L: int, causal: bool, eps: float) -> str:
 def body(ctx: PageContext) -> None:
     st.title("Attention sinks")
     part = widgets.radio(P_VIEW, "Part", where=ctx.controls, horizontal=False,
-                         labels={"lab": "synthetic sink lab", "model": "sinks in a real model"})
+                         labels={"lab": "synthetic sink lab", "model": "sinks in a real model",
+                                 "learned": "a sink learned here"})
     explain()
     if part == "lab":
         lab(ctx)
-    else:
+    elif part == "model":
         model_view(ctx)
+    else:
+        learned.learned_part(ctx)
+        explain_more()
 
 
 run_page(title="Attention sinks", icon=":material/anchor:", params=PARAMS, body=body,

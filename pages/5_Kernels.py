@@ -6,9 +6,15 @@ import pandas as pd
 import streamlit as st
 
 from attncore.kernels import (
+    GROUP_CHOICES,
+    HEAD_CHOICES,
+    HEAD_DIM_CHOICES,
+    LENGTH_CHOICES,
     MASK_KINDS,
+    RULES,
     KernelSpec,
     SizeResult,
+    check_claims,
     check_sweep,
     default_budget_bytes,
     fully_masked_rows,
@@ -18,14 +24,15 @@ from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import kernels as view
 
-POW2 = tuple(2**i for i in range(4, 15))  # 16 .. 16384
-P_HEADS = Param("k_heads", 4, options=(1, 2, 4, 8, 16, 32))
-P_GROUPS = Param("k_groups", 1, options=(1, 2, 4, 8, 16, 32))
-P_DIM = Param("k_dim", 64, options=(16, 32, 64, 128, 256))
+# Every option comes from attncore's limits (one bound, one home): the page never offers a value
+# KernelSpec.validate refuses.
+P_HEADS = Param("k_heads", 4, options=HEAD_CHOICES)
+P_GROUPS = Param("k_groups", 1, options=GROUP_CHOICES)
+P_DIM = Param("k_dim", 64, options=HEAD_DIM_CHOICES)
 P_MASK = Param("k_mask", "none", options=MASK_KINDS)
 P_DROP = Param("k_drop", 0.0, lo=0.0, hi=0.5)
-P_TMIN = Param("k_tmin", 128, options=POW2)
-P_TMAX = Param("k_tmax", 1024, options=POW2)
+P_TMIN = Param("k_tmin", 128, options=LENGTH_CHOICES)
+P_TMAX = Param("k_tmax", 1024, options=LENGTH_CHOICES)
 P_MEM = Param("k_mem", True)
 PARAMS = (P_HEADS, P_GROUPS, P_DIM, P_MASK, P_DROP, P_TMIN, P_TMAX, P_MEM)
 
@@ -50,20 +57,18 @@ def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     hi = widgets.select_slider(P_TMAX, "Largest T", where=where)
     mem = widgets.toggle(P_MEM, "Measure peak memory", where=where,
                          help="On the CPU a fresh Python process (forked, torch already loaded) measures "
-                              "each call.")
+                              "each call; on CUDA the peak is read with the timings, always.")
     lo, hi = min(lo, hi), max(lo, hi)
-    lengths = tuple(t for t in POW2 if lo <= t <= hi)
+    lengths = tuple(t for t in LENGTH_CHOICES if lo <= t <= hi)
     return heads, groups, dim, mask, float(drop), lengths, bool(mem)
 
 
-def explain() -> None:
+def explain(spec: KernelSpec) -> None:
     """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
     st.markdown("`F.scaled_dot_product_attention` is one function with several kernels behind it: the plain "
-                "way writes the whole L × S score matrix to memory, the fused kernels never form it. Both "
-                "do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine.")
-    st.latex(r"\text{materialised: } \underbrace{B\,H\,L\,S}_{\text{scores, weights}}"
-             r"\ \text{numbers}\qquad\text{fused: } \underbrace{B\,H\,L\,E}_{\text{output}}"
-             r"+\ \text{one tile per thread}")
+                "way writes the whole L × S score matrix to memory, the fused kernels never form it. "
+                + view.work_sentence(spec))
+    st.latex(view.SCORE_MATRICES)
 
 
 def explain_more() -> None:
@@ -72,10 +77,9 @@ def explain_more() -> None:
         st.markdown(
             "The plain way, softmax(QKᵀ/√E)V, writes the whole L × S score matrix to memory, reads it back "
             "for the softmax and again for the product with V. The fused kernels tile the keys and keep a "
-            "running maximum *m* and sum *ℓ* per query, so no L × S matrix ever exists:")
-        st.latex(r"m_i \leftarrow \max(m_i, \max_j s_{ij}),\quad "
-                 r"\ell_i \leftarrow \ell_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i},\quad "
-                 r"o_i \leftarrow o_i e^{m_i^{\text{old}}-m_i}+\sum_j e^{s_{ij}-m_i} v_j")
+            "running maximum *m* and sum *ℓ* per query, so no L × S matrix ever exists. For each block of "
+            "keys *j*, with scores *s*ᵢⱼ = qᵢ·kⱼ/√E:")
+        st.latex(view.ONLINE_SOFTMAX)
         backend_notes()
 
 
@@ -142,9 +146,11 @@ def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
     c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
     mem_slot, caption_slot = c2.empty(), st.empty()
     sizes, note, seconds = None, "not measured (switch on “Measure peak memory”)", 0.0
-    if mem:
-        mem_slot.info("Measuring peak memory: every call again, each in a fresh process…",
-                      icon=":material/memory:")
+    in_process = device.startswith("cuda")  # measured with the timings, at no extra cost
+    if mem or in_process:
+        if not in_process:
+            mem_slot.info("Measuring peak memory: every call again, each in a fresh process…",
+                          icon=":material/memory:")
         m = cached.kernel_memory(spec, lengths, device)
         sizes, note, seconds = list(m.value[0]), m.value[1], m.seconds
         df = view.backend_frame(sizes)
@@ -166,9 +172,17 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
         view.table_frame(sizes), hide_index=True, key="chart_kernels_table",
         column_config={
             "label": st.column_config.TextColumn("backend"),
-            "time_ms": st.column_config.TextColumn("time (ms)", alignment=right),
+            "time_ms": st.column_config.TextColumn("time (ms)", alignment=right,
+                                                   help="median of the interleaved rounds"),
+            "time_range": st.column_config.TextColumn("range (ms)", alignment=right,
+                                                      help="the rounds' fastest and slowest"),
             "x_default": st.column_config.TextColumn("× default", alignment=right,
-                                                     help="time / the default dispatch's time"),
+                                                     help="median of the per-round ratios to the default "
+                                                          "dispatch's time"),
+            "x_range": st.column_config.TextColumn("× range", alignment=right,
+                                                   help="the per-round ratios' smallest and largest"),
+            "gflop_s": st.column_config.TextColumn("GFLOP/s", alignment=right,
+                                                   help="this path's own flops over its median time"),
             "peak_MiB": st.column_config.TextColumn("peak extra (MiB)", alignment=right),
             "max_err": st.column_config.TextColumn("max |err| vs float64", alignment=right),
             "masked_rows_err": st.column_config.TextColumn("max |out| on fully masked rows", alignment=right),
@@ -179,23 +193,18 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
         })
     st.caption(view.TABLE_LEGEND)
     widgets.csv_download(df, "kernels_backends.csv")
-    rows = fully_masked_rows(spec.mask, max(lengths))
-    st.caption(
-        f"Time: median of up to {cached.KERNEL_REPEATS} calls after a warm-up. Memory: {memory_note}. "
-        "Error: against attncore.attention in float64 on the same inputs, over the rows counted in the "
-        "CSV (all rows up to a size, a spread sample beyond), "
-        + ("with the fully masked query rows (reference output 0) always included. " if rows else "")
-        + ("Dropout makes every output random, so no error is given. " if spec.dropout > 0 else "")
-        + f"Materialised paths are skipped where their L × S matrices would exceed "
-          f"{budget / (1 << 30):.3g} GiB.")
+    st.caption(view.table_caption(sizes, spec, memory_note, bool(fully_masked_rows(spec.mask, max(lengths))),
+                                  budget))
 
 
-def claims_section(df: pd.DataFrame, sizes: list[SizeResult], spec: KernelSpec) -> None:
+def claims_section(sizes: list[SizeResult], spec: KernelSpec, device: str) -> None:
     st.markdown("##### 3 · What is said of FlashAttention, beside this machine")
-    src = view.claims_frame(df, [(s.L, s.default_backend) for s in sizes])
-    st.table(src.rename(columns={"claim": "the claim", "measured": "measured here"}), hide_index=True)
-    st.caption("The claims as tutorials and reference pages on scaled dot-product attention state them; "
-               "the numbers are FlashAttention's own (Dao et al., 2022) on a GPU.")
+    claims = check_claims(sizes, spec, device)
+    st.table(view.claims_frame(claims).rename(columns={"claim": "the claim", "measured": "measured here"}),
+             hide_index=True)
+    st.caption(view.claims_caption(device))
+    with st.expander("How each verdict is computed", icon=":material/rule:"):
+        st.markdown("\n".join(f"- **{topic}**: {rule}" for topic, rule in RULES.items()))
     if spec.dropout > 0:
         st.warning("dropout_p > 0: SDPA drops weights on every call — it has no training flag of its own. "
                    "Pass dropout_p=0 at inference (nn.MultiheadAttention does so in eval mode).",
@@ -207,7 +216,7 @@ def body(ctx: PageContext) -> None:
     spec, lengths, mem = spec_from_controls(ctx)
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
-    explain()
+    explain(spec)
     sizes, seconds = run_probes(spec, lengths, ctx.device)
     measured, memory_note, mem_seconds = charts_section(view.backend_frame(sizes), spec, lengths, mem,
                                                         ctx.device)
@@ -215,7 +224,7 @@ def body(ctx: PageContext) -> None:
     seconds += mem_seconds
     df = view.backend_frame(sizes)
     table_section(sizes, df, spec, lengths, memory_note, budget, ctx.device)
-    claims_section(df, sizes, spec)
+    claims_section(sizes, spec, ctx.device)
     explain_more()
     widgets.caption_compute(ctx.device_label, seconds,
                             f"B = 1, H = {spec.heads}, Hkv = {spec.kv_heads}, E = {spec.head_dim}, "

@@ -13,7 +13,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.train import split_text
 from ui import corpus as corpora
-from ui import widgets
+from ui import learned, widgets
 from ui.jobs import (
     MAX_JOB_TOKENS,
     QUEUE,
@@ -37,20 +37,22 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP)
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
 
 JOB_KEY = "_tr_job"  # this session's job id
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
-          "sinks": "3 · Sinks and their fixes"}
+          "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
 # One sentence above each experiment's first chart: the question, and where the claim is published.
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
                 "\"Almost-scaled dot-product attention\" post reports?",
     "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
                "\"Scaled Attention: Why √d Matters\" tutorial's scaling-ablation exercise suggests?",
-    "sinks": "Do softmax1 and a learned sink logit remove first-token attention sinks, and does keeping the "
-             "first tokens rescue a sliding window (StreamingLLM)?",
+    "sinks": "Does a character model trained on Shakespeare put spare attention on its first token, do "
+             "softmax1, a learned sink logit and a gate change that, and does keeping the first tokens "
+             "rescue a sliding window (StreamingLLM)? For a task on which a sink is known to form, see the "
+             "tab **4 · A sink forms**.",
 }
 
 
@@ -147,10 +149,12 @@ def sinks_section(d: dict[str, Any]) -> None:
     st.caption(view.provenance(d))
 
 
-SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section}
+SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section,
+            "null_attention": learned.shipped_section}
 
 
-def shipped() -> None:
+def shipped() -> Any:
+    """The shipped experiments, one tab each; returns the "A sink forms" tab (its live runs go there)."""
     st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
@@ -172,6 +176,7 @@ def shipped() -> None:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
                                  f"attncore.training.experiments {name}."), icon=":material/draft:")
+    return tabs[RESULT_NAMES.index("null_attention")]
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -185,8 +190,8 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
     if kind == "stdlib":
         return _stdlib()
     if kind == "upload":
-        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=["txt"], key="tr_upload",
-                                 max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
+        up = where.file_uploader("Text file (.txt, at most 5 MB)", type=list(corpora.UPLOADER_TYPES),
+                                 key="tr_upload", max_upload_size=corpora.MAX_CORPUS_BYTES // 1024**2)
         if up is None:
             st.info("Upload a .txt file in the sidebar to train on it.", icon=":material/upload_file:")
             return None
@@ -235,7 +240,8 @@ def duration(seconds: float) -> str:
     return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
 
 
-def live(ctx: PageContext) -> None:
+def live(ctx: PageContext) -> corpora.Corpus | None:
+    """Live runs of the character model; returns the chosen corpus (None when there is none yet)."""
     st.header("Live runs")
     where = ctx.controls
     where.markdown("#### Live run")
@@ -274,7 +280,7 @@ def live(ctx: PageContext) -> None:
             est = estimate_seconds(configs, references(ctx.device), len(vocab))
             n = len(configs)
             line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
-                    f" on {corpus.name} ({len(corpus.text):,} characters, {len(vocab)} "
+                    f" on {plain(corpus.name)} ({len(corpus.text):,} characters, {len(vocab)} "
                     f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
@@ -302,6 +308,7 @@ def live(ctx: PageContext) -> None:
             busy = True
     if job is not None:
         st.fragment(run_every=POLL_S if busy else None)(job_status)(job.id, busy)
+    return corpus
 
 
 def job_status(job_id: str, polling: bool) -> None:
@@ -312,11 +319,12 @@ def job_status(job_id: str, polling: bool) -> None:
     snap = job.snapshot()
     if polling and not job.active:
         st.rerun()  # finished since the page ran: redraw the page once (stops polling, lists the runs)
-    if snap["state"] == "queued":
-        ahead = QUEUE.position(job)
-        if ahead is not None:
-            st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
-                    "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    ahead = QUEUE.position(job) if snap["state"] == "queued" else None
+    if ahead:
+        st.info(f"Your run waits in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of it. "
+                "One training job runs at a time on this server.", icon=":material/hourglass_top:")
+    elif snap["state"] == "queued":  # nothing ahead: the worker is starting it
+        st.progress(0.0, text=f"run 1 of {snap['n_runs']} ({snap['label']}): starting…")
     elif snap["state"] == "running":
         i, n, step, total = snap["current"], snap["n_runs"], snap["step"], snap["total"]
         frac = (i + (step / total if total else 0.0)) / n
@@ -373,11 +381,10 @@ def compare(ctx: PageContext) -> None:
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
-        st.caption(f"No kept runs yet. Finished runs are kept in {cache_dir()}.")
+        st.caption(f"No kept runs yet. Finished runs are kept in {plain(cache_dir())}.")
         return
     if not chosen:
-        st.caption(f"{len(runs)} kept run{'s' if len(runs) != 1 else ''} in {cache_dir()}: choose some under "
-                   "Compare in the sidebar to overlay their curves.")
+        st.caption(runs_listed(runs) + ": choose some under Compare in the sidebar to overlay their curves.")
         return
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
@@ -386,14 +393,30 @@ def compare(ctx: PageContext) -> None:
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 
 
+def runs_listed(runs: list[dict[str, Any]]) -> str:
+    """'3 kept runs in <folder>', and the runs the folder refused (held in memory) counted apart."""
+    held = {r["id"] for r in QUEUE.unsaved()}
+    n_held = sum(r["id"] in held for r in runs)
+    n_kept = len(runs) - n_held
+    folder = plain(cache_dir())
+    parts = [f"{n_kept} kept run{'s' if n_kept != 1 else ''} in {folder}"] if n_kept else []
+    if n_held:
+        parts.append(f"{n_held} run{'s' if n_held != 1 else ''} that could not be kept in {folder}, listed "
+                     "until the server restarts")
+    return "; ".join(parts)
+
+
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
     st.markdown("Every other page shows attention at initialisation; here a small character transformer "
-                "*learns* with attention in one of several variants. Three experiments on tiny Shakespeare "
-                "that ship with the app test published claims about training; your own runs are below.")
-    shipped()
-    live(ctx)
+                "*learns* with attention in one of several variants. Four experiments that ship with the app "
+                "(three on tiny Shakespeare, one on a task built from its character statistics) test "
+                "published claims about training; your own runs are below.")
+    sink_tab = shipped()
+    corpus = live(ctx)
     compare(ctx)
+    with sink_tab:
+        learned.live_section(ctx, corpus)
 
 
 run_page(title="Training lab", icon=":material/model_training:", params=PARAMS, body=body)

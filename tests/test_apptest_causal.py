@@ -24,7 +24,7 @@ from attncore.training import (
     next_char_distribution,
     text_attention,
 )
-from tests.chart_data import decode, figure, figures, no_errors, run_app, trace
+from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, trace
 from tests.chart_data import set_widget as _set
 from ui.figures import downsample
 from ui.realtext import DEFAULT_TEXT
@@ -37,7 +37,9 @@ SHAKESPEARE = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 @pytest.fixture(scope="module")
 def model() -> CharTransformer:
-    return load_shipped_model()
+    """The shipped model on the device the pages compute on: the references below run where the page
+    runs (CPU and CUDA kernels round differently, so a CPU reference cannot match a CUDA page to 1e-9)."""
+    return load_shipped_model(page_device())
 
 
 def _text(at: AppTest, key: str) -> str:

@@ -36,6 +36,7 @@ from tests.chart_data import (
 )
 from tests.chart_data import set_widget as _set
 from tests.chart_data import walk as _walk
+from tests.streamlit_markdown import visible
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
@@ -112,7 +113,7 @@ def check_lab(at: AppTest) -> None:
     cw = content_sweep(spec, cs, dev)
     mass, rms = figure(at, "snk-nothing-mass"), figure(at, "snk-nothing-rms")
     labels = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+              "sigmoid": "sigmoid −log n", "relu": "ReLU ÷ n", "gated": "gated softmax"}
     for name in ZOO:
         np.testing.assert_allclose(y_of(rms, labels[name]), cw.mean(f"rms_{name}"), rtol=rtol, atol=1e-7)
         if name != "gated":
@@ -123,6 +124,9 @@ def check_lab(at: AppTest) -> None:
                                T.real_mass_theory(spec.n, cs, spec.spread, extra_logit=spec.sink_logit), rtol=1e-5)
     np.testing.assert_allclose(y_of(mass, "sigmoid −log n theory"),
                                T.sigmoid_mass_theory(spec.n, cs, spec.spread), rtol=1e-5)
+    np.testing.assert_allclose(y_of(mass, "ReLU ÷ n theory"), T.relu_mass_theory(spec.n, cs, spec.spread), rtol=1e-5)
+    np.testing.assert_allclose(y_of(rms, "ReLU ÷ n theory"), T.relu_output_rms_theory(spec.n, cs, spec.spread),
+                               rtol=1e-5)
     grid = figure(at, "snk-zoo")
     assert len(grid["data"]) == len(ZOO)
     for tr, name in zip(grid["data"], ZOO, strict=True):
@@ -244,7 +248,7 @@ def check_model(at: AppTest, lm: LoadedModel) -> None:
 def test_model_view_defaults(lm: LoadedModel) -> None:
     at = run_app(PAGE, snk_view="model")
     check_model(at, lm)
-    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    metrics = {visible(m.label): (m.value, m.delta) for m in at.metric}  # labels as shown (ui.text.plain)
     value, delta = metrics["Mass on [CLS], layers 1–4"]
     assert float(value) > 0.3 and "× uniform" in delta
     att = run_text(lm, DEFAULT_TEXT)
@@ -301,7 +305,7 @@ def test_model_view_local_folders(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
     make_tiny_gpt2(root / "tiny-gpt2")
     _set(at, "text_input", "snk_path", "tiny-gpt2")
     no_errors(at)
-    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    metrics = {visible(m.label): (m.value, m.delta) for m in at.metric}  # labels as shown (ui.text.plain)
     assert metrics["Tokens L"][1] == "causal" and metrics["Sink heads for [CLS]"][0].endswith("of 4")
     att = run_text(load_model("tiny-gpt2"), DEFAULT_TEXT)
     rep = sink_report(att.attentions, att.categories(), causal=True, eps=0.3)

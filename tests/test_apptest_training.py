@@ -26,6 +26,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, TrainConfig, load_result, train
 from attncore.training.experiments import main as experiments_main
 from tests.chart_data import all_data, decode, figure, no_errors, run_app, traces_named
+from tests.test_null_attention import check_null_attention_verdicts
 from ui import corpus as corpora
 from ui import jobs
 from ui.jobs import QUEUE, SIZES, JobQueue, job_tokens, make_configs
@@ -239,7 +240,7 @@ def check_sinks_verdict(d: dict[str, Any]) -> None:
 
 
 def test_verdict_sentences_are_true_of_the_numbers(results) -> None:
-    lr, sc, sk = (copy.deepcopy(results[n]) for n in RESULT_NAMES)
+    lr, sc, sk = (copy.deepcopy(results[n]) for n in ("lr_sweep", "scaling", "sinks"))
     check_lr_verdict(lr)
     check_scaling_verdict(sc)
     check_sinks_verdict(sk)
@@ -277,7 +278,8 @@ def test_shipped_result_verdicts_are_true(name: str) -> None:
         pytest.skip(f"{name}.json is not shipped yet")
     if not d.get("complete"):
         pytest.skip(f"{name}.json is still being written")
-    {"lr_sweep": check_lr_verdict, "scaling": check_scaling_verdict, "sinks": check_sinks_verdict}[name](d)
+    {"lr_sweep": check_lr_verdict, "scaling": check_scaling_verdict, "sinks": check_sinks_verdict,
+     "null_attention": check_null_attention_verdicts}[name](d)
 
 
 # ---------------------------------------------------------------------------- controls

@@ -1,10 +1,12 @@
-"""Real-browser test of the Kernels page: opens from its own URL, redraws, no error box."""
+"""Real-browser test of the Kernels page: opens from its own URL, redraws, no error box; the verdicts,
+the time chart's error bars and its fitted guides are drawn."""
 
 from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from attncore.kernels import VERDICTS
 from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot
 
 pytestmark = pytest.mark.browser
@@ -28,7 +30,30 @@ def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_
     screenshot(page, "page-kernels-boolean-mask", height=2600)
 
 
+def test_kernels_default_view_draws_verdicts_error_bars_and_fitted_guides(page: Page, app_url: str) -> None:
+    open_page(page, f"{app_url}/Kernels", timeout_s=240)
+    assert_clean(page)
+    table = page.locator("[data-testid=stTable]")
+    expect(table).to_contain_text("verdict")
+    text = table.inner_text()
+    assert sum(text.count(v) for v in VERDICTS) >= 3, text  # one verdict per claim
+    # the time chart: error bars (the interval of each median) and the fitted guides
+    chart = page.locator(".js-plotly-plot").first
+    assert chart.locator("g.errorbar").count() > 0
+    legend = chart.locator(".legendtext").all_text_contents()
+    assert any("default dispatch" in t for t in legend) and any("guide" in t for t in legend), legend
+    screenshot(page, "page-kernels-default-top")
+    screenshot(page, "page-kernels-default", height=2900)
+
+
 def test_kernels_over_limit_request_is_a_plain_message(page: Page, app_url: str) -> None:
-    open_page(page, f"{app_url}/Kernels?k_tmin=16384&k_tmax=16384&k_heads=32&k_dim=256", charts=False)
+    open_page(page, f"{app_url}/Kernels?k_tmin=65536&k_tmax=65536&k_heads=64&k_dim=256", charts=False)
     assert page.locator("[data-testid=stException]").count() == 0
     expect(page.locator("[data-testid=stAlertContentError]").first).to_contain_text("Lower the largest T")
+
+
+def test_kernels_32_heads_in_32_groups_opens(page: Page, app_url: str) -> None:
+    """Issue 26: this URL said "groups must be between 1 and 16; got 32." with no charts."""
+    open_page(page, f"{app_url}/Kernels?k_heads=32&k_groups=32&k_tmin=32&k_tmax=64&k_mem=0", timeout_s=180)
+    assert_clean(page)
+    assert page.locator(".js-plotly-plot").count() == 2

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.browser
 # inherits this environment when the session's app_url fixture starts it).
 os.environ.setdefault("ATTNLAB_CACHE_DIR", tempfile.mkdtemp(prefix="attnlab-runs-"))
 
-TABS = ("1 · Fully scaled attention", "2 · Without 1/√d", "3 · Sinks and their fixes")
+TABS = ("1 · Fully scaled attention", "2 · Without 1/√d", "3 · First-token attention (Shakespeare)",
+        "4 · A sink forms")
 
 
 def shipped_complete(name: str) -> bool:

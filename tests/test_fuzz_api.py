@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import resource
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from attncore.explore import SyntheticSpec
 from attncore.masks import block_diagonal_mask, causal_mask, sliding_window_mask, valid_lens_mask
 from attncore.row_theory import gaussian_row_expectations
 from attncore.sinks import uniform_attention
+from attncore.training.train import min_corpus_chars, split_text
 
 FUZZ = settings(max_examples=150, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -37,6 +39,17 @@ RAN = {"calls": 0, "results": 0, "errors": 0}
 @pytest.fixture(autouse=True)
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(budget.MAX_BYTES_ENV, "64M")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def subnormals() -> Iterator[None]:
+    """Hypothesis draws subnormal floats and refuses to run where they flush to zero: importing
+    ``ui.page`` (any test module that imports a page helper does) turns flushing on in this thread.
+    Off for this module, then as it was."""
+    flushing = float(torch.tensor([1e-40]) * 1.0) == 0.0
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(flushing)
 
 
 def tensor(shape: tuple[int, ...], dtype: torch.dtype, fill: str) -> torch.Tensor:
@@ -117,6 +130,17 @@ def test_theory_and_helpers_fuzz(n, sigma2, norm, L, dk, heads) -> None:  # noqa
     if w is not None:
         torch.testing.assert_close(w.sum(-1), torch.ones(L))
     call(lambda: SyntheticSpec(d_k=dk, heads=max(heads, 1), kv_heads=1).validate())
+
+
+@FUZZ
+@given(n=st.one_of(st.integers(0, 40_000), st.sampled_from([0, 1, 10**9])), context=st.integers(1, 4096))
+def test_corpus_split_fuzz(n, context) -> None:  # noqa: ANN001
+    """A corpus is accepted exactly from the length the too-short message names (issue 26)."""
+    need = min_corpus_chars(context)
+    cut = call(split_text, n, context)
+    assert (cut is not None) == (n >= need), (n, context, need)
+    if cut is not None:
+        assert cut >= context + 1 and n - cut >= context + 1
 
 
 def test_fuzz_ran_and_memory_stayed_bounded() -> None:

@@ -13,6 +13,7 @@ import torch
 from attncore import AttnInputError, attention
 from attncore.normalizers import (
     NORMALIZER_NAMES,
+    ReLUNorm,
     Sigmoid,
     Softmax,
     SoftmaxWithSink,
@@ -269,6 +270,44 @@ def test_sigmoid_invalid_bias_raises():
         Sigmoid(float("inf"))
 
 
+# --- ReLU (Guo et al. 2024) ------------------------------------------------------------
+
+
+def _relu_reference(x: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
+    """max(x, 0) / n per row, written out element by element (n = visible keys)."""
+    out = torch.zeros_like(x)
+    for idx in torch.cartesian_prod(*(torch.arange(s) for s in x.shape[:-1])):
+        i = tuple(int(v) for v in idx)
+        row = x[i]
+        vis = [j for j in range(row.shape[0]) if (m is None or bool(m[i][j])) and row[j] != float("-inf")]
+        for j in vis:
+            out[i][j] = max(float(row[j]), 0.0) / len(vis)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_relu_formula(seed):
+    x = _scores(seed + 30)
+    torch.testing.assert_close(ReLUNorm()(x), _relu_reference(x))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_relu_masked_divides_by_visible_keys(seed):
+    x, m = _scores(seed + 33), _mask(seed + 33)
+    w = ReLUNorm()(x, m)
+    torch.testing.assert_close(w, _relu_reference(x, m))
+    assert bool((w[~m] == 0).all())
+
+
+def test_relu_can_attend_to_nothing_and_ignores_neg_inf():
+    x = torch.tensor([[-1.0, -2.0, -0.5], [2.0, float("-inf"), 1.0], [3.0, 0.0, -3.0]])
+    w = ReLUNorm()(x)
+    torch.testing.assert_close(w, torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.5], [1.0, 0.0, 0.0]]))
+    assert get_normalizer("relu").name == "relu" and not ReLUNorm.sums_to_one
+    full = torch.full((2, 3), float("-inf"))
+    assert bool((ReLUNorm()(full) == 0).all())
+
+
 # --- shared contract ------------------------------------------------------------------
 
 
@@ -319,8 +358,9 @@ def test_attention_uses_named_normalizer(name):
 
 
 def test_get_normalizer_names():
-    assert NORMALIZER_NAMES == ("softmax", "softmax1", "ssmax", "sigmoid")
-    expected = {"softmax": Softmax, "softmax1": SoftmaxWithSink, "ssmax": SSMax, "sigmoid": Sigmoid}
+    assert NORMALIZER_NAMES == ("softmax", "softmax1", "ssmax", "sigmoid", "relu")
+    expected = {"softmax": Softmax, "softmax1": SoftmaxWithSink, "ssmax": SSMax, "sigmoid": Sigmoid,
+                "relu": ReLUNorm}
     for name, cls in expected.items():
         n = get_normalizer(name)
         assert type(n) is cls and n.name == name
@@ -335,7 +375,7 @@ def test_get_normalizer_passes_objects_through():
 
 
 def test_get_normalizer_errors():
-    with pytest.raises(AttnInputError, match=r"unknown normaliser 'entmax'.*softmax, softmax1, ssmax, sigmoid"):
+    with pytest.raises(AttnInputError, match=r"unknown normaliser 'entmax'.*softmax, softmax1, ssmax, sigmoid, relu"):
         get_normalizer("entmax")
     with pytest.raises(AttnInputError, match="bad parameters for normaliser 'softmax'"):
         get_normalizer("softmax", s=1.0)
@@ -351,4 +391,4 @@ def test_allowed_must_be_bool():
 
 def test_sums_to_one_flags():
     assert Softmax.sums_to_one and SSMax.sums_to_one
-    assert not SoftmaxWithSink.sums_to_one and not Sigmoid.sums_to_one
+    assert not SoftmaxWithSink.sums_to_one and not Sigmoid.sums_to_one and not ReLUNorm.sums_to_one

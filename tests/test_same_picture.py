@@ -67,3 +67,30 @@ def test_pages_that_draw_on_the_device_say_so_next_to_the_seed():
     heat = run_app("pages/1_Heatmaps.py")  # its inputs come from the CPU generator: no such note
     no_errors(heat)
     assert "compute device" not in " ".join(c.value for c in heat.sidebar.caption)
+
+
+def test_additive_scoring_parameters_are_scaled_on_the_cpu_before_they_move():
+    """Issue 25: ``AdditiveScorer.w_k`` differed in the last bit between CPU and CUDA, because the CPU
+    draws were moved first and divided by √d on the device (CUDA multiplies by the reciprocal). Every
+    arithmetic step on a CPU generator's draws must run on the CPU; only the finished tensor moves.
+    Checked on the ``meta`` device, which records where each operation runs without a GPU."""
+    from torch.overrides import TorchFunctionMode
+
+    seen: list[tuple[str, set[str]]] = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+            seen.append((getattr(func, "__name__", str(func)), devices))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        s = AdditiveScorer.init(4, 5, hidden=3, generator=make_generator(9), device="meta")
+    assert s.w_k.device.type == "meta"
+    arithmetic = [(name, d) for name, d in seen if any(w in name for w in ("div", "mul", "sqrt"))]
+    assert arithmetic, seen
+    assert all(d == {"cpu"} for _, d in arithmetic), arithmetic
+    cpu = AdditiveScorer.init(4, 5, hidden=3, generator=make_generator(9))
+    g = make_generator(9)
+    for got, shape, fan in ((cpu.w_q, (3, 4), 4), (cpu.w_k, (3, 5), 5), (cpu.w_v, (3,), 3)):
+        assert torch.equal(got, torch.randn(*shape, generator=g) / fan**0.5)

@@ -13,8 +13,8 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from attncore import kernels
 from attncore.kernels import KernelSpec, make_inputs
+from attncore.kernels import calls as kernels
 
 
 def test_a_restricted_backend_in_one_thread_never_breaks_default_sdpa_in_another() -> None:
@@ -26,14 +26,14 @@ def test_a_restricted_backend_in_one_thread_never_breaks_default_sdpa_in_another
     def restricted() -> None:  # "efficient" has no CPU kernel: every call is refused inside the context
         while not stop.is_set():
             with contextlib.suppress(RuntimeError):
-                kernels._call("efficient", x, 0.0, None)
+                kernels.call("efficient", x, 0.0, None)
 
     t = threading.Thread(target=restricted, daemon=True)
     t.start()
     try:
         for _ in range(300):
             try:
-                got = kernels._call("default", x, 0.0, None)
+                got = kernels.call("default", x, 0.0, None)
             except RuntimeError as exc:  # pragma: no cover - the bug this guards against
                 errors.append(str(exc)[:120])
                 continue

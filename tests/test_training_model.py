@@ -90,6 +90,10 @@ def scratch_attention(m: CharTransformer, layer: int, x: torch.Tensor) -> tuple[
         b = attn.sink.double().view(1, H, 1, 1).expand(B, H, T, 1)
         full = torch.cat([logits.masked_fill(~causal, float("-inf")), b], dim=-1)
         w = torch.softmax(full, dim=-1)[..., :-1]
+    elif v_name == "sigmoid":  # σ(x - log n), n = keys the row sees
+        w = torch.where(causal, torch.sigmoid(logits - torch.log(n)), torch.zeros_like(logits))
+    elif v_name == "relu":  # max(x, 0) / n (Guo et al.: over the 1-based query position)
+        w = torch.where(causal, logits.clamp_min(0.0), torch.zeros_like(logits)) / n
     else:
         w = e / denom
     o = w @ v  # (B, H, T, E)
@@ -125,7 +129,7 @@ def test_each_variant_computes_its_formula(variant: str, fused: bool) -> None:
     torch.testing.assert_close(maps[1].double(), w, rtol=1e-4, atol=1e-5)
     # the test is not vacuous: the weights are far from uniform (1/(i+1) per row)
     uniform_max = float((1.0 / torch.arange(2, 11, dtype=torch.float64)).mean())
-    rows = w[..., 1:, :] / w[..., 1:, :].sum(-1, keepdim=True)
+    rows = w[..., 1:, :] / w[..., 1:, :].sum(-1, keepdim=True).clamp_min(1e-12)
     assert float(rows.amax(-1).mean()) > 1.5 * uniform_max
 
 
@@ -310,3 +314,20 @@ def test_inspection_rejects_bad_text(bad: str) -> None:
 def test_bad_temperature(t: float) -> None:
     with pytest.raises(AttnInputError, match="temperature"):
         next_char_distribution(make_model("standard"), "ab", t)
+
+
+@pytest.mark.parametrize("b0", [0.0, -5.0, 2.5])
+def test_sink_logit_starts_at_its_config_value_and_other_draws_do_not_move(b0: float) -> None:
+    """``sink_init`` sets the initial logit; every other parameter is drawn exactly as before."""
+    cfg = TrainConfig(variant="sink_logit", n_layer=2, n_head=2, d_model=16, context=12, sink_init=b0)
+    m = CharTransformer.create(cfg, VOCAB, torch.Generator().manual_seed(3))
+    ref = CharTransformer.create(cfg.replace(sink_init=0.0), VOCAB, torch.Generator().manual_seed(3))
+    for blk in m.blocks:
+        assert blk.attn.sink.tolist() == [b0, b0]
+    for (name, p), (_, q) in zip(m.named_parameters(), ref.named_parameters(), strict=True):
+        if not name.endswith("attn.sink"):
+            assert torch.equal(p, q), name
+    with pytest.raises(AttnInputError, match="initial sink logit"):
+        cfg.replace(sink_init=float("nan"))
+    with pytest.raises(AttnInputError, match="initial sink logit"):
+        cfg.replace(sink_init=21.0)

@@ -88,9 +88,11 @@ def test_bad_corpora_are_refused(text: str, match: str) -> None:
 
 
 def test_too_short_message_gives_the_minimum_and_the_minimum_works() -> None:
-    with pytest.raises(AttnInputError, match=r"at least 170 characters"):
+    with pytest.raises(AttnInputError, match=r"at least 161 characters"):
         split_text(100, 16)
-    split_text(170, 16)  # 153 / 17 characters: both parts fit
+    split_text(161, 16)  # 144 / 17 characters: both parts fit (issue 26: the message said 170)
+    with pytest.raises(AttnInputError, match=r"at least 161 characters"):
+        split_text(160, 16)  # 144 / 16: the validation part is one short
 
 
 def test_vocab_is_sorted_distinct_characters() -> None:

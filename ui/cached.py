@@ -36,6 +36,9 @@ from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms
 from attncore.synthetic import QKV
+from attncore.training import bbm as _bbm
+from attncore.training import io as _training_io
+from attncore.training import null_attention as _null
 
 __all__ = [
     "SWEEP_POINTS",
@@ -54,6 +57,9 @@ __all__ = [
     "kernel_memory",
     "kernel_probe",
     "language_model",
+    "learned_model",
+    "learned_task",
+    "learned_view",
     "peak_weights",
     "sat_dot_histograms",
     "sat_gradient_sweep",
@@ -256,6 +262,41 @@ def training_result(name: str) -> dict:
     return _training.load_result(name)
 
 
+# ------------------------------------------------- the models that learned the Bigram-Backcopy task (Sinks)
+
+
+def learned_task() -> _bbm.BigramBackcopy:
+    """The Bigram-Backcopy task the shipped null_attention models learned."""
+    return _learned_task(str(_training_io.RESULTS_DIR))
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _learned_task(results: str) -> _bbm.BigramBackcopy:
+    return _null.shipped_task(results)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _learned_model(name: str, device: str, results: str) -> Timed[_training.CharTransformer]:
+    return timed(lambda: _null.shipped_model(name, device, results))
+
+
+def learned_model(name: str, device: str) -> Timed[_training.CharTransformer]:
+    """The shipped seed-0 model of one variant (:data:`attncore.training.null_attention.SHIPPED`)."""
+    return _learned_model(name, device, str(_training_io.RESULTS_DIR))
+
+
+def learned_view(name: str, ids: tuple[int, ...], device: str) -> Timed[_bbm.SequenceView]:
+    """One shipped model on one sequence of token ids (BOS first)."""
+    return _learned_view(name, ids, device, str(_training_io.RESULTS_DIR))
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _learned_view(name: str, ids: tuple[int, ...], device: str, results: str) -> Timed[_bbm.SequenceView]:
+    model = _learned_model(name, device, results).value
+    task = _learned_task(results)
+    return timed(lambda: _bbm.sequence_view(model, task, torch.tensor(ids, dtype=torch.int64)))
+
+
 # --------------------------------------------------------------------------- the synthetic sink head (Sinks)
 
 
@@ -345,13 +386,13 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
 
 
 # ---------------------------------------------------------------------------- Kernels page (issue 13)
-KERNEL_REPEATS = 3  # timed calls per backend after a warm-up (fewer once a second is spent)
+KERNEL_REPEATS = 9  # interleaved timed rounds after a warm-up (fewer once the paths spent 0.5 s each)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def kernel_probe(spec: _kernels.KernelSpec, T: int, device: str) -> Timed[_kernels.SizeResult]:
     """Every SDPA backend, the default dispatch and both baselines at L = S = T (no memory yet)."""
-    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=1.0,
+    return timed(lambda: _kernels.probe(spec, T, device, repeats=KERNEL_REPEATS, max_seconds=0.5,
                                         measure_memory=False))
 
 

@@ -2,7 +2,10 @@
 
 * **built-in**: the source text of a fixed list of Python standard-library modules, read from
   ``sysconfig.get_paths()["stdlib"]``; always installed, nothing downloaded, no file of ours.
-* **upload**: a ``.txt`` of at most :data:`MAX_CORPUS_BYTES`, UTF-8, no NUL bytes.
+* **upload**: a ``.txt`` of at most :data:`MAX_CORPUS_BYTES`, UTF-8, no NUL bytes. The uploader's
+  types (:data:`UPLOADER_TYPES`) include the MIME type, so Streamlit leaves the name to
+  :func:`decode_text`, which refuses another type with a plain message (Streamlit's own check
+  runs before the page and ends it in its generic error box).
 * **folder**: ``.txt`` files directly inside the directories listed in ``ATTNLAB_CORPUS_DIRS``
   (separated by ``os.pathsep``); a name that leaves its directory (``..``, a symlink pointing
   elsewhere) is refused.
@@ -23,6 +26,8 @@ __all__ = [
     "CORPUS_DIRS_ENV",
     "MAX_CORPUS_BYTES",
     "STDLIB_MODULES",
+    "UPLOADER_TYPES",
+    "UPLOAD_SUFFIX",
     "Corpus",
     "corpus_dirs",
     "decode_text",
@@ -33,6 +38,10 @@ __all__ = [
 
 CORPUS_DIRS_ENV = "ATTNLAB_CORPUS_DIRS"
 MAX_CORPUS_BYTES = 5 * 1024**2
+UPLOAD_SUFFIX = ".txt"  # the one type a corpus file may have (uploaded or in a folder)
+# ``type`` of the file uploader: the browser offers .txt and text/plain files; with a MIME type in the
+# list Streamlit skips its server-side name check and decode_text checks it.
+UPLOADER_TYPES: tuple[str, ...] = ("txt", "text/plain")
 # A fixed, ordered choice of pure-Python modules (about 290 kB): the same text on every install
 # of one Python version.
 STDLIB_MODULES: tuple[str, ...] = ("argparse.py", "difflib.py", "textwrap.py", "string.py",
@@ -66,7 +75,10 @@ def stdlib_corpus() -> Corpus:
 
 
 def decode_text(name: str, data: bytes) -> Corpus:
-    """An uploaded file's bytes as text: not empty, at most 5 MB, no NUL bytes, valid UTF-8."""
+    """An uploaded file's bytes as text: a .txt name, not empty, at most 5 MB, no NUL bytes, valid UTF-8."""
+    if not name.lower().endswith(UPLOAD_SUFFIX):
+        raise AttnInputError(f"{name} is not a {UPLOAD_SUFFIX} file; the uploader accepts plain-text "
+                             f"{UPLOAD_SUFFIX} files (UTF-8, at most {MAX_CORPUS_BYTES // 1024**2} MB).")
     if len(data) == 0:
         raise AttnInputError(f"{name} is empty; a corpus needs text to learn from.")
     if len(data) > MAX_CORPUS_BYTES:
@@ -104,8 +116,15 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
+def _choosable(name: str) -> bool:
+    """A file name :func:`read_folder_file` accepts: a .txt name with no path separator of any system."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in {".", ".."} \
+        and name.lower().endswith(UPLOAD_SUFFIX)
+
+
 def folder_files() -> list[str]:
-    """Choosable files as ``"<dir index>/<file name>"``: ``.txt`` files directly in each folder."""
+    """Choosable files as ``"<dir index>/<file name>"``: ``.txt`` files directly in each folder (a name
+    :func:`read_folder_file` would refuse, e.g. one with a backslash, is not offered)."""
     out: list[str] = []
     for i, root in enumerate(corpus_dirs()):
         try:
@@ -113,7 +132,7 @@ def folder_files() -> list[str]:
         except OSError:
             continue
         for p in entries:
-            if p.suffix.lower() == ".txt" and _inside(p, root) and p.resolve().is_file():
+            if _choosable(p.name) and _inside(p, root) and p.resolve().is_file():
                 out.append(f"{i}/{p.name}")
     return out
 
@@ -122,8 +141,7 @@ def read_folder_file(key: str) -> Corpus:
     """The text of a file named by :func:`folder_files` (checked again: inside its folder, <= 5 MB)."""
     dirs = corpus_dirs()
     index, _, name = key.partition("/")
-    if not index.isdigit() or int(index) >= len(dirs) or not name or "/" in name or "\\" in name \
-            or name in {".", ".."} or not name.lower().endswith(".txt"):
+    if not index.isdigit() or int(index) >= len(dirs) or not _choosable(name):
         raise AttnInputError(f"{key!r} is not a .txt file in the folders of {CORPUS_DIRS_ENV}.")
     root = dirs[int(index)]
     path = root / name

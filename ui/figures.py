@@ -28,6 +28,8 @@ import torch
 from numpy.typing import ArrayLike, NDArray
 from plotly.subplots import make_subplots
 
+from ui.text import chart
+
 __all__ = [
     "DIVERGING",
     "PALETTE",
@@ -271,12 +273,12 @@ def heatmap_trace(
     """One heatmap trace. Large maps are block-averaged (``signed_rule``: max-|x| per block, signed)."""
     small, fr, fc = (downsample_signed if signed_rule else downsample)(z, max_side)
     kw: dict = {"z": small}
-    if x_labels is not None and fc == 1:
-        kw["x"] = [f"{j}:{t}" for j, t in enumerate(x_labels)]
+    if x_labels is not None and fc == 1:  # labels may be a user's tokens: drawn as typed (ui.text.chart)
+        kw["x"] = [f"{j}:{chart(t)}" for j, t in enumerate(x_labels)]
     else:
         kw.update(x0=0, dx=fc)
     if y_labels is not None and fr == 1:
-        kw["y"] = [f"{i}:{t}" for i, t in enumerate(y_labels)]
+        kw["y"] = [f"{i}:{chart(t)}" for i, t in enumerate(y_labels)]
     else:
         kw.update(y0=0, dy=fr)
     if fr == 1 and fc == 1:

@@ -239,6 +239,12 @@ class Job:
     eval_loss: list[float] = field(default_factory=list)
     run_started: float = 0.0
     cancel_requested: bool = False
+    # Another kind of training (the Bigram-Backcopy task): the function that trains one config instead of
+    # attncore's ``train`` (same arguments; its progress may pass a fifth one, the evaluation point's
+    # probe), and how to name a run; probes: the running config's probes so far.
+    runner: Callable[..., Any] | None = None
+    namer: Callable[[TrainConfig], str] | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
     submitted: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -254,7 +260,8 @@ class Job:
             return {
                 "id": self.id, "state": self.state, "error": self.error, "notes": list(self.notes),
                 "records": list(self.records), "current": self.current, "n_runs": len(self.configs),
-                "label": run_label(cfg), "step": self.step, "total": self.total,
+                "label": (self.namer or run_label)(cfg), "step": self.step, "total": self.total,
+                "probes": list(self.probes),
                 "batch_loss": list(self.batch_loss), "eval_steps": list(self.eval_steps),
                 "eval_loss": list(self.eval_loss), "corpus": self.corpus,
                 "tokens_per_s": self.step * cfg.batch * cfg.context / elapsed if elapsed > 0 else 0.0,
@@ -290,15 +297,18 @@ class JobQueue:
         self._thread: threading.Thread | None = None
 
     # -- asking
-    def submit(self, configs: list[TrainConfig], text: str, *, corpus: str, device: str) -> Job:
-        """Queue a job; AttnInputError when nothing is asked or the queue is full."""
+    def submit(self, configs: list[TrainConfig], text: str, *, corpus: str, device: str,
+               runner: Callable[..., Any] | None = None,
+               namer: Callable[[TrainConfig], str] | None = None) -> Job:
+        """Queue a job (``runner``/``namer``: see :class:`Job`); AttnInputError when nothing is asked or the
+        queue is full."""
         if not configs:
             raise AttnInputError("pick at least one variant and one learning rate.")
         with self._cond:
             if len(self._waiting) + (self._running is not None) >= MAX_QUEUE:
                 raise AttnInputError(f"{MAX_QUEUE} training jobs are already queued on this server; "
                                      "try again when one has finished.")
-            job = Job(uuid.uuid4().hex, list(configs), text, corpus, device)
+            job = Job(uuid.uuid4().hex, list(configs), text, corpus, device, runner=runner, namer=namer)
             self._jobs[job.id] = job
             self._waiting.append(job)
             if self._thread is None or not self._thread.is_alive():
@@ -395,19 +405,23 @@ class JobQueue:
                 break
             with job._lock:
                 job.current, job.step, job.total = i, 0, cfg.steps
-                job.batch_loss, job.eval_steps, job.eval_loss = [], [], []
+                job.batch_loss, job.eval_steps, job.eval_loss, job.probes = [], [], [], []
                 job.run_started = time.perf_counter()
 
-            def progress(step: int, total: int, loss: float, val: float | None) -> None:
+            def progress(step: int, total: int, loss: float | None, val: float | None,
+                         probe: dict[str, Any] | None = None) -> None:
                 with job._lock:
                     job.step, job.total = step, total
-                    job.batch_loss.append(loss)
+                    if loss is not None:  # None: the Bigram-Backcopy runner's step-0 probe
+                        job.batch_loss.append(loss)
                     if val is not None:
                         job.eval_steps.append(step)
                         job.eval_loss.append(val)
+                    if probe is not None:
+                        job.probes.append({"step": step, **probe})
 
-            result = self._train(cfg, job.text, device=job.device, progress=progress,
-                                 cancel=lambda: job.cancel_requested)
+            result = (job.runner or self._train)(cfg, job.text, device=job.device, progress=progress,
+                                                 cancel=lambda: job.cancel_requested)
             rec = _record(job, result, i)
             del result  # the model: only curves are kept
             try:

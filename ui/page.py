@@ -41,10 +41,6 @@ log = logging.getLogger("attnlab")
 gc.collect()
 gc.freeze()
 
-# Denormal floats (e.g. the tails of a saturated softmax) make CPU matmuls up to 30x
-# slower; flushing them to zero changes no value the app shows.
-torch.set_flush_denormal(True)
-
 DEVICE = state.Param("device", "auto", options=("auto", *available_devices()))
 SEED = state.Param("seed", 0, lo=0, hi=2**31 - 1)
 DTYPE = state.Param("dtype", "float32", options=tuple(DTYPES))
@@ -172,6 +168,10 @@ def run_page(
     device, so a GPU shows other draws than a CPU). ``oom_hint``: which limit to lower when the
     GPU runs out of memory (the memory is freed and the page says so, never a traceback).
     """
+    # Denormal floats (e.g. the tails of a saturated softmax) make CPU matmuls up to 30x slower;
+    # flushing them to zero changes no value the app shows. The setting belongs to a thread, and
+    # every session runs its script in a thread of its own, so it is made on every run.
+    torch.set_flush_denormal(True)
     presenting = st.query_params.get(PRESENT.key) == "1" or bool(st.session_state.get(PRESENT.key))
     st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")

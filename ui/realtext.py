@@ -31,7 +31,7 @@ from ui.admission import heavy
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param
-from ui.text import plain
+from ui.text import code, plain
 from ui.views import heatmaps as view_builders
 from ui.views import realtext as rt_views
 
@@ -125,8 +125,8 @@ def model_controls(mp: ModelParams, where) -> str | None:
                                    f"{MODEL_DIRS_ENV}.")
     if dirs:
         found = discover_models(12)
-        where.caption("Allowed: " + ", ".join(f"`{d}`" for d in dirs)
-                      + ("  \nFound: " + ", ".join(f"`{f}`" for f in found) if found else ""))
+        where.caption("Allowed: " + ", ".join(code(d) for d in dirs)
+                      + ("  \nFound: " + ", ".join(code(f) for f in found) if found else ""))
     else:
         where.caption(f"Local models are off: start the app with {MODEL_DIRS_ENV}=/path/to/models.")
     if not path.strip():

@@ -8,6 +8,7 @@ spread^2 / 2) (a lognormal mean), which is exact as n grows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -22,6 +23,8 @@ __all__ = [
     "gate_rms_theory",
     "gaussian_expectation",
     "real_mass_theory",
+    "relu_mass_theory",
+    "relu_output_rms_theory",
     "sigmoid_mass_theory",
     "sigmoid_output_rms_theory",
     "sink_weight_theory",
@@ -126,6 +129,38 @@ def sigmoid_output_rms_theory(n: ArrayLike, content: ArrayLike = 0.0, spread: Ar
     b = -np.log(n_arr) if bias is None else np.asarray(bias, dtype=np.float64)
     e2 = gaussian_expectation(lambda x: _sigmoid(x) ** 2, np.asarray(content) + b, spread)
     return _scalar(np.sqrt(n_arr * np.asarray(e2)))
+
+
+def _relu_moments(content: ArrayLike, spread: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``E[max(X, 0)]`` and ``E[max(X, 0)²]`` for X ~ N(c, σ²), in closed form:
+    ``c Φ(c/σ) + σ φ(c/σ)`` and ``(c² + σ²) Φ(c/σ) + c σ φ(c/σ)`` (σ = 0: max(c, 0) and its square)."""
+    c, sd = np.broadcast_arrays(np.asarray(content, dtype=np.float64), np.asarray(spread, dtype=np.float64))
+    safe = np.where(sd > 0, sd, 1.0)
+    z = c / safe
+    cdf = 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-z / math.sqrt(2.0))
+    pdf = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
+    m1 = np.where(sd > 0, c * cdf + sd * pdf, np.maximum(c, 0.0))
+    m2 = np.where(sd > 0, (c**2 + sd**2) * cdf + c * sd * pdf, np.maximum(c, 0.0) ** 2)
+    return m1, m2
+
+
+def relu_mass_theory(n: ArrayLike, content: ArrayLike = 0.0, spread: ArrayLike = 1.0,
+                     n_keys: ArrayLike | None = None) -> NDArray[np.float64] | float:
+    """Weight ReLU attention (Guo et al. 2024: ``max(x, 0) / n_keys``) spends on n real keys:
+    ``(n / n_keys) E[max(c + σZ, 0)]`` (:func:`_relu_moments`); ``n_keys`` defaults to n (no other
+    key in the row)."""
+    n_arr = np.asarray(n, dtype=np.float64)
+    keys = n_arr if n_keys is None else np.asarray(n_keys, dtype=np.float64)
+    return _scalar(n_arr / keys * _relu_moments(content, spread)[0])
+
+
+def relu_output_rms_theory(n: ArrayLike, content: ArrayLike = 0.0, spread: ArrayLike = 1.0,
+                           n_keys: ArrayLike | None = None) -> NDArray[np.float64] | float:
+    """Output RMS of ReLU attention over n real keys with unit Gaussian values:
+    ``sqrt(n E[max(c + σZ, 0)²]) / n_keys``."""
+    n_arr = np.asarray(n, dtype=np.float64)
+    keys = n_arr if n_keys is None else np.asarray(n_keys, dtype=np.float64)
+    return _scalar(np.sqrt(n_arr * _relu_moments(content, spread)[1]) / keys)
 
 
 def gate_mean_theory(bias: ArrayLike) -> NDArray[np.float64] | float:

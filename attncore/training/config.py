@@ -66,6 +66,19 @@ VARIANT_INFO: dict[str, dict[str, str]] = {
         "formula": r"o = \mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v \odot \sigma(x W_g)",
         "source": "Qiu et al. 2025, 'Gated Attention for Large Language Models'",
     },
+    "sigmoid": {
+        "label": "sigmoid (b = −log n)",
+        "formula": r"p_{ij} = \sigma\!\left(\frac{q_i k_j^\top}{\sqrt{E}} - \log n_i\right),"
+        r"\quad n_i = \text{keys row } i \text{ sees}",
+        "source": "Ramapuram et al. 2024, 'Theory, Analysis, and Best Practices for Sigmoid Self-Attention'",
+    },
+    "relu": {
+        "label": "ReLU attention (÷ nᵢ)",
+        "formula": r"p_{ij} = \frac{1}{n_i}\max\!\left(\frac{q_i k_j^\top}{\sqrt{E}}, 0\right),"
+        r"\quad n_i = \text{keys row } i \text{ sees}",
+        "source": ("Guo et al. 2024, 'Active-Dormant Attention Heads: Mechanistically Demystifying "
+                   "Extreme-Token Phenomena in LLMs'"),
+    },
 }
 VARIANTS: tuple[str, ...] = tuple(VARIANT_INFO)
 
@@ -102,6 +115,8 @@ class TrainConfig:
         weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars).
         seed: seeds every random draw (initialisation, batches, evaluation windows).
         eval_every: steps between evaluation points (one is also made at the last step).
+        sink_init: the initial value of the ``sink_logit`` variant's per-head logit b
+            (0: it starts as softmax1); ignored by the other variants.
     """
 
     variant: str = "standard"
@@ -116,6 +131,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     seed: int = 0
     eval_every: int = 100
+    sink_init: float = 0.0
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -147,6 +163,9 @@ class TrainConfig:
             raise AttnInputError(f"the learning rate must lie in (0, 100]; got {self.lr}.")
         if not 0.0 <= self.weight_decay <= 1.0:
             raise AttnInputError(f"weight_decay must lie in [0, 1]; got {self.weight_decay}.")
+        b = self.sink_init
+        if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or abs(b) > 20.0:
+            raise AttnInputError(f"the initial sink logit must be a number in [-20, 20]; got {b!r}.")
 
     @property
     def d_head(self) -> int:

@@ -4,7 +4,9 @@ NAME is ``lr_sweep`` (Graphcore's "Almost-scaled dot-product attention": standar
 scaled attention over a learning-rate sweep), ``scaling`` (the "Why √d Matters" tutorial's
 scaling-ablation exercise: standard vs unscaled at
 head dims 16, 64, 256), ``sinks`` (first-token sinks and the StreamingLLM test for
-softmax, softmax1, a learned sink logit and gated attention) or ``all``. Each prints its
+softmax, softmax1, a learned sink logit and gated attention), ``null_attention`` (a sink forms
+on Guo et al.'s Bigram-Backcopy task, and what each fix does to it: its own module,
+:mod:`attncore.training.null_attention`) or ``all``. Each prints its
 result table and writes ``DIR/NAME.json`` (curves, tables, the command, the configs, the
 machine, the git commit, the wall time); ``lr_sweep`` also saves the best ``standard``
 model to ``DIR/causal_model``. ``--scale cpu`` (default) is sized so that the three take
@@ -31,6 +33,8 @@ from attncore.errors import AttnInputError
 from attncore.training.config import TrainConfig
 from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
+from attncore.training.null_attention import SIZES as NULL_SIZES
+from attncore.training.null_attention import run_null_attention
 from attncore.training.train import TrainResult, split_text, train
 
 __all__ = ["CLAIMS", "EXPERIMENTS", "SIZES", "main", "run_lr_sweep", "run_scaling", "run_sinks"]
@@ -482,7 +486,10 @@ EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
     "lr_sweep": run_lr_sweep,
     "scaling": run_scaling,
     "sinks": run_sinks,
+    "null_attention": run_null_attention,  # attncore.training.null_attention: a sink forms (Bigram-Backcopy)
 }
+for _scale, _sizes in NULL_SIZES.items():
+    SIZES[_scale]["null_attention"] = _sizes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,11 +98,11 @@ def load_shipped_model(device: str | torch.device = "cpu") -> CharTransformer:
     return load_model(shipped_model_path(), device)
 
 
-RESULT_NAMES: tuple[str, ...] = ("lr_sweep", "scaling", "sinks")
+RESULT_NAMES: tuple[str, ...] = ("lr_sweep", "scaling", "sinks", "null_attention")
 
 
 def load_result(name: str, directory: str | Path | None = None) -> dict[str, Any]:
-    """A shipped experiment result (``lr_sweep``, ``scaling`` or ``sinks``) as a dict.
+    """A shipped experiment result (``lr_sweep``, ``scaling``, ``sinks`` or ``null_attention``) as a dict.
 
     Reads ``directory/NAME.json`` (default: the results shipped in this package). Raises
     AttnInputError when the name is unknown or the file is missing or unreadable.

@@ -82,39 +82,42 @@ def kept_keys(t: int, policy: str, window: int, sinks: int) -> list[int]:
 
 @torch.no_grad()
 def stream_nll(model: CharTransformer, ids: Tensor, policy: str, window: int, sinks: int = 4) -> Tensor:
-    """Per-token loss (L-1,) of predicting ``ids[t+1]``, decoding one token at a time.
+    """Per-token loss of predicting ``ids[..., t+1]``, decoding one token at a time: ``ids`` (L,)
+    gives (L-1,), a batch of sequences (B, L) gives (B, L-1).
 
     Keys and values are cached before the rotary rotation, as computed when their token
     was the newest; at each step the kept ones (:func:`kept_keys`) get rotary positions
     0..n-1 by their place in the cache (as StreamingLLM assigns them), the query n-1.
     ``full`` therefore uses the true positions and runs past the training context.
     """
-    L = int(ids.shape[0])
+    single = ids.dim() == 1
+    batch = ids[None] if single else ids  # (B, L)
+    B, L = (int(s) for s in batch.shape)
     dev = model.device
-    ids = ids.to(dev)
+    batch = batch.to(dev)
     H, E = model.config.n_head, model.config.d_head
-    K = [torch.empty(1, H, L, E, device=dev) for _ in model.blocks]  # pre-rotary keys
-    V = [torch.empty(1, H, L, E, device=dev) for _ in model.blocks]
-    nll = torch.empty(L - 1, dtype=torch.float64)
+    K = [torch.empty(B, H, L, E, device=dev) for _ in model.blocks]  # pre-rotary keys
+    V = [torch.empty(B, H, L, E, device=dev) for _ in model.blocks]
+    nll = torch.empty(B, L - 1, dtype=torch.float64)
     for t in range(L - 1):
         keep = torch.tensor(kept_keys(t, policy, window, sinks), device=dev)
         n = int(keep.shape[0])
         cos, sin = rotary_angles(torch.arange(n, device=dev), E)  # (n, E/2)
         allowed = torch.ones(1, n, dtype=torch.bool, device=dev)
-        x = model.tok(ids[t : t + 1])[None]  # (1, 1, D)
+        x = model.tok(batch[:, t : t + 1])  # (B, 1, D)
         for li, blk in enumerate(model.blocks):
             h = blk.ln1(x)
-            q, k, v = blk.attn.split_heads(h)  # (1, H, 1, E)
+            q, k, v = blk.attn.split_heads(h)  # (B, H, 1, E)
             K[li][:, :, t] = k[:, :, 0]
             V[li][:, :, t] = v[:, :, 0]
-            kk = apply_rotary(K[li][:, :, keep], cos, sin)  # (1, H, n, E)
+            kk = apply_rotary(K[li][:, :, keep], cos, sin)  # (B, H, n, E)
             qq = apply_rotary(q, cos[-1:], sin[-1:])
             out, _ = blk.attn.core(qq, kk, V[li][:, :, keep], h, allowed, False)
             x = x + blk.attn.proj(out)
             x = x + blk.mlp(blk.ln2(x))
-        logits = model.ln_f(x)[0, 0] @ model.tok.weight.t()  # (V,)
-        nll[t] = float(F.cross_entropy(logits[None].float(), ids[t + 1 : t + 2]))
-    return nll
+        logits = model.ln_f(x)[:, 0] @ model.tok.weight.t()  # (B, V)
+        nll[:, t] = F.cross_entropy(logits.float(), batch[:, t + 1], reduction="none").double().cpu()
+    return nll[0] if single else nll
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from attncore.attention import attention_stages
 from attncore.errors import AttnInputError
 from attncore.kernels import SDPA_LOCK
-from attncore.normalizers import Normalizer, Softmax, SoftmaxWithSink
+from attncore.normalizers import Normalizer, ReLUNorm, Sigmoid, Softmax, SoftmaxWithSink
 from attncore.training.config import TrainConfig
 
 __all__ = ["FUSED_VARIANTS", "CharTransformer", "apply_rotary", "rotary_angles"]
@@ -107,6 +107,10 @@ class CausalSelfAttention(nn.Module):
                 normalizer = SoftmaxWithSink(0.0)
             elif variant == "sink_logit":
                 normalizer = SoftmaxWithSink(self.sink.view(H, 1, 1))
+            elif variant == "sigmoid":
+                normalizer = Sigmoid()  # bias -log n_i, n_i = keys row i sees
+            elif variant == "relu":
+                normalizer = ReLUNorm()
             elif variant == "ssmax":
                 factor = self.ssmax_s.view(H, 1, 1) * torch.log(counts) * scale  # (H, L, 1)
 
@@ -189,8 +193,9 @@ class CharTransformer(nn.Module):
 
         Linear and embedding weights ~ N(0, 0.02²); the residual projections (attention
         output, MLP output) ~ N(0, (0.02/sqrt(2N))²); biases 0; LayerNorm gains 1; the
-        gate's weights N(0, 0.02²) (gate ≈ 0.5 at start); the sink logits 0 (softmax1 at
-        start); SSMax's s = 1/log(T) (the last row of a training sequence starts as standard).
+        gate's weights N(0, 0.02²) (gate ≈ 0.5 at start); the sink logits ``config.sink_init``
+        (0: softmax1 at start); SSMax's s = 1/log(T) (the last row of a training sequence starts
+        as standard).
         """
         with torch.device("meta"):
             model = cls(config, vocab)
@@ -205,7 +210,9 @@ class CharTransformer(nn.Module):
                     p.fill_(1.0)
                 elif name.endswith("ssmax_s"):
                     p.fill_(1.0 / math.log(config.context))
-                elif name.endswith("attn.sink") or name.endswith("bias"):
+                elif name.endswith("attn.sink"):
+                    p.fill_(float(config.sink_init))
+                elif name.endswith("bias"):
                     p.zero_()
                 else:
                     p.normal_(0.0, std, generator=generator)

@@ -26,6 +26,7 @@ __all__ = [
     "build_vocab",
     "divergence_threshold",
     "encode_text",
+    "make_optimizer",
     "saturated_share",
     "split_text",
     "train",
@@ -157,17 +158,30 @@ def encode_text(text: str, vocab: str) -> Tensor:
     return torch.tensor([index[c] for c in text], dtype=torch.int64)
 
 
+def _split_fits(n: int, context: int) -> bool:
+    cut = int(n * 0.9)
+    return cut >= context + 1 and n - cut >= context + 1
+
+
+def min_corpus_chars(context: int) -> int:
+    """The fewest tokens :func:`split_text` accepts for ``context``: the smallest ``n`` whose 90/10
+    split leaves ``context + 1`` tokens on both sides (found with the same test, so the number a
+    message states is the one that is needed)."""
+    n = 10 * max(int(context), 0)  # below this the validation tenth is shorter than context + 1
+    while not _split_fits(n, context):
+        n += 1
+    return n
+
+
 def split_text(n: int, context: int) -> int:
     """Where the 90/10 split of ``n`` tokens falls; both parts need ``context + 1`` tokens."""
-    cut = int(n * 0.9)
-    need = math.ceil((context + 1) / 0.1)
-    if cut < context + 1 or n - cut < context + 1:
+    if not _split_fits(n, context):
         raise AttnInputError(
             f"the corpus has {n:,} characters: too short for a context of {context}. Training "
             f"keeps the last 10% for validation and each part needs {context + 1} characters, "
-            f"so at least {need:,} characters are needed."
+            f"so at least {min_corpus_chars(context):,} characters are needed."
         )
-    return cut
+    return int(n * 0.9)
 
 
 def divergence_threshold(vocab_size: int) -> float:
@@ -187,6 +201,18 @@ def saturated_share(maps: list[Tensor], threshold: float = SATURATION_THRESHOLD)
         per_layer.append(float((top > threshold).double().mean()) if top.numel() else 0.0)
     overall = sum(per_layer) / len(per_layer) if per_layer else 0.0
     return overall, per_layer
+
+
+def make_optimizer(model: CharTransformer, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95) at ``config.lr``, decaying the 2-D weights by ``config.weight_decay``
+    and nothing else (norms, biases, per-head scalars)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
@@ -272,13 +298,7 @@ def train(
     n_val_windows = min(max(4, math.ceil(EVAL_TOKENS / T)), len(val_data) - T)
     val_starts = torch.linspace(0, len(val_data) - T - 1, n_val_windows).round().to(torch.int64)
 
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr, betas=(0.9, 0.95), eps=1e-8,
-    )
+    opt = make_optimizer(model, config)
     limit = divergence_threshold(len(vocab))
     D = config.d_model
 

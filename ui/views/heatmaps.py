@@ -29,6 +29,7 @@ from ui.figures import (
     style,
     title_annotation,
 )
+from ui.text import chart
 from ui.views import realtext as realtext_views
 
 STAGE_SIDE = 128  # cells per side for the four stage maps
@@ -291,8 +292,8 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
         y_labels=list(labels), max_side=HEAD_SIDE, height=int(min(900, max(440, 160 + 18 * L))))
     S = w.shape[1]
     if L <= HEAD_SIDE and S <= HEAD_SIDE:  # every token its own cell: the labels below are the axis's
-        names_x = [f"{j}:{t}" for j, t in enumerate(labels[:S])]
-        names_y = [f"{i}:{t}" for i, t in enumerate(labels[:L])]
+        names_x = [f"{j}:{chart(t)}" for j, t in enumerate(labels[:S])]  # the map's categories (ui.figures)
+        names_y = [f"{i}:{chart(t)}" for i, t in enumerate(labels[:L])]
         stride = -(-S // max(1, realtext_views.MAX_PICK_POINTS // L))
         cols = np.arange(0, S, stride)
         ii, jj = np.meshgrid(np.arange(L), cols, indexing="ij")

@@ -16,10 +16,11 @@ from attncore import theory as T
 from attncore.sinks import ZOO, SinkReport, SinkSpec, SweepResult, ZooEntry, ZooTheory, zoo_content_theory
 from ui import figures
 from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, downsample_stack, style
+from ui.text import chart
 from ui.views import realtext as realtext_views
 
 ZOO_LABELS = {"softmax": "softmax", "softmax1": "softmax1", "sink_logit": "sink logit b",
-              "sigmoid": "sigmoid −log n", "gated": "gated softmax"}
+              "sigmoid": "sigmoid −log n", "relu": "ReLU ÷ n", "gated": "gated softmax"}
 ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
 ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
               ("output_rms", "output RMS", True))
@@ -66,7 +67,7 @@ def layer_head_grid(
             for i in range(n_cells):
                 j = i * factor
                 if factor == 1 and tokens is not None and j < len(tokens):
-                    out.append(f"{block_kind} {b} · {kind} {j}: {tokens[j]}")
+                    out.append(f"{block_kind} {b} · {kind} {j}: {chart(tokens[j])}")
                 else:
                     out.append(f"{block_kind} {b} · {kind}s {j}…{j + factor - 1}")
             if b < blocks - 1:
@@ -356,7 +357,8 @@ def glance_figure(rep: SinkReport, labels: dict[str, str], n_layers: int) -> go.
     """Mean mass per layer on each key set, against uniform attention (``snk-glance``)."""
     x = np.arange(n_layers)
     curves: list[Curve] = []
-    for i, (key, name) in enumerate(labels.items()):
+    for i, (key, label) in enumerate(labels.items()):
+        name = chart(label)  # may hold a user's first token
         m = rep.mass[key].double().numpy()  # (N, H)
         color = PALETTE[i]
         curves += [Curve(f"on {name}", x, m.mean(1), err=m.std(1), color=color,
@@ -375,7 +377,7 @@ def mass_figure(rep: SinkReport, key: str, name: str, n_keys: int, layers: int, 
     """Mass on one key set per layer and head (``snk-mass-<key>``)."""
     fig = labelled_heatmap(rep.mass[key].numpy(), [str(h) for h in range(heads)],
                            [str(l) for l in range(layers)], x_title="head", y_title="layer",
-                           title=f"on {name} ({n_keys} token{'s' if n_keys != 1 else ''})",
+                           title=f"on {chart(name)} ({n_keys} token{'s' if n_keys != 1 else ''})",
                            value_name="mass", zmin=0.0, zmax=1.0, text_format=".2f" if heads <= 6 else None,
                            height=int(min(600, 110 + 34 * layers)))
     return _tag(fig, f"snk-mass-{key}")
@@ -390,7 +392,7 @@ def mass_frame(rep: SinkReport, labels: dict[str, str], layers: int, heads: int)
 
 def metric_figure(rep: SinkReport, tokens: Sequence[str], layers: int) -> go.Figure:
     """Share of each layer's heads that are sink heads for each key (``snk-metric``)."""
-    x_labels = [f"{j}:{t}" for j, t in enumerate(tokens)]
+    x_labels = [f"{j}:{chart(t)}" for j, t in enumerate(tokens)]
     fig = labelled_heatmap(rep.share.numpy(), x_labels, [str(l) for l in range(layers)],
                            x_title="key", y_title="layer", value_name="share of heads", zmin=0.0,
                            zmax=1.0, text_format=".2f" if len(tokens) <= 24 else None,
