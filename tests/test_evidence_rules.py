@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from attncore.evidence import (
 )
 from attncore.evidence.records import fmt, printed_half_unit, z_score
 from attncore.evidence.scores import SOURCE_SCALED
+from attncore.kernels import BackendResult, SizeResult
 from tests.chart_data import page_device
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -45,6 +47,37 @@ Override = dict[str, Any] | Callable[[Measurement], dict[str, Any]]
 def se_off(name: str, k: float) -> Callable[[Measurement], dict[str, Any]]:
     """Move ``name`` k of its own standard errors away from the claim's value."""
     return lambda m: {name: m.num(name) + k * m.err(name)}
+
+
+def chosen(m: Measurement, backend: str) -> tuple[SizeResult, ...]:
+    """The probes as if torch's dispatch had picked ``backend`` at every T."""
+    return tuple(replace(s, default_backend=backend) for s in m["sizes"])
+
+
+def _rows(s: SizeResult, change: Callable[[BackendResult], BackendResult]) -> SizeResult:
+    return replace(s, rows=tuple(change(r) for r in s.rows), load=None)
+
+
+def math_times(m: Measurement, factor: float) -> tuple[SizeResult, ...]:
+    """The probes with torch's math path taking ``factor`` times the default dispatch's time, round by round."""
+    out = []
+    for s in m["sizes"]:
+        default = s.row("default")
+        out.append(_rows(s, lambda r, d=default: replace(r, times=tuple(factor * t for t in d.times),
+                                                          seconds=factor * d.seconds) if r.name == "math" else r))
+    return tuple(out)
+
+
+def peaks(m: Measurement, slope: float) -> tuple[SizeResult, ...]:
+    """The probes with the default dispatch's peak memory growing like T^slope and math's like T^2."""
+    def change(r: BackendResult, t: int) -> BackendResult:
+        if r.name == "default":
+            return replace(r, peak_bytes=4096.0 * (t / 128) ** slope)
+        if r.name == "math":
+            return replace(r, peak_bytes=65536.0 * (t / 128) ** 2)
+        return r
+
+    return tuple(_rows(s, lambda r, t=s.L: change(r, t)) for s in m["sizes"])
 
 
 # Per claim: (the numbers to replace, the verdict they call for). Callables see the real measurement.
@@ -115,34 +148,18 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "gqa_same": [(lambda m: {"diff": 0.0, "backend_mha": m["backend_gqa"]}, HOLDS),
                  (lambda m: {"diff": 0.0, "backend_mha": "not-" + str(m["backend_gqa"])}, CAVEAT),
                  ({"diff": 1.0}, FAILS)],
-    "flash_default": [({"backend": "flash", "device_type": "cpu"}, CAVEAT),
-                      ({"backend": "flash", "device_type": "cuda"}, HOLDS), ({"backend": "math"}, FAILS)],
-    "flash_speed": [({"lo": 2.5, "hi": 3.5, "ratio": 3.0}, CAVEAT), ({"lo": 1.1, "hi": 1.5, "ratio": 1.3}, FAILS),
-                    ({"lo": 1.5, "hi": 2.5, "ratio": 2.0}, CAVEAT)],
-    "flash_memory": [({"outputs": 2.0, "math_slope": 1.9}, HOLDS), ({"outputs": 10.0}, FAILS),
-                     ({"outputs": 2.0, "math_slope": 1.2}, CAVEAT)],
+    "flash_default": [({}, CAVEAT), ({"device": "cuda"}, HOLDS), (lambda m: {"sizes": chosen(m, "math")}, FAILS)],
+    "flash_speed": [(lambda m: {"sizes": math_times(m, 3.0)}, CAVEAT),
+                    (lambda m: {"sizes": math_times(m, 1.2)}, FAILS),
+                    (lambda m: {"sizes": math_times(m, 3.0), "device": "cuda"}, HOLDS)],
+    "flash_memory": [(lambda m: {"sizes": peaks(m, 1.0)}, CAVEAT), (lambda m: {"sizes": peaks(m, 2.0)}, FAILS),
+                     (lambda m: {"sizes": peaks(m, 1.0), "device": "cuda"}, HOLDS)],
 }
-
-# Stand-ins for measurements that may not be possible on every machine (timing and memory rows).
-FALLBACK: dict[str, dict[str, Any]] = {
-    "flash_speed": {"ratio": 3.0, "lo": 2.5, "hi": 3.5, "math_ms": 15.0, "default_ms": 5.0, "backend": "flash",
-                    "T": 1024, "rounds": 3, "device_type": "cpu"},
-    "flash_memory": {"default_slope": 1.2, "math_slope": 1.9, "default_mib": 2.0, "math_mib": 38.0, "outputs": 2.0,
-                     "T": 1024, "backend": "flash", "device_type": "cpu"},
-}
-
 
 @pytest.fixture(scope="module")
 def measured() -> dict[str, Measurement]:
-    """Every claim measured once (seed 0, the page's device); timing rows fall back to stand-ins when they
-    cannot run here."""
-    out = {}
-    for c in CLAIMS:
-        m = evaluate(c, Setting(device=page_device())).measurement
-        if m.missing and c.key in FALLBACK:
-            m = Measurement(FALLBACK[c.key])
-        out[c.key] = m
-    return out
+    """Every claim measured once (seed 0, the page's device)."""
+    return {c.key: evaluate(c, Setting(device=page_device())).measurement for c in CLAIMS}
 
 
 def test_every_claim_has_counterfactuals_that_change_its_verdict() -> None:

@@ -51,7 +51,9 @@ EXACT = "exact"  # arithmetic, closed forms or quadrature: the same on every mac
 SHIPPED = "shipped"  # read from the shipped training results (attncore/training/results)
 BASES: tuple[str, ...] = (LIVE, EXACT, SHIPPED)
 
-Value = float | int | str | bool
+# A measured value: a number, a name (a backend), a flag, or a structured result a rule reads
+# (the Kernels page's probes).
+Value = object
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ class Measurement:
     """What one claim's test measured.
 
     Attributes:
-        values: named results (numbers, or a name such as the backend torch chose).
+        values: named results: numbers, names (the backend torch chose), or what a rule reads whole
+            (the Kernels page's probes).
         se: standard errors of some of ``values`` (same names), where they are random.
         basis: :data:`LIVE`, :data:`EXACT` or :data:`SHIPPED`.
         scale: how, where and at what size it was measured (shown beside the numbers).
