@@ -87,15 +87,15 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "sharp_needs_log_n": [({"slope": 1.0, "rises": True}, CAVEAT), ({"slope": 2.0, "rises": True}, HOLDS),
                           ({"rises": False}, FAILS)],
     "no_null_attention": [({"softmax_dev": 1e-7}, HOLDS), ({"softmax_dev": 0.01}, FAILS)],
-    "sinks_learned": [({"sinks_softmax": 0}, UNTESTABLE), ({"sinks_softmax": 5}, HOLDS)],
+    "sinks_learned": [({}, CAVEAT), ({"sinks:softmax": 0}, FAILS), ({"learned:softmax": 1}, UNTESTABLE),
+                      ({"sinks:softmax": 2}, CAVEAT)],
     "sink_dummy": [(lambda m: {"rms_sink": 0.1 * m.num("rms_plain"), "row_dev": 0.0}, HOLDS),
                    (lambda m: {"rms_sink": m.num("rms_plain")}, FAILS), ({"row_dev": 0.1}, FAILS)],
     "length_scaling": [(lambda m: {"ssmax_hi": m.num("ssmax_lo") + 0.1}, CAVEAT),
                        (lambda m: {"ssmax_hi": m.num("ssmax_lo") + m.num("plain_hi") - m.num("plain_lo")}, FAILS)],
     "denominator_bias": [({"softmax1_low": 0.001}, CAVEAT), ({"softmax1_low": 0.5}, FAILS)],
-    "bias_removes_sinks": [({"sinks_softmax": 0}, UNTESTABLE),
-                           ({"sinks_softmax": 6, "sinks_softmax1": 0, "sinks_sink_logit": 1}, HOLDS),
-                           ({"sinks_softmax": 6, "sinks_softmax1": 6, "sinks_sink_logit": 0}, FAILS)],
+    "bias_removes_sinks": [({}, CAVEAT), ({"sinks:sink logit b₀=-5": 0}, HOLDS),
+                           ({"sinks:softmax1": 3, "sinks:sink logit b₀=0": 3}, FAILS), ({"sinks:softmax": 0}, UNTESTABLE)],
     "xy_variance": [({"var": 1.0}, HOLDS), (se_off("var", 10), FAILS)],
     "dot_variance": [({"var": 64.0}, HOLDS), (lambda m: {"var": 64.0 + 10 * m.err("var")}, FAILS)],
     "std_64": [({"std": 8.0}, HOLDS), (lambda m: {"std": 8.0 - 5 * m.err("std")}, FAILS)],
@@ -285,17 +285,33 @@ def test_scaling_ablation_and_instability_from_seeds(monkeypatch: pytest.MonkeyP
     assert j.verdict == HOLDS and "1 had a loss spike" in j.caveat
 
 
-def test_sinks_rules_read_the_per_head_weights(monkeypatch: pytest.MonkeyPatch) -> None:
-    def run(label: str, alpha: float) -> dict[str, Any]:
-        return {"label": label, "config": {"variant": label, "seed": 0}, "sink_eps": 0.3,
-                "sink_alpha": [[alpha, 0.05], [0.05, 0.04]]}
+def test_sinks_rules_read_the_null_attention_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
 
-    _fake(monkeypatch, {"sinks": {"runs": [run("softmax", 0.8), run("softmax1", 0.1), run("sink_logit", 0.2)],
-                                  "alpha_uniform": 0.07}})
-    assert _verdict("sinks_learned").verdict == HOLDS
-    assert _verdict("bias_removes_sinks").verdict == HOLDS
-    _fake(monkeypatch, {"sinks": {"runs": [run("softmax", 0.8), run("softmax1", 0.9)], "alpha_uniform": 0.07}})
-    assert _verdict("bias_removes_sinks").verdict == FAILS
+    from attncore.training.io import load_result
+
+    real = load_result("null_attention")
+
+    def with_softmax(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        d = copy.deepcopy(real)
+        for r in d["runs"]:
+            if r["config"]["variant"] == "standard":
+                for p in r["probes"]:
+                    change(p)
+        return {k: v for k, v in d.items() if k != "experiment"}
+
+    def no_sink(p: dict[str, Any]) -> None:
+        p["bos_other"] = [[0.05 for _ in row] for row in p["bos_other"]]
+
+    def not_learned(p: dict[str, Any]) -> None:
+        p["copy_loss"] = 2.0
+
+    _fake(monkeypatch, {"null_attention": with_softmax(no_sink)})
+    assert _verdict("sinks_learned").verdict == FAILS
+    assert _verdict("bias_removes_sinks").verdict == UNTESTABLE
+    _fake(monkeypatch, {"null_attention": with_softmax(not_learned)})
+    j = _verdict("sinks_learned")
+    assert j.verdict == UNTESTABLE and "learned the task in 0/3 seeds" in j.caveat
 
 
 def test_compare_margins_by_hand() -> None:

@@ -27,14 +27,17 @@ from attncore.evidence.records import (
     Judgement,
     Measurement,
     Setting,
+    fmt,
 )
+from attncore.training.bbm import SINK_THRESHOLD
 from attncore.training.io import load_result
+from attncore.training.null_attention import summarise
 
 __all__ = ["CLAIMS", "MIN_SEEDS", "Comparison", "compare", "decide", "t_critical"]
 
 MIN_SEEDS = 3
 SPIKE = 0.1  # nats: a training loss that rises by more than this between evaluations is a spike
-SINK_EPS = 0.3  # Gu et al.'s ε: a head whose mean weight on the first token exceeds it is a sink head
+Z_SE = 2.0  # a sink's mean weight must clear ε by this many standard errors over seeds
 
 # two-sided 95% critical values of Student's t, 1..30 degrees of freedom
 _T975 = (
@@ -158,17 +161,22 @@ def _mean(cell: dict[int, float]) -> float:
     return sum(cell.values()) / len(cell)
 
 
+def _size_words(cfg: dict[str, Any]) -> str:
+    """'3 layers, 4 heads, width 128, 500 steps' from a result's config (what it has of these)."""
+    words = (("n_layer", "layer"), ("n_head", "head"), ("d_model", "width"), ("steps", "step"))
+    return ", ".join(
+        f"width {cfg[k]}" if w == "width" else f"{cfg[k]} {w}{'s' if int(cfg[k]) != 1 else ''}"
+        for k, w in words
+        if k in cfg
+    )
+
+
 def _scale(d: dict[str, Any]) -> str:
     cfg = (d.get("sizes") or {}).get("config") or {}
     seeds = sorted({int(r["config"].get("seed", 0)) for r in d["runs"]})
-    parts = [
-        f"{cfg[k]} {w}"
-        for k, w in (("n_layer", "layers"), ("d_model", "wide"), ("steps", "steps"))
-        if k in cfg
-    ]
     machine = (d.get("machine") or {}).get("device", "?")
     return (
-        f"{d['experiment']}.json: {', '.join(parts)}, {len(d['runs'])} runs, seeds "
+        f"{d['experiment']}.json: {_size_words(cfg)}, {len(d['runs'])} runs, seeds "
         f"{', '.join(map(str, seeds))}, trained on {machine}"
     )
 
@@ -431,57 +439,100 @@ UNSTABLE_16 = Claim(
 
 
 # --------------------------------------------------------------------------- sinks in trained models
+# The null-attention experiment trains a task that needs a head to do nothing at most positions (Guo et
+# al.'s Bigram-Backcopy); :func:`attncore.training.null_attention.summarise` gives each variant's numbers
+# over seeds, read at each run's sink head. The character model of sinks.json (tiny Shakespeare) is quoted
+# beside it.
+
+DENOMINATOR = ("softmax1", "sink_logit")  # the variants with a denominator term and no value behind it
 
 
-def _sink_heads(run: dict[str, Any], eps: float) -> tuple[int, int] | None:
-    alpha = run.get("sink_alpha")
-    if not alpha:
+def _lm_sink_heads(d: dict[str, Any] | str) -> tuple[int, int] | None:
+    """(sink heads, heads) of the softmax character model in sinks.json (None when absent)."""
+    if isinstance(d, str):
         return None
-    flat = [a for layer in alpha for a in layer]
-    return sum(1 for a in flat if a > eps), len(flat)
+    for r in d["runs"]:
+        if (r.get("label") or r["config"]["variant"]) in ("softmax", "standard") and r.get("sink_alpha"):
+            eps = float(r.get("sink_eps", SINK_THRESHOLD))
+            flat = [a for layer in r["sink_alpha"] for a in layer]
+            return sum(1 for a in flat if a > eps), len(flat)
+    return None
 
 
 def _sinks(setting: Setting) -> Measurement:
-    d = _load("sinks")
+    d = _load("null_attention")
     if isinstance(d, str):
         return Measurement(basis=SHIPPED, missing=d)
-    found: dict[str, tuple[int, int]] = {}
-    for r in d["runs"]:
-        label = r.get("label") or r["config"]["variant"]
-        got = _sink_heads(r, float(r.get("sink_eps", SINK_EPS)))
-        if got is not None:
-            a, b = found.get(label, (0, 0))
-            found[label] = (a + got[0], b + got[1])
-    if "softmax" not in found:
-        return Measurement(
-            basis=SHIPPED, missing="sinks.json has no softmax run with per-head first-token weights."
+    summary = summarise(d["runs"])
+    soft = [s for s in summary.values() if s["variant"] == "standard"]
+    if not soft:
+        return Measurement(basis=SHIPPED, missing="null_attention.json has no softmax run.")
+    vals: dict[str, object] = {"labels": "|".join(summary), "eps": SINK_THRESHOLD}
+    for label, s in summary.items():
+        bos, nowhere = s["bos_other"], s["nowhere_other"]
+        vals.update(
+            {
+                f"variant:{label}": s["variant"],
+                f"n:{label}": s["n_usable"],
+                f"learned:{label}": s["n_learned"],
+                f"sinks:{label}": s["n_sink"],
+                f"bos:{label}": math.nan if bos["mean"] is None else bos["mean"],
+                f"nowhere:{label}": math.nan if nowhere["mean"] is None else nowhere["mean"],
+            }
         )
-    vals: dict[str, float | int | str | bool] = {"labels": ", ".join(found)}
-    for label, (k, n) in found.items():
-        vals[f"sinks_{label}"], vals[f"heads_{label}"] = k, n
-    vals["uniform"] = float(d.get("alpha_uniform", math.nan))
-    return Measurement(vals, basis=SHIPPED, scale=_scale(d))
+    lm = _lm_sink_heads(_load("sinks"))
+    vals["lm_sinks"], vals["lm_heads"] = lm if lm is not None else (-1, 0)
+    vals["size"] = _size_words(
+        {k: v for k, v in ((d.get("sizes") or {}).get("config") or {}).items() if k != "steps"}
+    )
+    se = {f"bos:{label}": s["bos_other"]["se"] or 0.0 for label, s in summary.items()}
+    return Measurement(vals, se, basis=SHIPPED, scale=_scale(d) + " (the Bigram-Backcopy task)")
 
 
-def _sink_text(m: Measurement) -> str:
-    return ", ".join(
-        f"{label} {int(m.num(f'sinks_{label}'))}/{int(m.num(f'heads_{label}'))}"
-        for label in str(m["labels"]).split(", ")
+def _labels(m: Measurement, *variants: str) -> list[str]:
+    return [lab for lab in str(m["labels"]).split("|") if not variants or m[f"variant:{lab}"] in variants]
+
+
+def _sink_text(m: Measurement, label: str) -> str:
+    return (
+        f"{label} {int(m.num(f'sinks:{label}'))}/{int(m.num(f'n:{label}'))} seeds, BOS weight "
+        f"{fmt(m.num(f'bos:{label}'), 2)}"
+    )
+
+
+def _lm_text(m: Measurement) -> str:
+    if m.num("lm_sinks") < 0:
+        return ""
+    return (
+        "; the tiny-Shakespeare character model (sinks.json) grew "
+        f"{int(m.num('lm_sinks'))}/{int(m.num('lm_heads'))} sink heads"
     )
 
 
 def _learned_judge(m: Measurement) -> Judgement:
-    if m.num("sinks_softmax") == 0:
+    soft = _labels(m, "standard")[0]
+    n, learned, sinks = (int(m.num(f"{k}:{soft}")) for k in ("n", "learned", "sinks"))
+    bos, se, eps = m.num(f"bos:{soft}"), m.err(f"bos:{soft}"), m.num("eps")
+    if not n or learned < n:
         return Judgement(
             UNTESTABLE,
-            f"no sink formed in the shipped softmax model (0/{int(m.num('heads_softmax'))} heads with a "
-            f"first-token weight above {SINK_EPS:g}; uniform attention gives {m.num('uniform'):.3f}): it "
-            "cannot show what sinks are for.",
+            f"softmax learned the task in {learned}/{n} seeds: a sink means nothing in a model that has not "
+            "learned it.",
+        )
+    if sinks == n and bos - Z_SE * se > eps:
+        return Judgement(
+            CAVEAT,
+            f"on a task built to need null attention ({m['size']}): BOS weight {bos:.2f} ± "
+            f"{se:.2f} from positions with nothing to read, against ε = {eps:g}" + _lm_text(m) + ".",
+        )
+    if sinks == 0:
+        return Judgement(
+            FAILS,
+            f"no seed formed a sink (BOS weight {bos:.2f} ± {se:.2f}), even where the task "
+            "needs null attention" + _lm_text(m) + ".",
         )
     return Judgement(
-        HOLDS,
-        f"{int(m.num('sinks_softmax'))} of {int(m.num('heads_softmax'))} softmax heads became first-token "
-        "sinks.",
+        CAVEAT, f"a sink in {sinks}/{n} seeds only (BOS weight {bos:.2f} ± {se:.2f})" + _lm_text(m) + "."
     )
 
 
@@ -490,29 +541,48 @@ SINKS_LEARNED = Claim(
     source="notes",
     quote="As a maladaptive workaround for the lack of true null attention, models often learn to dump large "
     "amounts of attention weight onto semantically meaningless tokens (like BOS …)",
-    test=f"The shipped sinks experiment: heads whose mean weight on the first token exceeds ε = {SINK_EPS:g} "
-    "(Gu et al.'s sink metric), in the softmax model.",
-    tolerance=f"a sink head: first-token weight above ε = {SINK_EPS:g}",
+    test="The shipped null-attention experiment (Guo et al.'s Bigram-Backcopy task: a head is needed only "
+    "after a trigger): the softmax model's mean weight on BOS from the other positions, over seeds, at its "
+    "sink head.",
+    tolerance=f"a sink: BOS weight above ε = {SINK_THRESHOLD:g} (Gu et al.'s metric) in every seed, the mean "
+    f"more than {Z_SE:g} standard errors above it",
     measure=_sinks,
-    describe=lambda m: "sink heads: " + _sink_text(m) + ".",
+    describe=lambda m: "; ".join(_sink_text(m, lab) for lab in _labels(m)) + ".",
     judge=_learned_judge,
 )
 
 
 def _fix_judge(m: Measurement) -> Judgement:
-    if m.num("sinks_softmax") == 0:
+    soft = _labels(m, "standard")[0]
+    fixes = _labels(m, *DENOMINATOR)
+    if int(m.num(f"sinks:{soft}")) == 0 or int(m.num(f"learned:{soft}")) < int(m.num(f"n:{soft}")):
         return Judgement(
-            UNTESTABLE,
-            "softmax formed no sink here either, so there is nothing for a denominator bias to remove.",
+            UNTESTABLE, "softmax formed no sink here, so there is nothing for a denominator bias to remove."
         )
-    fixes = [lab for lab in str(m["labels"]).split(", ") if lab in ("softmax1", "sink_logit")]
     if not fixes:
         return Judgement(UNTESTABLE, "no softmax1 or sink-logit model was trained.")
-    left = {lab: m.num(f"sinks_{lab}") / m.num(f"heads_{lab}") for lab in fixes}
-    share = m.num("sinks_softmax") / m.num("heads_softmax")
-    if all(v < share for v in left.values()):
-        return Judgement(HOLDS, "the denominator-bias models have fewer sink heads: " + _sink_text(m) + ".")
-    return Judgement(FAILS, "the denominator-bias models keep their sinks: " + _sink_text(m) + ".")
+    kept = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) > 0]
+    gone = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) == 0]
+    where = ", ".join(f"{lab}: weight {m.num(f'nowhere:{lab}'):.3f} on nothing" for lab in gone)
+    if not kept:
+        return Judgement(
+            HOLDS,
+            f"no seed of {', '.join(gone)} formed a sink; the head spends its weight on nothing instead "
+            f"({where}).",
+        )
+    if not gone:
+        return Judgement(
+            FAILS,
+            "every denominator-bias model kept its sink: "
+            + "; ".join(_sink_text(m, lab) for lab in kept)
+            + ".",
+        )
+    return Judgement(
+        CAVEAT,
+        f"{', '.join(gone)} formed no sink ({where}), but "
+        + "; ".join(_sink_text(m, lab) for lab in kept)
+        + ": a learned bias that starts low can still settle on a sink.",
+    )
 
 
 BIAS_REMOVES_SINKS = Claim(
@@ -520,10 +590,11 @@ BIAS_REMOVES_SINKS = Claim(
     source="notes",
     quote="Denominator Bias … allowing for true “null attention” or partial attention … This removes the "
     "need for attention sinks.",
-    test="The same count for the softmax1 and learned-sink-logit models against softmax.",
-    tolerance="fewer sink heads with the bias than with softmax",
+    test="The same experiment's softmax1 and learned-sink-logit models (the logit starting at 0 and at −5): "
+    "seeds with a sink, and the weight they put on nothing.",
+    tolerance="every denominator-bias model free of sinks in every seed",
     measure=_sinks,
-    describe=lambda m: "sink heads: " + _sink_text(m) + ".",
+    describe=lambda m: "; ".join(_sink_text(m, lab) for lab in _labels(m, "standard", *DENOMINATOR)) + ".",
     judge=_fix_judge,
 )
 
