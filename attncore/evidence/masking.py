@@ -26,7 +26,14 @@ from attncore.evidence.records import (
     fmt,
 )
 from attncore.explore import SyntheticSpec, synthetic_dropout, synthetic_stages
-from attncore.kernels import KernelSpec, fully_masked_rows, make_inputs, notebook_attention, tolerance
+from attncore.kernels import (
+    SDPA_LOCK,
+    KernelSpec,
+    fully_masked_rows,
+    make_inputs,
+    notebook_attention,
+    tolerance,
+)
 from attncore.synthetic import make_generator, randn
 
 __all__ = ["CLAIMS", "D2L_PRINTED", "d2l_masked_softmax"]
@@ -56,6 +63,13 @@ D2L_PRINTED: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[tuple[float, .
         ),
     ),
 )
+
+
+def sdpa(*args: Tensor, **kwargs: object) -> Tensor:
+    """``F.scaled_dot_product_attention`` under :data:`attncore.kernels.SDPA_LOCK` (another thread's
+    backend choice must not apply to this call)."""
+    with SDPA_LOCK:
+        return F.scaled_dot_product_attention(*args, **kwargs)  # type: ignore[arg-type]
 
 
 def d2l_masked_softmax(X: Tensor, valid_lens: Tensor | None) -> Tensor:
@@ -162,15 +176,14 @@ def _demo(setting: Setting, lens: tuple[int, ...]) -> Measurement:
     scores = q @ k.transpose(-2, -1) / math.sqrt(2)  # (2, 1, 10)
     ref, w = _padding_weights(scores, vl)
     pad = torch.arange(10, device=setting.device)[None, None, :] >= vl[:, None, None]  # (2, 1, 10)
-    sdpa = F.scaled_dot_product_attention(
+    by_sdpa = sdpa(
         q, k, torch.eye(10, device=setting.device).expand(2, -1, -1), attn_mask=~pad
-    )  # the weights themselves, as V = I
+    )  # V = I: weights
     return Measurement(
         {
             "d2l_pad": float(ref[pad].max()),
-            "d2l_pad_sum": float(ref[pad].sum(-1).max()) if pad.any() else 0.0,
             "attncore_pad": float(w[pad].max()),
-            "sdpa_pad": float(sdpa[pad].abs().max()),
+            "sdpa_pad": float(by_sdpa[pad].abs().max()),
             "lens": ", ".join(map(str, lens)),
             "S": 10,
             "zero_row_d2l": float(ref[0].sum()) if lens[0] == 0 else math.nan,
@@ -279,9 +292,9 @@ def _dropout_flag(setting: Setting) -> Measurement:
     devices = [torch.device(setting.device)] if torch.device(setting.device).type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):  # SDPA's dropout uses the global RNG
         torch.manual_seed(setting.seed)
-        plain = F.scaled_dot_product_attention(x.query, x.key, x.value)
-        a = F.scaled_dot_product_attention(x.query, x.key, x.value, dropout_p=DROP_P)
-        b = F.scaled_dot_product_attention(x.query, x.key, x.value, dropout_p=DROP_P)
+        plain = sdpa(x.query, x.key, x.value)
+        a = sdpa(x.query, x.key, x.value, dropout_p=DROP_P)
+        b = sdpa(x.query, x.key, x.value, dropout_p=DROP_P)
     return Measurement(
         {"vs_plain": float((a - plain).abs().max()), "vs_again": float((a - b).abs().max())},
         scale=f"F.scaled_dot_product_attention, 4 heads × 64 × 64, under torch.no_grad, {setting.device}",
@@ -350,7 +363,7 @@ def _causal(setting: Setting) -> Measurement:
     g = make_generator(setting.seed)
     q, k, v = (randn(1, 4, 16, 64, generator=g, device=setting.device) for _ in range(3))
     out, w = attention(q, k, v, is_causal=True, return_weights=True)
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref = sdpa(q, k, v, is_causal=True)
     above = torch.ones(16, 16, dtype=torch.bool, device=setting.device).triu(1)
     return Measurement(
         {
@@ -398,12 +411,12 @@ def _manual(setting: Setting) -> Measurement:
     seen = torch.ones(T, dtype=torch.bool, device=setting.device)
     seen[empty] = False
     ours = notebook_attention(x.query, x.key, x.value, attn_mask=x.attn_mask)
-    ref = F.scaled_dot_product_attention(x.query, x.key, x.value, attn_mask=x.attn_mask)
+    ref = sdpa(x.query, x.key, x.value, attn_mask=x.attn_mask)
     causal = make_inputs(
         KernelSpec(heads=4, head_dim=64, mask="causal", seed=setting.seed), T, T, setting.device
     )
     c_ours = notebook_attention(causal.query, causal.key, causal.value, is_causal=True)
-    c_ref = F.scaled_dot_product_attention(causal.query, causal.key, causal.value, is_causal=True)
+    c_ref = sdpa(causal.query, causal.key, causal.value, is_causal=True)
     return Measurement(
         {
             "diff": float((ours[..., seen, :] - ref[..., seen, :]).abs().max()),
