@@ -7,13 +7,20 @@ import streamlit as st
 from ui.nav import PAGES, REAL_TEXT_LINKS
 from ui.page import PageContext, run_page
 
+# What is not computed live (the home page says so; tests/test_home_text.py checks it).
+SHIPPED = ("the results of the Training lab's experiments (trained once with several seeds by "
+           "`python -m attncore.training.experiments`; each names the command, machine and commit that made "
+           "it, and the Entropy page quotes one of them), and the weights of the two trained models whose "
+           "attention the real-text views compute live: all-MiniLM-L6-v2 and the character model trained "
+           "by that command.")
+
 
 def body(ctx: PageContext) -> None:
     st.title("Attention Lab")
     st.markdown(
-        "See scaled dot-product attention at work, and where it breaks. Every number on these "
-        "pages is computed live by **attncore**, a small torch package, on "
-        f"**{ctx.device_label}**; every plot has its theory beside it, and every view lives in "
+        "See scaled dot-product attention at work, and where it breaks. The numbers on these pages are "
+        f"computed live by **attncore**, a small torch package, on **{ctx.device_label}**, except what "
+        "ships with the app: " + SHIPPED + " Every plot has its theory beside it, and every view lives in "
         "the URL, so a copied link reproduces it."
     )
     st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")

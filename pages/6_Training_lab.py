@@ -11,6 +11,7 @@ import streamlit as st
 import attncore.training.io as training_io
 from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
+from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import corpus as corpora
 from ui import learned, widgets
@@ -19,6 +20,8 @@ from ui.jobs import (
     QUEUE,
     SIZES,
     cache_dir,
+    calibration_cached,
+    calibrations_for,
     estimate_seconds,
     job_tokens,
     list_runs,
@@ -40,6 +43,12 @@ P_CMP = Param("tr_cmp", (), multi=True)
 PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
 
 JOB_KEY = "_tr_job"  # this session's job id
+INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
+         "models (MiniLM and the character model trained here). This page is about *training* itself: a "
+         "small character transformer learns with attention in one of several variants. Four experiments "
+         "that ship with the app (three on tiny Shakespeare, trained with three seeds each, and one on a "
+         "task built from its character statistics) test published claims about training; your own runs "
+         "are below.")
 POLL_S = 1.0
 TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
           "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
@@ -47,8 +56,9 @@ TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
                 "\"Almost-scaled dot-product attention\" post reports?",
-    "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the "
-               "\"Scaled Attention: Why √d Matters\" tutorial's scaling-ablation exercise suggests?",
+    "scaling": "Does training without the 1/√d scaling suffer more the larger the head dim, as the \"When "
+               "Scaling Matters Most\" table of the \"Scaled Attention: Why √d Matters\" tutorial predicts? "
+               "(The comparison itself is the tutorial's scaling-ablation exercise.)",
     "sinks": "Does a character model trained on Shakespeare put spare attention on its first token, do "
              "softmax1, a learned sink logit and a gate change that, and does keeping the first tokens "
              "rescue a sliding window (StreamingLLM)? For a task on which a sink is known to form, see the "
@@ -99,61 +109,86 @@ def claim_and_measure(d: dict[str, Any], measured: str, verdict: list[str]) -> N
     st.markdown("**Verdict.**\n" + "\n".join(f"- {sentence}" for sentence in verdict))
 
 
-def lr_sweep_section(d: dict[str, Any]) -> None:
+FULLY_SCALED_LATEX = (r"\text{fully scaled: } o=\sqrt{T/e}\;"
+                      r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{E}}+M\right)V\qquad"
+                      r"\text{per row: } "
+                      r"o_i=\sqrt{n_i/e}\;\mathrm{softmax}\!\left(\tfrac{q_i K^\top}{\sqrt{E}}"
+                      r"+M_i\right)V")
+FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ the number of keys (the "
+                      "training context), $n_i$ the number of keys query $i$ sees under the causal mask ($i "
+                      "+ 1$), $M$ the mask (0 or −∞).")
+
+
+def cells_table(name: str, d: dict[str, Any]) -> None:
+    """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
+    st.dataframe(view.cells_frame(d), hide_index=True)
+    widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
+                         key=f"dl_tr_{name}")
+
+
+def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("lr_sweep")
-    st.latex(r"\text{fully scaled: } o=\sqrt{T/e}\;"
-             r"\mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{e}}+M\right)V\qquad"
-             r"\text{per row: } o_i=\sqrt{n_i/e}\;\cdots")
+    st.latex(FULLY_SCALED_LATEX)
+    st.caption(FULLY_SCALED_TERMS)
     left, right = st.columns(2)
     left.plotly_chart(view.lr_sweep_figure(d), key="chart_tr_lr")
     right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
     claim_and_measure(d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
-    if d.get("summary"):
-        st.dataframe(view.table_frame(d["summary"]), hide_index=True)
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "lr_sweep.csv", label="Download the sweep (CSV)",
-                         key="dl_tr_lr")
+    cells_table("lr_sweep", d)
     st.caption(view.provenance(d))
 
 
-def scaling_section(d: dict[str, Any]) -> None:
+@st.cache_data(max_entries=4, show_spinner=False)
+def _init_qk(config: dict[str, Any], device: str) -> QKStatistics:
+    return init_qk_statistics(config, _stdlib().text, device)
+
+
+def scaling_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("scaling")
-    st.latex(r"\operatorname{Var}(q\cdot k)=d_{\text{head}}:\quad"
+    st.latex(r"\operatorname{Var}(q\cdot k)=d_{\text{head}}\ \text{(independent entries of variance 1)}:\quad"
              r"\text{standard } \mathrm{softmax}\!\left(\tfrac{QK^\top}{\sqrt{d_{\text{head}}}}\right)V"
              r"\quad\text{vs. unscaled } \mathrm{softmax}(QK^\top)V")
+    cfg = dict(d["sizes"]["config"])
+    middle = d["sizes"]["d_heads"][len(d["sizes"]["d_heads"]) // 2]
+    stats = _init_qk({**cfg, "n_head": cfg["d_model"] // middle}, ctx.device)
+    st.markdown(view.init_variance_sentence(stats, cfg["d_model"]))
     st.plotly_chart(view.scaling_figure(d), key="chart_tr_scaling")
     st.caption("Same total width at every head dim (fewer, wider heads as d_head grows). A row counts as "
-               "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch.")
+               "saturated when its largest weight exceeds 0.99, measured on a fixed validation batch. Each "
+               "line is the mean over the seeds; the gradient norm (before clipping) is read at the "
+               "evaluation points only.")
     claim_and_measure(d, view.scaling_measured(d), view.scaling_verdict(d))
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "scaling.csv", label="Download the table (CSV)",
-                         key="dl_tr_scaling")
+    cells_table("scaling", d)
     st.caption(view.provenance(d))
 
 
-def sinks_section(d: dict[str, Any]) -> None:
+def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
     lead("sinks")
     st.latex(r"\alpha_0^{(\ell,h)}=\frac{1}{L}\sum_{i}A^{(\ell,h)}_{i0}\quad"
              r"\text{(mean weight on the first token; a sink head has }\alpha_0>\varepsilon)")
-    cols = st.columns(len(d["runs"]))
-    for col, run in zip(cols, d["runs"], strict=True):
-        col.plotly_chart(view.sinks_alpha_figure(run), key=f"chart_tr_sinks_{run['label']}")
+    labels = view.sink_labels(d)
+    for start in range(0, len(labels), 2):  # two per row: the α₀ labels stay readable
+        for col, label in zip(st.columns(2), labels[start : start + 2], strict=False):
+            col.plotly_chart(view.sinks_alpha_figure(d, label), key=f"chart_tr_sinks_{label}")
     st.plotly_chart(view.streaming_figure(d), key="chart_tr_streaming")
     st.caption("StreamingLLM test: token-by-token decoding of a text several times the training context. "
-               "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; "
-               "losses are over the tokens beyond the training context.")
+               "'window' keeps only the last keys; 'window + first tokens' also keeps the first ones; losses "
+               "are over the tokens beyond the training context. The bars start at zero; the error bars are "
+               "±1 standard deviation over the seeds.")
     claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
-    st.dataframe(view.table_frame(d["table"]), hide_index=True)
-    widgets.csv_download(view.table_frame(d["table"]), "sinks.csv", label="Download the table (CSV)",
-                         key="dl_tr_sinks")
+    cells_table("sinks", d)
     st.caption(view.provenance(d))
 
 
+def null_attention_section(d: dict[str, Any], ctx: PageContext) -> None:
+    learned.shipped_section(d)
+
+
 SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section,
-            "null_attention": learned.shipped_section}
+            "null_attention": null_attention_section}
 
 
-def shipped() -> Any:
+def shipped(ctx: PageContext) -> Any:
     """The shipped experiments, one tab each; returns the "A sink forms" tab (its live runs go there)."""
     st.subheader("Shipped experiments")
     tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
@@ -166,12 +201,12 @@ def shipped() -> Any:
                 continue
             if not d.get("complete"):
                 st.caption(view.provenance(d))
-                st.info(f"This result file was written while the experiment was still running "
+                st.info("This result file was written while the experiment was still running "
                         f"({len(d.get('runs') or [])} runs so far); its curves, tables and verdict appear "
                         "once it is complete.", icon=":material/hourglass_top:")
                 continue
             try:
-                SECTIONS[name](d)
+                SECTIONS[name](d, ctx)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
@@ -220,24 +255,22 @@ def corpus_choice(where: Any) -> corpora.Corpus | None:
         return None
 
 
-def references(device: str) -> list[dict[str, Any]]:
-    """Measured runs to scale a time estimate from: kept runs on this device, then the shipped sweep."""
-    refs = [{**r, "label": f"your kept run {view.record_name(r)}"} for r in list_runs()
-            if r.get("device") == device and not r.get("diverged_at")]
+def time_estimate(configs: list[Any], text: str, vocab: int, device: str) -> str:
+    """' Estimated time: …' from calibrations measured on this server (a short real run per model
+    shape and attention path, cached), or why there is none yet."""
     try:
-        d = shipped_result("lr_sweep")
-        cpu = (d.get("machine") or {}).get("cpu", "?")
-        refs += [{**r, "label": f"the shipped run '{r['name']}' on {cpu}"} for r in d["runs"]
-                 if r.get("diverged_at") is None and (d.get("machine") or {}).get("device", "cpu") == device]
-    except AttnInputError:
-        pass
-    return refs
-
-
-def duration(seconds: float) -> str:
-    if seconds < 1:
-        return "under 1 s"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+        cached = [c for c in (calibration_cached(cfg, vocab, device) for cfg in configs) if c is not None]
+        est = estimate_seconds(configs, cached, vocab, device)
+        if est is None:
+            if QUEUE.running() is not None:  # a calibration now would time the job's competition
+                return " The time estimate is measured when no training job is running."
+            with st.spinner("Timing a few training steps on this server for the estimate…"):
+                est = estimate_seconds(configs, calibrations_for(configs, text, device), vocab, device)
+    except (AttnInputError, MemoryError) as exc:
+        return f" No time estimate: {exc}"
+    if est is None:
+        return ""
+    return f" Estimated time: {view.duration(est.seconds)}; {view.calibration_text(est)}"
 
 
 def live(ctx: PageContext) -> corpora.Corpus | None:
@@ -257,9 +290,9 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
     steps = widgets.slider(P_STEPS, "Steps per run", step=10, where=where)
     corpus = corpus_choice(where)
     st.markdown("Train the same small character transformer (pre-LayerNorm, rotary positions, tied "
-                "embeddings) with the variants and rates chosen in the "
-                "sidebar. One training job runs at a time on this server; a second one waits in a queue. "
-                "Finished runs are kept in the cache folder and can be compared below.")
+                "embeddings) with the variants and rates chosen in the sidebar. One training job runs at a "
+                "time on this server; a second one waits in a queue. Finished runs are kept in the cache "
+                "folder and can be compared below.")
     problem = None
     configs = []
     if not variants or not lrs:
@@ -268,8 +301,8 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
         configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
         tokens = job_tokens(configs)
         if tokens > MAX_JOB_TOKENS:
-            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train "
-                       f"at most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
+            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train at "
+                       f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
     if corpus is not None and problem is None:
         try:
             vocab = build_vocab(corpus.text)
@@ -277,16 +310,13 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
         except AttnInputError as exc:
             problem = str(exc)
         else:
-            est = estimate_seconds(configs, references(ctx.device), len(vocab))
             n = len(configs)
-            line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training tokens"
-                    f" on {plain(corpus.name)} ({len(corpus.text):,} characters, {len(vocab)} "
+            line = (f"{n} run{'s' if n > 1 else ''} × {steps} steps = {job_tokens(configs):,} training "
+                    f"tokens on {plain(corpus.name)} ({len(corpus.text):,} characters, {len(vocab)} "
                     f"distinct) on {ctx.device_label}"
                     + (", with one CPU thread so that the rest of the app keeps the other cores." if
                        ctx.device.startswith("cpu") else "."))
-            if est is not None:
-                line += (f" Estimated time: {duration(est.seconds)}, scaled by model FLOPs from "
-                         f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s).")
+            line += time_estimate(configs, corpus.text, len(vocab), ctx.device)
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
@@ -342,32 +372,13 @@ def job_status(job_id: str, polling: bool) -> None:
         st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
                         key="chart_tr_job")
         for rec in records:
-            st.markdown(outcome(rec))
+            st.markdown(view.outcome(rec))
     for note in snap["notes"]:
         st.warning(plain(note), icon=":material/folder_off:")
     if snap["state"] == "failed":
         st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
     elif snap["state"] == "cancelled":
         st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept (a stopped run keeps its steps).")
-
-
-def outcome(rec: dict[str, Any]) -> str:
-    """One line per finished run; never a NaN."""
-    steps = len(rec["batch_loss"])
-    head = f"**{rec['label']}**: "
-    if rec.get("diverged_at") is not None:
-        tail = f"diverged at step {rec['diverged_at']}"
-        if rec.get("final_val_loss") is not None:
-            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
-        return head + tail + "."
-    parts = []
-    if rec.get("final_train_loss") is not None:
-        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
-    if rec.get("final_val_loss") is not None:
-        parts.append(f"validation {rec['final_val_loss']:.3f}")
-    stopped = " (stopped)" if rec.get("cancelled") else ""
-    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
-            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
 
 
 def compare(ctx: PageContext) -> None:
@@ -408,11 +419,8 @@ def runs_listed(runs: list[dict[str, Any]]) -> str:
 
 def body(ctx: PageContext) -> None:
     st.title("Training lab")
-    st.markdown("Every other page shows attention at initialisation; here a small character transformer "
-                "*learns* with attention in one of several variants. Four experiments that ship with the app "
-                "(three on tiny Shakespeare, one on a task built from its character statistics) test "
-                "published claims about training; your own runs are below.")
-    sink_tab = shipped()
+    st.markdown(INTRO)
+    sink_tab = shipped(ctx)
     corpus = live(ctx)
     compare(ctx)
     with sink_tab:

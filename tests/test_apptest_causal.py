@@ -7,6 +7,7 @@ Every chart is compared with attncore run directly on the same text.
 
 from __future__ import annotations
 
+import statistics
 import unicodedata
 
 import numpy as np
@@ -276,19 +277,22 @@ def test_entropy_page_states_the_shipped_lr_sweep_and_links_to_the_training_lab(
     at = run_app(ENTROPY, timeout=300, ent_lo="6", ent_hi="8")
     no_errors(at)
     d = load_result("lr_sweep")
-    best = {}
-    for r in d["runs"]:  # best final training loss per variant, from the runs themselves
-        if r["diverged_at"] is None and (r["variant"] not in best
-                                         or r["final_train_loss"] < best[r["variant"]]["final_train_loss"]):
-            best[r["variant"]] = r
-    s, f = best["standard"], best["fully_scaled"]
+    k = len(d.get("seeds") or [0])
+    cells: dict = {}
+    for r in d["runs"]:
+        cells.setdefault((r["variant"], r["lr"]), []).append(r)
+    best = {}  # per variant, the rate with the lowest mean final training loss among those run at every seed
+    for (v, lr), runs in cells.items():
+        if len(runs) >= k and all(r["diverged_at"] is None for r in runs):
+            mean = statistics.fmean(r["final_train_loss"] for r in runs)
+            if v not in best or mean < best[v][1]:
+                best[v] = (lr, mean)
+    (ls, s), (lf, f) = best["standard"], best["fully_scaled"]
     text = " ".join(m.value for m in at.markdown)
     cfg = d["sizes"]["config"]
-    assert (f"fully scaled attention (rate {f['lr']:g}) ended at a final training loss of "
-            f"{f['final_train_loss']:.3f} nats per character against {s['final_train_loss']:.3f} for standard "
-            f"attention (rate {s['lr']:g})") in text
-    assert f"worse by {round(f['final_train_loss'], 3) - round(s['final_train_loss'], 3):.3f}" in text
-    assert f['final_train_loss'] > s['final_train_loss']
+    assert (f"fully scaled attention (rate {lf:g}) ended at a mean final training loss of "
+            f"{f:.3f} nats per character against {s:.3f} for standard attention (rate {ls:g})") in text
+    assert f"{k} seed{'s' if k != 1 else ''} at the best rates" in text
     assert (f"{cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} steps on "
             f"{d['corpus']['name']}, {len(d['sizes']['lrs'])} learning rates") in text
     assert "about 1.4 with fully scaled attention against 1.2 with standard attention" in text

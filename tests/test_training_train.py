@@ -55,7 +55,7 @@ def test_bad_settings_are_refused_in_plain_words(bad: dict) -> None:
 
 def test_from_dict_rejects_unknown_keys() -> None:
     with pytest.raises(AttnInputError, match="unknown"):
-        TrainConfig.from_dict({"variant": "standard", "dropout": 0.1})
+        TrainConfig.from_dict({"variant": "standard", "momentum": 0.1})
 
 
 def test_memory_estimate_is_checked_before_allocating() -> None:
@@ -201,3 +201,121 @@ def test_saturated_share_counts_rows_above_0_99_and_skips_row_0() -> None:
 def test_every_variant_trains(variant: str) -> None:
     r = train(TrainConfig(**{**TINY, "variant": variant, "steps": 12, "lr": 1e-2}), TEXT, device="cpu")
     assert r.diverged_at is None and r.batch_loss[-1] < r.batch_loss[0]
+
+
+# ---------------------------------------------------------------------------- dropout, best point, budgets
+
+GOLDEN_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 60
+GOLDEN_CONFIG = dict(n_layer=2, n_head=2, d_model=32, context=16, batch=4, steps=12, warmup=2, eval_every=4,
+                     lr=3e-3, seed=3)
+# Made by the code before TrainConfig had dropout (commit ef07fcb), torch 2.13.0+cpu, one thread, AMD EPYC.
+GOLDEN_BEFORE_DROPOUT = {'softmax1': {'batch_loss': ['0x1.b14f4c0000000p+1', '0x1.b0dfb00000000p+1', '0x1.995f3e0000000p+1',
+                             '0x1.8856c20000000p+1', '0x1.8736e60000000p+1', '0x1.866d420000000p+1',
+                             '0x1.7513080000000p+1', '0x1.8388f60000000p+1', '0x1.7a6c200000000p+1',
+                             '0x1.7d16340000000p+1', '0x1.71883a0000000p+1', '0x1.68f7c80000000p+1'],
+              'val_loss': ['0x1.88599f81a250ap+1', '0x1.7980e25fdd23fp+1', '0x1.744196b4d583dp+1']},
+ 'standard': {'batch_loss': ['0x1.b135f20000000p+1', '0x1.b0f7280000000p+1', '0x1.99cad00000000p+1',
+                             '0x1.8923360000000p+1', '0x1.88172a0000000p+1', '0x1.866a200000000p+1',
+                             '0x1.75b4640000000p+1', '0x1.8405c20000000p+1', '0x1.7b9bf80000000p+1',
+                             '0x1.7d90900000000p+1', '0x1.71f9a20000000p+1', '0x1.697e4a0000000p+1'],
+              'val_loss': ['0x1.88d19bfdd23f3p+1', '0x1.7a19e052ca9f1p+1', '0x1.74e4cee91f977p+1']}}
+
+
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "?"
+
+
+@pytest.mark.parametrize("variant", ["standard", "softmax1"])
+def test_dropout_zero_reproduces_the_runs_made_before_dropout_existed_bit_for_bit(variant: str) -> None:
+    if torch.__version__ != "2.13.0+cpu" or _cpu_model() != "AMD EPYC":
+        pytest.skip("the golden values were recorded with torch 2.13.0+cpu on an AMD EPYC; other builds and "
+                    "CPUs round float32 differently (the portable check is the next test)")
+    r = train(TrainConfig(variant=variant, **GOLDEN_CONFIG), GOLDEN_TEXT, device="cpu")
+    want = GOLDEN_BEFORE_DROPOUT[variant]
+    assert [float(x).hex() for x in r.batch_loss] == want["batch_loss"]
+    assert [float(x).hex() for x in r.val_loss] == want["val_loss"]
+
+
+def test_dropout_zero_adds_no_operation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With dropout 0 the model calls no dropout at all (so nothing rounds differently), and no global
+    random state is touched."""
+    import attncore.training.model as model_mod
+
+    x = torch.randn(3, 4)
+    assert model_mod._drop(x, 0.0, True) is x and model_mod._drop(x, 0.5, False) is x
+    calls: list[float] = []
+    real = torch.nn.functional.dropout
+
+    def spy(t: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+        calls.append(p)
+        return real(t, p, training, inplace)
+
+    monkeypatch.setattr(model_mod.F, "dropout", spy)
+    state = torch.random.get_rng_state()
+    train(TrainConfig(**TINY), TEXT, device="cpu")
+    assert calls == [] and torch.equal(torch.random.get_rng_state(), state)
+    train(TrainConfig(dropout=0.1, **TINY), TEXT, device="cpu")
+    assert calls and set(calls) == {0.1} and len(calls) % (2 * TINY["n_layer"] + 1) == 0
+    assert torch.equal(torch.random.get_rng_state(), state)  # forked and restored
+
+
+def test_dropout_is_seeded_changes_training_and_is_off_at_evaluation() -> None:
+    base = TrainConfig(**TINY)
+    a = train(base.replace(dropout=0.2), TEXT, device="cpu")
+    b = train(base.replace(dropout=0.2), TEXT, device="cpu")
+    plain = train(base, TEXT, device="cpu")
+    assert a.batch_loss == b.batch_loss and a.val_loss == b.val_loss  # seeded
+    assert a.batch_loss != plain.batch_loss
+    assert a.batch_loss[0] != train(base.replace(dropout=0.2, seed=1), TEXT, device="cpu").batch_loss[0]
+    ids = torch.randint(0, len(a.vocab), (2, 16), generator=torch.Generator().manual_seed(0))
+    out1, _ = a.model(ids)
+    out2, _ = a.model(ids)  # eval mode: no masks
+    assert torch.equal(out1, out2)
+    with pytest.raises(AttnInputError, match="dropout"):
+        TrainConfig(dropout=0.95)
+    with pytest.raises(AttnInputError, match="dropout"):
+        TrainConfig(dropout=float("nan"))
+    assert TrainConfig.from_dict({k: v for k, v in base.to_dict().items() if k != "dropout"}) == base
+
+
+def test_best_validation_point_is_the_lowest_and_earliest() -> None:
+    from attncore.training.train import best_val
+
+    assert best_val([10, 20, 30, 40], [2.0, 1.5, 1.5, 1.9]) == (1.5, 20)
+    assert best_val([10, 20], [None, float("nan")]) == (None, None)
+    r = train(TrainConfig(**TINY), TEXT, device="cpu")
+    assert r.best_val_loss == min(r.val_loss) and r.val_loss[r.steps.index(r.best_val_step)] == r.best_val_loss
+    c = r.curves()
+    assert c["best_val_loss"] == r.best_val_loss and c["best_val_step"] == r.best_val_step
+
+
+def test_the_experiments_budget_follows_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore.training.config import EXPERIMENT_MEMORY_SHARE, check_train_budget, device_train_budget
+    from attncore.training.experiments import SIZES
+
+    # issue 25: softmax1 at the gpu scale of the sinks experiment exceeds the app's 6 GiB budget ...
+    big = TrainConfig(variant="softmax1", **SIZES["gpu"]["sinks"]["config"])
+    assert estimate_train_bytes(big, 65) > MAX_TRAIN_BYTES
+    with pytest.raises(ResourceLimitError, match="beside the app"):
+        check_train_budget(big, 65)
+    # ... and fits the budget of an 80 GB GPU (faked), which the experiments command uses
+    gpu = device_train_budget("cuda:0", total_bytes=80 * 10**9)
+    assert gpu == int(EXPERIMENT_MEMORY_SHARE * 80 * 10**9)
+    check_train_budget(big, 65, gpu)
+    with pytest.raises(ResourceLimitError, match="fit on the device"):
+        check_train_budget(big, 65, device_train_budget("cuda:0", total_bytes=4 * 10**9))
+
+    class Props:
+        total_memory = 141 * 10**9
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    assert device_train_budget(torch.device("cuda", 0)) == int(EXPERIMENT_MEMORY_SHARE * 141 * 10**9)
+    assert device_train_budget("cpu", total_bytes=16 * 1024**3) == int(EXPERIMENT_MEMORY_SHARE * 16 * 1024**3)
+    assert device_train_budget("cpu") > 0  # the machine's physical memory
+    # train() takes the budget it is given; the app's live runs pass none and keep MAX_TRAIN_BYTES
+    with pytest.raises(ResourceLimitError):
+        train(TrainConfig(**TINY), TEXT, device="cpu", max_bytes=1000)

@@ -32,6 +32,7 @@ from typing import Any
 from attncore.errors import AttnInputError
 from attncore.threads import single_threaded
 from attncore.training import TrainConfig, TrainResult, train
+from attncore.training.model import FUSED_VARIANTS
 from ui.admission import admit
 
 __all__ = [
@@ -44,9 +45,15 @@ __all__ = [
     "JobQueue",
     "StoreError",
     "SIZES",
+    "Calibration",
     "Estimate",
     "cache_dir",
+    "calibrate",
+    "calibration_cached",
+    "calibration_key",
+    "calibrations_for",
     "estimate_seconds",
+    "eval_points",
     "flops_per_token",
     "job_tokens",
     "make_configs",
@@ -92,7 +99,8 @@ def job_tokens(configs: Sequence[TrainConfig]) -> int:
 
 
 def flops_per_token(config: TrainConfig | dict[str, Any], vocab: int = 100) -> float:
-    """Rough forward + backward FLOPs per training token (3 x forward: matmuls and attention)."""
+    """Rough forward + backward FLOPs per training token (3 x forward: matmuls and attention): a
+    measure of a job's size (for caps), not of its time (see :func:`calibrate`)."""
     c = config.to_dict() if isinstance(config, TrainConfig) else config
     D, N, T = c["d_model"], c["n_layer"], c["context"]
     per_layer = 12 * D * D + (D * D if c["variant"] == "gated" else 0)
@@ -100,34 +108,128 @@ def flops_per_token(config: TrainConfig | dict[str, Any], vocab: int = 100) -> f
     return 3.0 * forward
 
 
+def eval_points(config: TrainConfig) -> int:
+    """Evaluation points of a run: every ``eval_every`` steps, and the last step."""
+    return config.steps // config.eval_every + (config.steps % config.eval_every != 0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Times measured here by a short real training run of one model shape (see :func:`calibrate`).
+
+    Attributes:
+        step_s: one training step (median over the measured steps after the first).
+        eval_s: one evaluation point (held-out loss and the saturation share).
+        setup_s: the rest of a run: vocabulary, encoding, model and optimiser creation, the
+            first step's warm-up.
+        steps: the steps measured; ``device``: where; ``key``: what the calibration stands for.
+    """
+
+    step_s: float
+    eval_s: float
+    setup_s: float
+    steps: int
+    device: str
+    key: tuple[Any, ...]
+
+
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds a job should take, scaled from a measured run's speed (``reference`` says which)."""
+    """Seconds a job should take: per run, setup + steps x step time + evaluations x evaluation time."""
 
     seconds: float
     tokens: int
-    reference: str
-    reference_tokens_per_s: float
+    calibrations: tuple[Calibration, ...]
 
 
-def estimate_seconds(configs: Sequence[TrainConfig], references: Sequence[dict[str, Any]],
-                     vocab: int = 100) -> Estimate | None:
-    """Time for ``configs`` at the FLOP rate of a measured run (None without one).
+CALIBRATION_STEPS = 6
+_CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
+_CAL_LOCK = threading.Lock()
 
-    ``references`` are run records (newest first, same device); one with the same model
-    shape is preferred, else the first. Seconds = sum over runs of tokens x FLOPs/token,
-    divided by that run's tokens/s x its FLOPs/token.
+
+def calibration_key(config: TrainConfig, vocab: int, device: str,
+                    train_fn: Callable[..., Any] = train) -> tuple[Any, ...]:
+    """What a calibration stands for: device, model shape, vocabulary size, the attention path
+    (torch's fused kernel or attncore's materialised one, the two speeds a variant can have) and
+    the training function (the character model's ``train`` or another task's runner)."""
+    c = config
+    return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab, c.variant in FUSED_VARIANTS,
+            c.variant == "gated", f"{train_fn.__module__}.{train_fn.__qualname__}")
+
+
+def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRATION_STEPS,
+              train_fn: Callable[..., TrainResult] = train) -> Calibration:
+    """Time ``steps`` real training steps of ``config``'s shape on ``text`` and ``device`` (with one
+    CPU thread on a CPU, as live runs train), with one evaluation at the last step.
+
+    The step time is the median interval between progress calls after the first step; the
+    evaluation time is the last interval less one step; the setup time is what remains of
+    the call's wall time. Cached for the process by :func:`calibration_key`.
     """
-    refs = [r for r in references if float(r.get("tokens_per_s") or 0) > 0 and r.get("config")]
-    if not configs or not refs:
-        return None
-    keys = ("n_layer", "n_head", "d_model", "context", "batch")
-    want = {k: configs[0].to_dict()[k] for k in keys}
-    ref = next((r for r in refs if all(r["config"].get(k) == v for k, v in want.items())), refs[0])
-    rate = float(ref["tokens_per_s"]) * flops_per_token(ref["config"], int(ref.get("vocab_size") or vocab))
-    work = sum(c.steps * c.batch * c.context * flops_per_token(c, vocab) for c in configs)
-    name = ref.get("label") or ref.get("name") or ref["config"]["variant"]
-    return Estimate(work / rate, job_tokens(configs), str(name), float(ref["tokens_per_s"]))
+    vocab = len(set(text))
+    key = calibration_key(config, vocab, device, train_fn)
+    with _CAL_LOCK:
+        hit = _CALIBRATIONS.get(key)
+    if hit is not None:
+        return hit
+    n = max(3, int(steps))
+    cfg = config.replace(steps=n, warmup=0, eval_every=n)
+    marks: list[float] = []
+
+    def progress(step: int, total: int, loss: float | None, val: float | None, probe: Any = None) -> None:
+        if loss is not None:  # a runner's step-0 probe (no loss) belongs to the setup
+            marks.append(time.perf_counter())
+
+    ctx = single_threaded() if device.startswith("cpu") else contextlib.nullcontext()
+    with ctx:
+        t0 = time.perf_counter()
+        train_fn(cfg, text, device=device, progress=progress)
+        wall = time.perf_counter() - t0
+    gaps = sorted(b - a for a, b in zip(marks[:-2], marks[1:-1], strict=False))  # steps 2..n-1
+    step_s = gaps[len(gaps) // 2] if gaps else wall / n
+    eval_s = max(0.0, (marks[-1] - marks[-2]) - step_s) if len(marks) >= 2 else 0.0
+    setup_s = max(0.0, wall - n * step_s - eval_s)
+    cal = Calibration(step_s, eval_s, setup_s, n, device, key)
+    with _CAL_LOCK:
+        _CALIBRATIONS[key] = cal
+    return cal
+
+
+def estimate_seconds(configs: Sequence[TrainConfig], calibrations: Sequence[Calibration], vocab: int,
+                     device: str, train_fn: Callable[..., Any] = train) -> Estimate | None:
+    """Time for ``configs`` (on ``device``, a corpus of ``vocab`` distinct characters, trained by
+    ``train_fn``) from calibrations measured here (:func:`calibrate`): per run, setup + steps x
+    step time + evaluation points x evaluation time. None when a config has no calibration."""
+    by_key = {c.key: c for c in calibrations}
+    total = 0.0
+    used: list[Calibration] = []
+    for c in configs:
+        cal = by_key.get(calibration_key(c, vocab, device, train_fn))
+        if cal is None:
+            return None
+        total += cal.setup_s + c.steps * cal.step_s + eval_points(c) * cal.eval_s
+        if cal not in used:
+            used.append(cal)
+    return Estimate(total, job_tokens(configs), tuple(used))
+
+
+def calibration_cached(config: TrainConfig, vocab: int, device: str,
+                       train_fn: Callable[..., Any] = train) -> Calibration | None:
+    """The calibration already measured for ``config``'s shape and path, if any."""
+    with _CAL_LOCK:
+        return _CALIBRATIONS.get(calibration_key(config, vocab, device, train_fn))
+
+
+def calibrations_for(configs: Sequence[TrainConfig], text: str, device: str,
+                     train_fn: Callable[..., Any] = train) -> list[Calibration]:
+    """One :func:`calibrate` per distinct :func:`calibration_key` among ``configs`` (cached)."""
+    vocab = len(set(text))
+    seen: dict[tuple[Any, ...], Calibration] = {}
+    for c in configs:
+        key = calibration_key(c, vocab, device, train_fn)
+        if key not in seen:
+            seen[key] = calibrate(c, text, device, train_fn=train_fn)
+    return list(seen.values())
 
 
 # ---------------------------------------------------------------------------- the cache folder

@@ -43,10 +43,19 @@ from attncore.training.null_attention import (
 )
 from ui import cached, widgets
 from ui.corpus import Corpus
-from ui.jobs import MAX_JOB_TOKENS, QUEUE, SIZES, estimate_seconds, flops_per_token, list_runs
+from ui.jobs import (
+    MAX_JOB_TOKENS,
+    QUEUE,
+    SIZES,
+    calibration_cached,
+    calibrations_for,
+    estimate_seconds,
+    flops_per_token,
+)
 from ui.state import Param
 from ui.text import plain
 from ui.views import learned_sinks as view
+from ui.views import training as training_view
 from ui.views.training import provenance
 
 __all__ = ["SINKS_PARAMS", "TRAINING_PARAMS", "learned_part", "live_section", "shipped_section"]
@@ -86,7 +95,7 @@ PAPER = ('Guo et al. 2024 ("Active-Dormant Attention Heads: Mechanistically Demy
 
 
 def _task_sentence(task: dict[str, Any]) -> str:
-    trig = ", ".join(f"'{char_label(c)}'" for c in task["triggers"])
+    trig = ", ".join(f"'{plain(char_label(c))}'" for c in task["triggers"])  # a corpus's own characters
     return (f"BOS is a token of its own, the {N_TRIGGERS} triggers (the corpus's most frequent characters) "
             f"are {trig}, and the vocabulary has {task['vocab_size']} tokens.")
 
@@ -214,18 +223,25 @@ def job_flops(configs: list[TrainConfig], vocab: int) -> float:
     return sum(c.steps * c.batch * c.context * flops_per_token(c, vocab) for c in configs)
 
 
-def _references(device: str) -> list[dict[str, Any]]:
-    refs = [{**r, "label": f"your kept run {r.get('label')}"} for r in list_runs()
-            if r.get("task") == "bbm" and r.get("device") == device and not r.get("diverged_at")]
+def _time_estimate(configs: list[TrainConfig], text: str, device: str) -> str:
+    """' Estimated time: …' from a calibration of this task's runner measured on this server (a few real
+    steps with their probes and tests, per model shape), or why there is none yet."""
+    vocab = len(set(text))
     try:
-        d = _shipped()
-        if (d.get("machine") or {}).get("device", "cpu") == device:
-            cpu = (d.get("machine") or {}).get("cpu", "?")
-            refs += [{**r, "label": f"the shipped run '{r['name']}' on {cpu}"} for r in d["runs"]
-                     if r.get("diverged_at") is None]
-    except AttnInputError:
-        pass
-    return refs
+        cached = [c for c in (calibration_cached(cf, vocab, device, train_and_test) for cf in configs) if c]
+        est = estimate_seconds(configs, cached, vocab, device, train_and_test)
+        if est is None:
+            if QUEUE.running() is not None:  # a calibration now would time the job's competition
+                return " The time estimate is measured when no training job is running."
+            with st.spinner("Timing a few steps of the task on this server for the estimate…"):
+                cals = calibrations_for(configs, text, device, train_and_test)
+                est = estimate_seconds(configs, cals, vocab, device, train_and_test)
+    except (AttnInputError, MemoryError) as exc:
+        return f" No time estimate: {exc}"
+    if est is None:
+        return ""
+    return (f" Estimated time: {training_view.duration(est.seconds)}, probes and tests included; "
+            f"{training_view.calibration_text(est)}")
 
 
 def live_section(ctx: Any, corpus: Corpus | None) -> None:
@@ -256,13 +272,9 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
         else:
             tokens = sum(cf.steps * cf.batch * cf.context for cf in configs)
             line = (f"{len(configs)} run{'s' if len(configs) != 1 else ''} × {c['steps']} steps = {tokens:,} "
-                    f"training tokens of the task built from {corpus.name} ({task.size - 1} distinct "
+                    f"training tokens of the task built from {plain(corpus.name)} ({task.size - 1} distinct "
                     f"characters; {_task_sentence(task.to_dict())}) on {ctx.device_label}.")
-            est = estimate_seconds(configs, _references(ctx.device), task.size)
-            if est is not None:
-                line += (f" Estimated training time: {_duration(est.seconds)}, scaled by model FLOPs from "
-                         f"{est.reference} ({est.reference_tokens_per_s:,.0f} tokens/s); the tests add a few "
-                         "seconds per run.")
+            line += _time_estimate(configs, corpus.text, ctx.device)
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
@@ -315,12 +327,6 @@ def _task_cached(name: str, text: str) -> BigramBackcopy:
 
 def _task_of(corpus: Corpus) -> BigramBackcopy:
     return _task_cached(corpus.name, corpus.text)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return "under 1 s"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
 
 
 def job_status(job_id: str, polling: bool) -> None:

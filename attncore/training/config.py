@@ -7,18 +7,24 @@ Shape legend: ``B`` batch, ``H`` heads, ``T`` training sequence length (the cont
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+import torch
 
 from attncore.budget import check_limit
 from attncore.errors import AttnInputError
 
 __all__ = [
+    "EXPERIMENT_MEMORY_SHARE",
     "MAX_TRAIN_BYTES",
     "MAX_VOCAB",
     "VARIANTS",
     "VARIANT_INFO",
     "TrainConfig",
+    "check_train_budget",
+    "device_train_budget",
     "estimate_train_bytes",
 ]
 
@@ -83,8 +89,13 @@ VARIANT_INFO: dict[str, dict[str, str]] = {
 VARIANTS: tuple[str, ...] = tuple(VARIANT_INFO)
 
 MAX_VOCAB = 1000  # distinct characters; the embedding is V x D
-# Parameters, gradients, AdamW moments and the activations kept for backward.
+# Parameters, gradients, AdamW moments and the activations kept for backward: the budget of
+# one training run inside the app (its live runs), which shares the machine with the pages.
 MAX_TRAIN_BYTES = 6 * 1024**3
+# The experiments command has the device to itself: it may plan for this share of the
+# device's memory (CUDA: the GPU's total memory; CPU: the machine's physical memory).
+EXPERIMENT_MEMORY_SHARE = 0.8
+MAX_DROPOUT = 0.9
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "n_layer": (1, 12),
@@ -113,8 +124,13 @@ class TrainConfig:
         lr: peak AdamW learning rate (linear warm-up over ``warmup`` steps, then cosine
             decay to ``lr / 10``).
         weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars).
-        seed: seeds every random draw (initialisation, batches, evaluation windows).
+        seed: seeds every random draw (initialisation, batches, evaluation windows, dropout).
         eval_every: steps between evaluation points (one is also made at the last step).
+        dropout: probability of zeroing an activation during training, on the embeddings
+            and on each block's attention and MLP outputs before they join the residual
+            stream (not on the attention weights, so that every variant is regularised
+            alike); 0 (the default) adds no operation at all, so results made before this
+            field existed are reproduced bit for bit.
         sink_init: the initial value of the ``sink_logit`` variant's per-head logit b
             (0: it starts as softmax1); ignored by the other variants.
     """
@@ -131,6 +147,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     seed: int = 0
     eval_every: int = 100
+    dropout: float = 0.0
     sink_init: float = 0.0
 
     def __post_init__(self) -> None:
@@ -163,6 +180,9 @@ class TrainConfig:
             raise AttnInputError(f"the learning rate must lie in (0, 100]; got {self.lr}.")
         if not 0.0 <= self.weight_decay <= 1.0:
             raise AttnInputError(f"weight_decay must lie in [0, 1]; got {self.weight_decay}.")
+        if (isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float)
+                or not 0.0 <= self.dropout <= MAX_DROPOUT):
+            raise AttnInputError(f"dropout must be a number in [0, {MAX_DROPOUT}]; got {self.dropout!r}.")
         b = self.sink_init
         if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or abs(b) > 20.0:
             raise AttnInputError(f"the initial sink logit must be a number in [-20, 20]; got {b!r}.")
@@ -204,25 +224,59 @@ def n_params(config: TrainConfig, vocab: int) -> int:
 def estimate_train_bytes(config: TrainConfig, vocab: int) -> int:
     """Bytes a training run needs: parameters x 4 (weights, gradients, two AdamW moments)
     plus the float32 activations kept for backward (B x T x D per sublayer output, the
-    (B, H, T, T) attention maps the materialised variants keep, and the B x T x V logits), or
-    the maps of one window that each evaluation inspects, if that is more.
+    (B, H, T, T) attention maps the materialised variants keep, the B x T x V logits, and with
+    dropout its masks and outputs), or the maps of one window that each evaluation inspects,
+    if that is more.
     """
     B, T, D, H, N = config.batch, config.context, config.d_model, config.n_head, config.n_layer
     params = n_params(config, vocab)
     maps = 6 if config.variant not in ("standard", "unscaled", "fully_scaled", "fully_scaled_rows",
                                        "gated") else 0
     act = N * (B * T * D * 20 + B * H * T * T * maps) + B * T * vocab * 3
+    if config.dropout > 0:  # the masks (and scaled copies) of 2N + 1 dropouts kept for backward
+        act += (2 * N + 1) * B * T * D * 2
     inspect = (N + 6) * H * T * T  # evaluation: every layer's map of one window, one layer's stages
     act = max(act, inspect)
     return 4 * (4 * params + act)
 
 
-def check_train_budget(config: TrainConfig, vocab: int) -> None:
-    """:class:`ResourceLimitError` when :func:`estimate_train_bytes` exceeds :data:`MAX_TRAIN_BYTES`."""
+def check_train_budget(config: TrainConfig, vocab: int, limit: int | None = None) -> None:
+    """:class:`ResourceLimitError` when :func:`estimate_train_bytes` exceeds ``limit`` bytes
+    (default :data:`MAX_TRAIN_BYTES`, the app's budget; the experiments command passes
+    :func:`device_train_budget` of the device it trains on)."""
+    budget = MAX_TRAIN_BYTES if limit is None else limit
     check_limit(
         estimate_train_bytes(config, vocab),
-        MAX_TRAIN_BYTES,
+        budget,
         "the memory this training run needs (bytes)",
-        "(weights, gradients, optimiser state and activations must fit beside the app)",
+        "(weights, gradients, optimiser state and activations must fit beside the app)"
+        if limit is None else "(weights, gradients, optimiser state and activations must fit on the device)",
         "Use a smaller batch, context, width or fewer layers.",
     )
+
+
+def _physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def device_train_budget(device: str | torch.device, *, total_bytes: int | None = None) -> int:
+    """Bytes one training run may plan for when it has ``device`` to itself (the experiments command).
+
+    :data:`EXPERIMENT_MEMORY_SHARE` of the device's memory: a CUDA GPU's total memory
+    (``torch.cuda.get_device_properties``), else the machine's physical memory (the app's
+    :data:`MAX_TRAIN_BYTES` where the OS does not say). ``total_bytes`` overrides the
+    device's memory (tests fake a GPU with it).
+    """
+    dev = torch.device(device)
+    if total_bytes is None:
+        if dev.type == "cuda":
+            total_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
+        else:
+            total_bytes = _physical_memory()
+    if total_bytes is None:
+        return MAX_TRAIN_BYTES
+    return int(EXPERIMENT_MEMORY_SHARE * total_bytes)

@@ -8,25 +8,31 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.models import TextAttention
-from attncore.training.model import CharTransformer
-from attncore.training.train import encode_text
+from attncore.training.config import TrainConfig
+from attncore.training.model import CharTransformer, apply_rotary, rotary_angles
+from attncore.training.train import build_vocab, encode_text
 
 __all__ = [
     "MAX_INSPECT_CHARS",
     "MAX_VIEW_CHARS",
     "KnownText",
+    "QKStatistics",
     "attention_maps",
     "char_label",
     "encode",
     "generate",
+    "init_qk_statistics",
     "known_text",
     "next_char_distribution",
+    "qk_statistics",
     "text_attention",
 ]
 
@@ -177,3 +183,66 @@ def text_attention(model: CharTransformer, text: str) -> TextAttention:
     return TextAttention(tokens=tuple(char_label(c) for c in text), attentions=attn, causal=True,
                          special=torch.zeros(len(text), dtype=torch.bool), punctuation=punct,
                          dropped=0, chars_cut=0, token_limit=MAX_INSPECT_CHARS)
+
+
+@dataclass(frozen=True)
+class QKStatistics:
+    """Spread of the first layer's queries and keys on some texts (see :func:`qk_statistics`).
+
+    Attributes:
+        var_q, var_k: variance of one entry of q and of k (over texts, heads, positions, entries).
+        var_dot: variance of the dot products q_i · k_j over every query-key pair of each text.
+        d_head: the head dim E.
+        n_dots: how many dot products ``var_dot`` is taken over.
+    """
+
+    var_q: float
+    var_k: float
+    var_dot: float
+    d_head: int
+    n_dots: int
+
+    @property
+    def dot_per_dim(self) -> float:
+        """``var_dot / d_head``: 1 for independent unit-variance entries, ``var_q x var_k`` for
+        independent entries of those variances."""
+        return self.var_dot / self.d_head
+
+
+@torch.no_grad()
+def qk_statistics(model: CharTransformer, texts: list[str]) -> QKStatistics:
+    """Variance of the first layer's q and k entries and of their dot products on ``texts``.
+
+    The statement ``Var(q·k) = d`` holds for independent unit-variance entries; a model's q and
+    k have the variance its weights give them (at initialisation, width D and weights
+    N(0, σ²) after a LayerNorm: about ``D σ²`` per entry), and this measures it. Each text
+    (at most the model's context, equal lengths) runs through the embedding and the first
+    block's LayerNorm and q, k projection with rotary positions, as in training.
+    """
+    if not texts or len({len(t) for t in texts}) != 1:
+        raise AttnInputError("give one text or several texts of the same length.")
+    if len(texts[0]) > model.config.context or len(texts) > 64:
+        raise AttnInputError(f"at most 64 texts of at most {model.config.context} characters.")
+    ids = torch.stack([encode(model, t) for t in texts]).to(model.device)  # (B, L)
+    L = ids.shape[1]
+    blk = model.blocks[0]
+    q, k, _ = blk.attn.split_heads(blk.ln1(model.tok(ids)))  # each (B, H, L, E)
+    cos, sin = rotary_angles(torch.arange(L, device=ids.device), model.config.d_head)
+    q, k = apply_rotary(q, cos, sin).double(), apply_rotary(k, cos, sin).double()
+    dots = q @ k.transpose(-2, -1)  # (B, H, L, L)
+    return QKStatistics(float(q.var()), float(k.var()), float(dots.var()), model.config.d_head, dots.numel())
+
+
+def init_qk_statistics(config: TrainConfig | dict[str, Any], text: str, device: str | torch.device = "cpu",
+                       windows: int = 8) -> QKStatistics:
+    """:func:`qk_statistics` of a freshly initialised model (``config``'s seed, vocabulary of
+    ``text``) on ``windows`` evenly spaced windows of ``text`` of the model's context length."""
+    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+    vocab = build_vocab(text)
+    T = cfg.context
+    if len(text) < T:
+        raise AttnInputError(f"the text needs at least {T} characters; it has {len(text)}.")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = CharTransformer.create(cfg, vocab, gen).to(resolve_device(device)).eval()
+    step = max((len(text) - T) // max(windows, 1), 1)
+    return qk_statistics(model, [text[i * step : i * step + T] for i in range(windows)])

@@ -1,7 +1,8 @@
 """A small decoder-only character transformer whose attention goes through attncore.
 
 Pre-LayerNorm blocks, rotary position embeddings (so the model can run past its
-training context), tied input/output embeddings, a 4x GELU MLP. The attention
+training context), tied input/output embeddings, a 4x GELU MLP, optional dropout on
+the embeddings and on each residual branch (``TrainConfig.dropout``). The attention
 variant is fixed per model (:data:`attncore.training.config.VARIANTS`).
 
 Shape legend: ``B`` batch, ``H`` heads, ``L`` queries, ``S`` keys, ``T`` tokens,
@@ -44,6 +45,12 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+
+
+def _drop(x: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout with probability ``p`` while training; ``p == 0`` returns ``x`` itself (no operation,
+    no random draw), which keeps runs without dropout bit-identical to those made before it existed."""
+    return F.dropout(x, p, training=True) if p > 0 and training else x
 
 
 class CausalSelfAttention(nn.Module):
@@ -154,6 +161,7 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(D)
         self.fc = nn.Linear(D, 4 * D)
         self.out = nn.Linear(4 * D, D)
+        self.dropout = config.dropout
 
     def mlp(self, x: Tensor) -> Tensor:
         """The 4x GELU MLP on x (..., D)."""
@@ -164,8 +172,8 @@ class Block(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D) -> (B, T, D) and the attention weights (B, H, T, S) when asked."""
         a, w = self.attn(self.ln1(x), cos, sin, allowed, want_weights)
-        x = x + a
-        return x + self.mlp(self.ln2(x)), w
+        x = x + _drop(a, self.dropout, self.training)
+        return x + _drop(self.mlp(self.ln2(x)), self.dropout, self.training), w
 
 
 class CharTransformer(nn.Module):
@@ -243,7 +251,7 @@ class CharTransformer(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=idx.device)
         cos, sin = rotary_angles(positions, self.config.d_head)  # (T, E/2)
-        x = self.tok(idx)  # (B, T, D)
+        x = _drop(self.tok(idx), self.config.dropout, self.training)  # (B, T, D)
         maps: list[Tensor] = []
         for blk in self.blocks:
             x, w = blk(x, cos, sin, allowed, return_attn)

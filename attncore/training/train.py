@@ -23,6 +23,7 @@ from attncore.training.model import CharTransformer
 __all__ = [
     "SATURATION_THRESHOLD",
     "TrainResult",
+    "best_val",
     "build_vocab",
     "divergence_threshold",
     "encode_text",
@@ -92,6 +93,16 @@ class TrainResult:
         """The last evaluation point's held-out loss (None when no point was made)."""
         return self.val_loss[-1] if self.val_loss else None
 
+    @property
+    def best_val_loss(self) -> float | None:
+        """The lowest held-out loss of any evaluation point (None when no point was made)."""
+        return best_val(self.steps, self.val_loss)[0]
+
+    @property
+    def best_val_step(self) -> int | None:
+        """The step of :attr:`best_val_loss` (the earliest, on a tie)."""
+        return best_val(self.steps, self.val_loss)[1]
+
     def curves(self) -> dict[str, object]:
         """The JSON-able part (no model): config, vocab, every list and number."""
         return {
@@ -111,7 +122,22 @@ class TrainResult:
             "device": self.device,
             "final_train_loss": self.final_train_loss,
             "final_val_loss": self.final_val_loss,
+            "best_val_loss": self.best_val_loss,
+            "best_val_step": self.best_val_step,
         }
+
+
+def best_val(steps: list[int], val_loss: list[float | None]) -> tuple[float | None, int | None]:
+    """(lowest validation loss, its step) of a curve; the earliest step on a tie; (None, None) for none.
+
+    A model whose validation loss rises while its training loss falls has begun to memorise
+    the training text: the best point says where that began and how good the model was there.
+    """
+    points = [(v, s) for s, v in zip(steps, val_loss, strict=True) if v is not None and math.isfinite(v)]
+    if not points:
+        return None, None
+    v, s = min(points, key=lambda p: (p[0], p[1]))
+    return v, s
 
 
 def _check_text(text: str) -> None:
@@ -260,12 +286,13 @@ def train(
     device: str | torch.device | None = None,
     progress: Progress | None = None,
     cancel: Cancel | None = None,
+    max_bytes: int | None = None,
 ) -> TrainResult:
     """Train a :class:`CharTransformer` with ``config`` on ``text`` (characters as tokens).
 
     The first 90% of the text trains, the last 10% validates. AdamW (betas 0.9, 0.95),
     gradient clipping at norm 1, linear warm-up then cosine decay to lr/10. Every random
-    draw (initialisation, batch positions) comes from generators seeded with
+    draw (initialisation, batch positions, dropout masks) comes from generators seeded with
     ``config.seed``, so the same config, text and device give the same curves.
 
     Args:
@@ -276,13 +303,16 @@ def train(
             (``val_loss`` is None except at evaluation steps).
         cancel: called before every step; True stops the run (``cancelled=True``), which
             returns what it has, with an evaluation point at the step reached.
+        max_bytes: the memory budget of the run (default: the app's
+            :data:`~attncore.training.config.MAX_TRAIN_BYTES`; the experiments command passes
+            :func:`~attncore.training.config.device_train_budget` of its device).
 
     Raises:
         AttnInputError: bad corpus; ResourceLimitError: the run would not fit in memory.
     """
     t_start = time.perf_counter()
     vocab = build_vocab(text)
-    check_train_budget(config, len(vocab))
+    check_train_budget(config, len(vocab), max_bytes)
     dev = resolve_device(device)
     data_cpu = encode_text(text, vocab)
     cut = split_text(len(data_cpu), config.context)
@@ -328,38 +358,43 @@ def train(
         return v
 
     model.train()
-    step = 0
-    for step in range(1, config.steps + 1):
-        if cancel is not None and cancel():
-            cancelled = True
-            step -= 1
-            break
-        t0 = time.perf_counter()
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, config)
-        starts = torch.randint(0, len(train_data) - T, (config.batch,), generator=batch_gen)
-        x, y = _windows(train_data, starts, T)
-        logits, _ = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-        value = float(loss.detach())
-        if not math.isfinite(value) or value > limit:
-            diverged_at = step
+    # Dropout draws from the device's global generator: seed it from the config and restore it
+    # afterwards (nothing is drawn, and nothing forked, without dropout).
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], enabled=config.dropout > 0):
+        if config.dropout > 0:
+            torch.manual_seed(config.seed + 2)
+        step = 0
+        for step in range(1, config.steps + 1):
+            if cancel is not None and cancel():
+                cancelled = True
+                step -= 1
+                break
+            t0 = time.perf_counter()
+            for g in opt.param_groups:
+                g["lr"] = _lr_at(step, config)
+            starts = torch.randint(0, len(train_data) - T, (config.batch,), generator=batch_gen)
+            x, y = _windows(train_data, starts, T)
+            logits, _ = model(x)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            value = float(loss.detach())
+            if not math.isfinite(value) or value > limit:
+                diverged_at = step
+                train_time += time.perf_counter() - t0
+                step -= 1
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            is_eval = step % config.eval_every == 0 or step == config.steps
+            qk = torch.stack([blk.attn.qkv.weight.grad[: 2 * D].norm() for blk in model.blocks])
+            last_qk = float(qk.norm())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
             train_time += time.perf_counter() - t0
-            step -= 1
-            break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        is_eval = step % config.eval_every == 0 or step == config.steps
-        qk = torch.stack([blk.attn.qkv.weight.grad[: 2 * D].norm() for blk in model.blocks])
-        last_qk = float(qk.norm())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        train_time += time.perf_counter() - t0
-        batch_loss.append(value)
-        since_eval.append(value)
-        v = eval_point(step) if is_eval else None
-        if progress is not None:
-            progress(step, config.steps, value, v)
+            batch_loss.append(value)
+            since_eval.append(value)
+            v = eval_point(step) if is_eval else None
+            if progress is not None:
+                progress(step, config.steps, value, v)
     if (cancelled or diverged_at is not None) and since_eval:
         eval_point(step)
     model.eval()

@@ -7,6 +7,7 @@ streamlit calls. Every verdict sentence is computed from the numbers it quotes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,28 +15,52 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from attncore.training.inspect import QKStatistics
+from attncore.training.train import best_val
+from attncore.training.verdicts import (
+    GRAPHCORE_FINAL_TRAIN_LOSS,
+    NOT_DISTINGUISHABLE,
+    CellStats,
+    cell_stats,
+    converged,
+    lr_sweep_analysis,
+    runs_by,
+    scale_text,
+    scaling_analysis,
+    seed_of,
+    sinks_analysis,
+    stats_of,
+)
 from ui import figures
 from ui.figures import PALETTE, Curve, Panel
-from ui.views.saturation import grouped_bars
+from ui.jobs import Estimate
 from ui.views.sinks import labelled_heatmap
 
 __all__ = [
     "best_runs",
+    "calibration_text",
+    "cells_frame",
     "entropy_page_sentence",
+    "init_variance_sentence",
     "compare_figure",
+    "duration",
     "live_figure",
     "lr_sweep_curves",
     "lr_sweep_figure",
     "lr_sweep_measured",
     "lr_sweep_verdict",
+    "outcome",
     "provenance",
     "record_name",
+    "runs_frame",
     "runs_table",
     "scaling_figure",
     "scaling_measured",
     "scaling_verdict",
     "shown",
     "sink_counts",
+    "sink_labels",
+    "streaming_stats",
     "sinks_alpha_figure",
     "sinks_measured",
     "sinks_verdict",
@@ -53,17 +78,6 @@ def shown(x: float) -> float:
     """A loss as the page prints it (3 decimals); comparisons and differences use these values,
     so that every difference a sentence quotes is the difference of the numbers it quotes."""
     return float(f"{x:.3f}")
-
-
-def _cmp(a: float, b: float) -> int:
-    """-1, 0 or 1: ``a`` below, level with or above ``b``, as printed."""
-    da, db = shown(a), shown(b)
-    return 0 if da == db else (1 if da > db else -1)
-
-
-def _diff(a: float, b: float) -> str:
-    """|a - b| of the printed values, printed."""
-    return f"{abs(shown(a) - shown(b)):.3f}"
 
 
 # ---------------------------------------------------------------------------- shared
@@ -84,10 +98,20 @@ def provenance(d: dict[str, Any]) -> str:
     took = ""
     if isinstance(wall, int | float):
         took = f" in {wall:.0f} s" if wall < 90 else f" in {wall / 60:.1f} min"
+    seeds = d.get("seeds") or [0]
+    runs = d.get("runs") or []
+    kept = d.get("reused") or []
+    reuse = ""
+    if kept:
+        commits = sorted({str(k.get("from_commit", "?"))[:10] for k in kept})
+        check = d.get("reuse_check") or {}
+        reuse = (f" {len(kept)} of the {len(runs)} runs were kept from commit {', '.join(commits)} (same "
+                 f"config, same machine type, one thread): the run '{check.get('name', '?')}' was trained "
+                 f"again first and came out {'bit-identical' if check.get('identical') else 'different'}.")
     return (f"Made by `{d.get('command', '?')}` on {where}{took}, torch {m.get('torch', '?')}, commit "
-            f"{str(d.get('git_commit', '?'))[:10]}, scale '{d.get('scale', '?')}'. Models: {size or '?'}. "
-            f"Corpus: {corpus.get('name', '?')} ({corpus.get('chars', 0):,} characters, "
-            f"{corpus.get('vocab', '?')} distinct).")
+            f"{str(d.get('git_commit', '?'))[:10]}, scale '{d.get('scale', '?')}', seeds "
+            f"{', '.join(str(x) for x in seeds)}. Models: {size or '?'}. Corpus: {corpus.get('name', '?')} "
+            f"({corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
 
 
 def table_frame(table: dict[str, Any]) -> pd.DataFrame:
@@ -97,6 +121,55 @@ def table_frame(table: dict[str, Any]) -> pd.DataFrame:
         if df[col].isna().any():
             df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
+
+
+CELL_KEYS = {"lr_sweep": ("variant", "lr"), "scaling": ("variant", "d_head"), "sinks": ("label",)}
+
+
+def _ms(runs: Sequence[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    st = stats_of(runs, key)
+    if st is None:
+        return None, None
+    return round(st.mean, 4), (round(st.sd, 4) if st.sd is not None else None)
+
+
+def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
+    """One row per cell of an experiment (a setting, over its seeds): how many seeds, mean and sd of
+    the final training and validation losses and of the best validation loss, the median step of
+    that best point, and how many runs diverged; for sinks also the sink heads and the streaming
+    losses. Computed from the runs, as the verdicts are."""
+    keys = CELL_KEYS[d["experiment"]]
+    rows = []
+    for key, runs in runs_by(d["runs"], *keys).items():
+        done = converged(runs)
+        row: dict[str, Any] = dict(zip(keys, key, strict=True))
+        row["seeds"] = len(runs)
+        for name, field in (("final train", "final_train_loss"), ("final val", "final_val_loss"),
+                            ("best val", "best_val_loss")):
+            row[f"{name} (mean)"], row[f"{name} (sd)"] = _ms(runs, field)
+        steps = [best_val(r["steps"], r["val_loss"])[1] for r in done]
+        row["best val step (median)"] = float(np.median(steps)) if steps else None
+        if d["experiment"] == "sinks":
+            with_alpha = [r for r in done if r.get("sink_alpha") is not None]
+            row["sink heads (all seeds)"] = sum(sink_counts(r)[0] for r in with_alpha)
+            for skey, sname in STREAM_KEYS:
+                vals = [float(r["streaming"][skey]) for r in with_alpha]
+                row[f"{sname} (mean)"] = round(float(np.mean(vals)), 4) if vals else None
+        row["diverged"] = len(runs) - len(done)
+        rows.append(row)
+    return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
+
+
+def runs_frame(d: dict[str, Any]) -> pd.DataFrame:
+    """Every run of an experiment: its cell, seed, final and best losses (the CSV download)."""
+    keys = CELL_KEYS[d["experiment"]]
+    rows = []
+    for r in d["runs"]:
+        best, at = best_val(r["steps"], r["val_loss"])
+        rows.append([*(r[k] for k in keys), seed_of(r), r.get("final_train_loss"), r.get("final_val_loss"),
+                     best, at, r.get("diverged_at"), r.get("reused_from", "")])
+    return table_frame({"columns": [*keys, "seed", "final train", "final val", "best val", "best val step",
+                                    "diverged at", "kept from commit"], "rows": rows})
 
 
 def _view(fig: go.Figure, name: str) -> go.Figure:
@@ -123,16 +196,38 @@ def _variants(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def _mean_curve(runs: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, sd) of a curve over a cell's converged runs, at the steps they all reached."""
+    done = converged(runs)
+    if not done:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    n = min(len(r["steps"]) for r in done)
+    steps = np.asarray(done[0]["steps"][:n], dtype=np.float64)
+    vals = np.asarray([[np.nan if v is None else v for v in r[key][:n]] for r in done], dtype=np.float64)
+    sd = vals.std(axis=0, ddof=1) if len(done) > 1 else np.zeros(n)
+    return steps, vals.mean(axis=0), sd
+
+
 def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
-    """Final training loss against learning rate, one line per variant (diverged runs left out)."""
+    """Final training loss against learning rate, one line per variant: the mean over each rate's
+    converged seeds, error bars ±1 sd where a rate has several seeds (diverged runs left out)."""
+    a = lr_sweep_analysis(d)
     curves = []
     for v in _variants(d):
-        runs = sorted((r for r in d["runs"] if r["variant"] == v), key=lambda r: r["lr"])
-        kept = [None if r.get("diverged_at") is not None else r.get("final_train_loss") for r in runs]
-        x, y = _finite([r["lr"] for r in runs], kept)
-        curves.append(Curve(v, x, y, color=VARIANT_COLORS.get(v),
-                            hover=f"{v}<br>lr %{{x:.3g}}<br>final training loss %{{y:.4f}}"))
-    fig = figures.line_chart(curves, title="final training loss vs learning rate",
+        xs, ys, es, ns = [], [], [], []
+        for (vv, lr), runs in sorted(a.cells.items(), key=lambda kv: kv[0][1]):
+            st = stats_of(runs, "final_train_loss") if vv == v else None
+            if st is not None:
+                xs.append(lr)
+                ys.append(st.mean)
+                es.append(st.sd or 0.0)
+                ns.append(st.n)
+        curves.append(Curve(v, np.asarray(xs), np.asarray(ys), err=np.asarray(es),
+                            color=VARIANT_COLORS.get(v),
+                            hover=f"{v}<br>lr %{{x:.3g}}<br>mean final training loss "
+                                  f"%{{y:.4f}}<br>±%{{error_y.array:.4f}} (sd) over %{{customdata}} seed(s)",
+                            extra={"customdata": ns}))
+    fig = figures.line_chart(curves, title="final training loss vs learning rate (mean ± sd over seeds)",
                              x_title="peak learning rate", y_title="final training loss (nats/char)",
                              log_x=True, height=380)
     lrs = sorted({r["lr"] for r in d.get("runs", [])})
@@ -141,169 +236,239 @@ def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
     return _view(fig, "tr-lr")
 
 
-def best_runs(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """For each variant, the run at its best learning rate (as named in ``d['best']``)."""
-    out: dict[str, dict[str, Any]] = {}
-    for v, b in (d.get("best") or {}).items():
-        for r in d["runs"]:
-            if r["variant"] == v and r["lr"] == b["lr"]:
-                out[v] = r
-    return out
+def best_runs(d: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """For each variant, the runs (one per seed) of its best cell (see
+    :func:`attncore.training.verdicts.lr_sweep_analysis`)."""
+    return {v: runs for v, (_, runs) in lr_sweep_analysis(d).best.items()}
 
 
 def lr_sweep_curves(d: dict[str, Any]) -> go.Figure:
-    """Training (solid) and validation (dotted) loss against step at each variant's best rate."""
+    """Training (solid) and validation (dotted) loss against step at each variant's best rate,
+    the mean over its seeds."""
     curves = []
-    for v, r in best_runs(d).items():
+    for v, (lr, runs) in lr_sweep_analysis(d).best.items():
         color = VARIANT_COLORS.get(v)
-        x, y = _finite(r["steps"], r["train_loss"])
-        curves.append(Curve(f"{v} (lr {r['lr']:g}) training", x, y, color=color))
-        x, y = _finite(r["steps"], r["val_loss"])
-        curves.append(Curve(f"{v} (lr {r['lr']:g}) validation", x, y, color=color,
+        n = len(converged(runs))
+        x, y, _ = _mean_curve(runs, "train_loss")
+        curves.append(Curve(f"{v} (lr {lr:g}) training", x, y, color=color,
+                            hover=f"{v} training, mean of {n}<br>step %{{x}}<br>%{{y:.4f}}"))
+        x, y, _ = _mean_curve(runs, "val_loss")
+        curves.append(Curve(f"{v} (lr {lr:g}) validation", x, y, color=color,
+                            hover=f"{v} validation, mean of {n}<br>step %{{x}}<br>%{{y:.4f}}",
                             extra={"mode": "lines", "line": {"color": color, "dash": "dot", "width": 2}}))
-    fig = figures.line_chart(curves, title="learning curves at each variant's best rate", x_title="step",
-                             y_title="loss (nats/char)", height=380)
+    fig = figures.line_chart(curves, title="learning curves at each variant's best rate (mean over seeds)",
+                             x_title="step", y_title="loss (nats/char)", height=380)
     figures.legend_below(fig)
     return _view(fig, "tr-lr-curves")
 
 
 def lr_sweep_measured(d: dict[str, Any]) -> str:
     """This run's counterpart of the numbers in Graphcore's "Almost-scaled dot-product attention"."""
-    parts = [f"{v} {b['final_train_loss']:.3f} (lr {b['lr']:g})" for v, b in (d.get("best") or {}).items()]
+    parts = []
+    for v, (lr, runs) in lr_sweep_analysis(d).best.items():
+        st = stats_of(runs, "final_train_loss")
+        if st is not None:
+            parts.append(f"{v} {st.text()} at lr {lr:g}")
     return "Final training loss at each variant's best learning rate: " + "; ".join(parts) + "."
 
 
+def _lr_of(d: dict[str, Any]) -> str:
+    """The peak learning rate the runs of ``d`` share ('?' when they differ)."""
+    lrs = {r["config"]["lr"] for r in d.get("runs", [])}
+    return f"{lrs.pop():g}" if len(lrs) == 1 else "?"
+
+
+def _seeds_phrase(k: int) -> str:
+    return f"{k} seed{'s' if k != 1 else ''}"
+
+
 def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on the Graphcore post's claim, from the numbers in ``d``."""
-    best = d["best"]
-    s, f = best["standard"]["final_train_loss"], best["fully_scaled"]["final_train_loss"]
-    c = _cmp(f, s)
-    head = (f"At the best learning rate of each, fully scaled attention ended at a final training loss of "
-            f"{f:.3f} nats per character against {s:.3f} for standard attention")
-    if c > 0:
-        out = [f"{head}: worse by {_diff(f, s)}, the ordering the Graphcore post reports "
-               "(about 1.4 against 1.2)."]
-    elif c < 0:
-        out = [f"{head}: better by {_diff(f, s)}, so the Graphcore post's ordering (about 1.4 against 1.2) "
-               "does not reproduce at this scale."]
-    else:
-        out = [f"{head}: the same to three decimals, so neither ordering shows at this scale."]
-    if "fully_scaled_rows" in best:
-        r = best["fully_scaled_rows"]["final_train_loss"]
-        word = {1: "higher than", -1: "lower than", 0: "the same as"}[_cmp(r, f)]
-        out.append(f"The causal-aware per-row form (each row scaled by the keys it sees) ended at {r:.3f}, "
-                   f"{word} the key-length form ({f:.3f}).")
-    lrs = sorted({r["lr"] for r in d["runs"]})
-    for v, b in best.items():
-        if len(lrs) > 1 and b["lr"] in (lrs[0], lrs[-1]):
-            end = "largest" if b["lr"] == lrs[-1] else "smallest"
-            out.append(f"For {v} the best rate is the {end} one tried ({b['lr']:g}), so a wider sweep "
-                       "might find a lower loss.")
-    div = [r for r in d["runs"] if r.get("diverged_at") is not None]
+    """Plain-words verdict on the Graphcore post's claim, computed from the runs in ``d``."""
+    a = lr_sweep_analysis(d)
+    cfg = (d.get("sizes") or {}).get("config") or {}
+    out: list[str] = []
+    s_run, f_run = a.best.get("standard"), a.best.get("fully_scaled")
+    if s_run is None or f_run is None:
+        return ["Not enough runs converged at every seed to compare the variants."]
+    s, f = stats_of(s_run[1], "final_train_loss"), stats_of(f_run[1], "final_train_loss")
+    assert s is not None and f is not None
+    seeded = max(len(runs) for runs in a.cells.values())
+    post = GRAPHCORE_FINAL_TRAIN_LOSS
+    out.append(f"Scale: {scale_text(cfg)}; {_seeds_phrase(seeded)} at each variant's best rate and its "
+               "better neighbour, one at the other rates. Mean final training loss at the best rates: "
+               f"{s.mean:.2f} (standard) / {f.mean:.2f} (fully scaled) here, against {post['standard']:.1f} "
+               f"/ {post['fully_scaled']:.1f} in the post, whose model size and training length are not "
+               "stated.")
+    c = a.comparisons.get("fully_scaled vs standard")
+    if c is not None:
+        word = c.word("fully scaled trains worse, the ordering the Graphcore post reports",
+                      "fully scaled trains better, against the Graphcore post's ordering")
+        out.append(f"At each variant's best learning rate, fully scaled attention ended at {f.text()} nats "
+                   f"per character against {s.text()} for standard attention; {c.margin_text()}: {word}.")
+    r = a.best.get("fully_scaled_rows")
+    c2 = a.comparisons.get("fully_scaled_rows vs fully_scaled")
+    if r is not None and c2 is not None:
+        rs = stats_of(r[1], "final_train_loss")
+        assert rs is not None
+        rel = (c2.word("higher than", "lower than") if c2.sign else
+               f"{NOT_DISTINGUISHABLE} from" if c2.enough_seeds else "too few seeds to compare with")
+        out.append("The causal-aware per-row form (each row scaled by the keys it sees) ended at "
+                   f"{rs.text()}: {rel} the key-length form ({c2.margin_text()}).")
+    lrs = sorted({x["lr"] for x in d["runs"]})
+    for v, (lr, _) in a.best.items():
+        if len(lrs) > 1 and lr in (lrs[0], lrs[-1]):
+            end = "largest" if lr == lrs[-1] else "smallest"
+            out.append(f"For {v} the best rate is the {end} one tried ({lr:g}), so a wider sweep might find "
+                       "a lower loss.")
+    div = [x for x in d["runs"] if x.get("diverged_at") is not None]
     if div:
-        names = ", ".join(f"{r['name']} at step {r['diverged_at']}" for r in div)
-        out.append(f"{len(div)} of {len(d['runs'])} runs diverged ({names}); their curves stop there and "
-                   "the sweep plot leaves them out.")
+        names = ", ".join(f"{x['name']} (seed {seed_of(x)}) at step {x['diverged_at']}" for x in div)
+        out.append(f"{len(div)} of {len(d['runs'])} runs diverged ({names}); their curves stop there and the "
+                   "sweep plot leaves them out.")
+    gap = min(s.mean - post["standard"], f.mean - post["fully_scaled"])
+    ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 1.0
+    out.append("What this run cannot show: whether the ordering holds at the post's scale, since these "
+               f"models stop at least {gap:.2f} nats per character above its losses; each best rate is known "
+               f"only to within the sweep's factor of {ratio:.2g}; and the best rates are picked on the same "
+               "seeds that judge them, which flatters every variant a little.")
     return out
 
 
 def entropy_page_sentence(d: dict[str, Any]) -> str:
     """The Entropy page's counterpart of the Graphcore post's result: this app's own measurement, in one
     sentence whose every number is read from the learning-rate sweep ``d``."""
-    best = d["best"]
-    s, f = best["standard"]["final_train_loss"], best["fully_scaled"]["final_train_loss"]
+    a = lr_sweep_analysis(d)
     cfg = (d.get("sizes") or {}).get("config") or {}
     lrs = sorted({r["lr"] for r in d["runs"]})
     corpus = (d.get("corpus") or {}).get("name", "the corpus")
-    setup = (f"a character model of {cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} "
-             f"steps on {corpus}, {len(lrs)} learning rates from {lrs[0]:g} to {lrs[-1]:g}"
+    setup = (f"a character model of {cfg['n_layer']} layers and width {cfg['d_model']}, {cfg['steps']} steps "
+             f"on {corpus}, {len(lrs)} learning rates from {lrs[0]:g} to {lrs[-1]:g}"
              if cfg and lrs else "a small character model")
-    c = _cmp(f, s)
-    verdict = {1: f"worse by {_diff(f, s)}, the ordering the post reports, at a smaller scale",
-               -1: f"better by {_diff(f, s)}, so the post's ordering did not reproduce at this scale",
-               0: "the same to three decimals, so neither ordering shows at this scale"}[c]
-    return (f"This app ran the comparison itself ({setup}). At each variant's best learning rate, fully "
-            f"scaled attention (rate {best['fully_scaled']['lr']:g}) ended at a final training loss of "
-            f"{f:.3f} nats per character against {s:.3f} for standard attention "
-            f"(rate {best['standard']['lr']:g}): {verdict}.")
+    if "standard" not in a.best or "fully_scaled" not in a.best:
+        return f"This app ran the comparison itself ({setup}), but not enough runs converged to compare."
+    (ls, rs), (lf, rf) = a.best["standard"], a.best["fully_scaled"]
+    s, f = stats_of(rs, "final_train_loss"), stats_of(rf, "final_train_loss")
+    assert s is not None and f is not None
+    c = a.comparisons.get("fully_scaled vs standard")
+    verdict = NOT_DISTINGUISHABLE if c is None else c.word(
+        "worse, the ordering the post reports, at a smaller scale",
+        "better, so the post's ordering did not reproduce at this scale")
+    return (f"This app ran the comparison itself ({setup}, {_seeds_phrase(s.n)} at the best rates). At each "
+            f"variant's best learning rate, fully scaled attention (rate {lf:g}) ended at a mean final "
+            f"training loss of {f.mean:.3f} nats per character against {s.mean:.3f} for standard attention "
+            f"(rate {ls:g}): {verdict}.")
 
 
 # ---------------------------------------------------------------------------- experiment 2: scaling
 
 
-def _scaling_pairs(d: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
-    """(d_head, standard run, unscaled run) for every head dim with both runs."""
-    out = []
-    for dh in sorted({r["d_head"] for r in d["runs"]}):
-        s = [r for r in d["runs"] if r["d_head"] == dh and r["variant"] == "standard"]
-        u = [r for r in d["runs"] if r["d_head"] == dh and r["variant"] == "unscaled"]
-        if s and u:
-            out.append((dh, s[0], u[0]))
-    return out
+INIT_STD = 0.02  # CharTransformer.create: linear weights ~ N(0, 0.02²)
+
+
+def init_variance_sentence(stats: QKStatistics, d_model: int) -> str:
+    """What ``Var(q·k) = d_head`` means for these models: it assumes unit-variance entries, while
+    their q and k at initialisation have the variance their small weights give them (measured)."""
+    per_entry = d_model * INIT_STD**2
+    return ("That identity assumes independent entries of variance 1. These models start smaller: after the "
+            f"first LayerNorm, with width {d_model} and weights drawn from N(0, {INIT_STD}²), an entry of q "
+            f"or k has variance about {d_model} × {INIT_STD}² = {per_entry:.3f}; measured at initialisation, "
+            f"{stats.var_q:.3f} (q) and {stats.var_k:.3f} (k), and Var(q·k) = {stats.dot_per_dim:.4f} × "
+            f"d_head (at d_head {stats.d_head}, over {stats.n_dots:,} query-key pairs; {per_entry ** 2:.4f} "
+            "for independent entries). So the unscaled logits start with a standard deviation of "
+            f"{math.sqrt(stats.dot_per_dim * 16):.2f} at d_head 16 and "
+            f"{math.sqrt(stats.dot_per_dim * 256):.2f} at 256; they grow as training enlarges the weights.")
 
 
 def scaling_figure(d: dict[str, Any]) -> go.Figure:
-    """Per head dim: validation loss (top row) and share of saturated rows (bottom row) against step."""
-    pairs = _scaling_pairs(d)
-    loss, sat = [], []
-    for dh, s, u in pairs:
-        lc, sc = [], []
-        for r in (s, u):
-            color = VARIANT_COLORS[r["variant"]]
-            x, y = _finite(r["steps"], r["val_loss"])
-            lc.append(Curve(r["variant"], x, y, color=color, extra={"legendgroup": r["variant"]}))
-            x, y = _finite(r["steps"], r["saturated_share"])
-            sc.append(Curve(r["variant"], x, y, color=color, extra={"legendgroup": r["variant"]}))
-        heads = s["config"]["n_head"]
-        loss.append(Panel(f"d_head {dh} ({heads} heads): validation loss", lc, y_title="nats/char"))
+    """Per head dim: validation loss (top row), share of saturated rows (middle row) and the
+    query/key gradient norm (bottom row, log scale) against step, each the mean over seeds."""
+    a = scaling_analysis(d)
+    loss, sat, grad = [], [], []
+    half = ((d.get("sizes") or {}).get("config") or {}).get("steps", 0) / 2
+    for dh in a.d_heads:
+        lc, sc, gc = [], [], []
+        heads = None
+        for variant in ("standard", "unscaled"):
+            runs = a.cells.get((variant, dh), [])
+            if not runs:
+                continue
+            heads = runs[0]["config"]["n_head"]
+            color = VARIANT_COLORS[variant]
+            n = len(converged(runs))
+            for out, key in ((lc, "val_loss"), (sc, "saturated_share"), (gc, "qk_grad_norm")):
+                x, y, _ = _mean_curve(runs, key)
+                out.append(Curve(variant, x, y, color=color, extra={"legendgroup": variant},
+                                 hover=f"{variant}, mean of {n}<br>step %{{x}}<br>%{{y:.4g}}"))
+        loss.append(Panel(f"d_head {dh} ({heads} head{'s' if heads != 1 else ''}): validation loss", lc,
+                          y_title="nats/char",
+                          x_title="step"))
         sat.append(Panel(f"d_head {dh}: rows with max weight > 0.99", sc, y_title="share of rows",
                          x_title="step", y_range=(0.0, 1.0)))
-    for p in loss:
-        p.x_title = "step"
-    fig = figures.panel_grid([*loss, *sat], cols=max(1, len(pairs)), height=620)
+        grad.append(Panel(f"d_head {dh}: |∂loss/∂W_q,k| (second half right of {half:g})", gc,
+                          y_title="gradient norm", x_title="step", log_y=True))
+    fig = figures.panel_grid([*loss, *sat, *grad], cols=max(1, len(a.d_heads)), height=880)
     return _view(fig, "tr-scaling")
 
 
 def scaling_measured(d: dict[str, Any]) -> str:
-    """This run's counterpart of the "Why √d Matters" tutorial's claim."""
+    """This run's counterpart of the "Why √d Matters" tutorial's claim (means over seeds)."""
+    a = scaling_analysis(d)
     parts = []
-    for dh, s, u in _scaling_pairs(d):
-        parts.append(f"d_head {dh}: validation loss {s['final_val_loss']:.3f} scaled, "
-                     + ("diverged" if u["final_val_loss"] is None else f"{u['final_val_loss']:.3f}")
-                     + " unscaled")
-    return "; ".join(parts) + "."
+    for dh in a.d_heads:
+        s = stats_of(a.cells.get(("standard", dh), []), "final_val_loss")
+        u = stats_of(a.cells.get(("unscaled", dh), []), "final_val_loss")
+        parts.append(f"d_head {dh}: validation loss " + (f"{s.mean:.3f}" if s else "diverged") + " scaled, "
+                     + (f"{u.mean:.3f}" if u else "diverged") + " unscaled")
+    return "; ".join(parts) + f" (means over {_seeds_phrase(a.seeds)})."
 
 
 def scaling_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on the "Why √d Matters" tutorial's scaling ablation, from ``d``."""
-    out: list[str] = []
-    gaps: list[float] = []
-    for dh, s, u in _scaling_pairs(d):
-        if u.get("diverged_at") is not None:
-            out.append(f"At d_head {dh} unscaled attention diverged at step {u['diverged_at']}.")
-            gaps.append(float("inf"))
+    """Plain-words verdict on the "Why √d Matters" tutorial's scaling claims, from the runs in ``d``."""
+    a = scaling_analysis(d)
+    cfg = (d.get("sizes") or {}).get("config") or {}
+    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)} for both variants, {_seeds_phrase(a.seeds)} "
+           "per cell. The tutorial runs no experiment: its \"When Scaling Matters Most\" table predicts "
+           "that scaling matters more the larger the head dim, and its scaling-ablation exercise asks for "
+           "this comparison."]
+    for dh in a.d_heads:
+        s_runs, u_runs = a.cells.get(("standard", dh), []), a.cells.get(("unscaled", dh), [])
+        div = [r for r in u_runs if r.get("diverged_at") is not None]
+        if div:
+            out.append(f"At d_head {dh} unscaled attention diverged in {len(div)} of {len(u_runs)} runs "
+                       f"(first at step {min(r['diverged_at'] for r in div)}).")
+        c = a.loss.get(dh)
+        if c is None:
             continue
-        sv, uv = s["final_val_loss"], u["final_val_loss"]
-        gaps.append(shown(uv) - shown(sv))
-        c = _cmp(uv, sv)
-        how = {1: f"worse by {_diff(uv, sv)}", -1: f"better by {_diff(uv, sv)}",
-               0: "the same to three decimals"}[c]
-        ss, us = s["saturated_share"][-1], u["saturated_share"][-1]
-        out.append(f"At d_head {dh}, unscaled attention ended at a validation loss of {uv:.3f} against "
-                   f"{sv:.3f} with the 1/√d scaling ({how}); {us:.1%} of its attention rows were saturated "
-                   f"at the end against {ss:.1%}.")
-    if len(gaps) >= 2:
-        grows = all(shown(b - a) > 0 for a, b in zip(gaps, gaps[1:], strict=False))
-        out.append("The gap grows with every step up in head dim, as the tutorial predicts." if grows else
-                   "The gap does not grow with every step up in head dim at this scale, so this run does not "
-                   "show the tutorial's prediction in full.")
-    pairs = _scaling_pairs(d)
-    if pairs:
-        dh, s, u = pairs[-1]
-        gs, gu = s["qk_grad_norm"][-1], u["qk_grad_norm"][-1]
-        word = "smaller than" if gu < gs else "larger than" if gu > gs else "equal to"
-        out.append(f"At d_head {dh} the gradient on the query and key projections at the last evaluation was "
-                   f"{gu:.3g} unscaled, {word} {gs:.3g} scaled.")
+        ss = stats_of(s_runs, "saturated_second_half_median")
+        us = stats_of(u_runs, "saturated_second_half_median")
+        sat = (f"; in the second half of training a median {us.mean:.1%} of its attention rows were "
+               f"saturated against {ss.mean:.1%}" if ss and us else "")
+        out.append(f"At d_head {dh}, unscaled attention ended at a validation loss of {c.b.text()} against "
+                   f"{c.a.text()} with the 1/√d scaling: {c.word('worse', 'better')} "
+                   f"({c.margin_text()}){sat}.")
+    if len(a.d_heads) >= 2:
+        steps = ", ".join(f"{k.replace('->', ' to ')}: {c.diff:+.3f} ± {(c.margin or 0):.3f}"
+                          for k, c in a.gap_growth.items() if c is not None)
+        out.append({True: "The gap grows with every step up in head dim, as the tutorial's table predicts",
+                    False: "The gap shrinks at a step up in head dim, against the tutorial's table",
+                    None: f"Whether the gap grows with every step up in head dim is {NOT_DISTINGUISHABLE}"}
+                   [a.gap_grows] + f" (change of the per-seed gap: {steps}).")
+    parts = []
+    for dh in a.d_heads:
+        g = a.grad.get(dh)
+        if g is None:
+            continue
+        word = g.word("larger", "smaller")
+        parts.append(f"d_head {dh}: {math.exp(g.b.mean):.3g} unscaled vs {math.exp(g.a.mean):.3g} scaled, "
+                     f"ratio {math.exp(g.diff):.2g} ({word})")
+    if parts:
+        out.append("Query/key gradient norm, median over the evaluation points of the second half of "
+                   f"training, geometric mean over seeds: {'; '.join(parts)}. The vanishing-gradient "
+                   "argument expects smaller gradients without the scaling.")
+    out.append("What this run cannot show: one learning rate serves both variants, so part of a gap may be "
+               f"a rate that suits one of them better rather than saturation; {cfg.get('steps', '?')} steps "
+               f"of a {cfg.get('n_layer', '?')}-layer model say nothing about longer training; the gradient "
+               "norm is read before clipping and only at the evaluation points.")
     return out
 
 
@@ -311,100 +476,200 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
 
 
 def sink_counts(run: dict[str, Any]) -> tuple[int, int]:
-    """(sink heads, heads): heads whose first-token metric α₀ exceeds the run's ε."""
+    """(sink heads, heads) of one model: heads whose first-token metric α₀ exceeds the run's ε."""
     a = np.asarray(run["sink_alpha"], dtype=np.float64)
     return int((a > run["sink_eps"]).sum()), int(a.size)
 
 
-def sinks_alpha_figure(run: dict[str, Any]) -> go.Figure:
-    """α₀ per layer and head for one normaliser."""
-    a = np.asarray(run["sink_alpha"], dtype=np.float64)
-    n, h = a.shape
-    k, total = sink_counts(run)
-    fig = labelled_heatmap(a, [str(j) for j in range(h)], [str(i) for i in range(n)],
-                                   title=f"{run['label']}: {k} of {total} sink heads", x_title="head",
-                                   y_title="layer", value_name="α₀", zmin=0.0, zmax=1.0,
-                                   height=int(min(420, 130 + 40 * n)))
-    return _view(fig, f"tr-sinks-{run['label']}")
+def sink_labels(d: dict[str, Any]) -> list[str]:
+    """The normalisers of a sinks result, in run order."""
+    return list(sinks_analysis(d).cells)
+
+
+def sinks_alpha_figure(d: dict[str, Any], label: str) -> go.Figure:
+    """α₀ per layer and head for one normaliser: the mean over its seeds' models."""
+    a = sinks_analysis(d)
+    runs = [r for r in converged(a.cells[label]) if r.get("sink_alpha") is not None]
+    z = np.mean([np.asarray(r["sink_alpha"], dtype=np.float64) for r in runs], axis=0)
+    n, h = z.shape
+    k = sum(a.heads[label])
+    fig = labelled_heatmap(z, [str(j) for j in range(h)], [str(i) for i in range(n)],
+                           title=f"{label}: {k} sink heads in {len(runs)} "
+                                 f"model{'s' if len(runs) != 1 else ''}",
+                           x_title="head", y_title="layer", value_name="mean α₀", zmin=0.0, zmax=1.0,
+                           height=int(min(420, 130 + 40 * n)))
+    return _view(fig, f"tr-sinks-{label}")
 
 
 STREAM_KEYS = (("full_beyond", "full cache"), ("window_beyond", "window"),
                ("window_sinks_beyond", "window + first tokens"))
 
 
+def streaming_stats(d: dict[str, Any]) -> dict[str, dict[str, CellStats]]:
+    """Per normaliser, per cache policy (:data:`STREAM_KEYS`): the loss beyond the context over seeds."""
+    out: dict[str, dict[str, CellStats]] = {}
+    for label, runs in sinks_analysis(d).cells.items():
+        done = [r for r in converged(runs) if r.get("streaming")]
+        if done:
+            seeds = [seed_of(r) for r in done]
+            out[label] = {key: cell_stats([float(r["streaming"][key]) for r in done], seeds)
+                          for key, _ in STREAM_KEYS}
+    return out
+
+
 def streaming_figure(d: dict[str, Any]) -> go.Figure:
-    """StreamingLLM test: loss beyond the training context for each normaliser and cache policy."""
-    runs = d["runs"]
-    st0 = runs[0]["streaming"]
-    series = [(name, [r["streaming"][key] for r in runs]) for key, name in STREAM_KEYS]
-    fig = grouped_bars([r["label"] for r in runs], series,
-                               title=f"loss beyond the context (window {st0['window']} keys, "
-                                     f"{st0['sinks']} first tokens kept)",
-                               y_title="nats/char", height=360)
-    lo = min(min(v) for _, v in series)
-    hi = max(max(v) for _, v in series)
-    fig.update_yaxes(range=[lo - 0.1 * (hi - lo + 1e-3), hi + 0.1 * (hi - lo + 1e-3)])
+    """StreamingLLM test: loss beyond the training context for each normaliser and cache policy,
+    the mean over seeds with ±1 sd; the y axis starts at zero."""
+    stats = streaming_stats(d)
+    labels = list(stats)
+    st0 = next(r["streaming"] for r in d["runs"] if r.get("streaming"))
+    fig = go.Figure()
+    for i, (key, name) in enumerate(STREAM_KEYS):
+        y = [stats[lb][key].mean for lb in labels]
+        e = [stats[lb][key].sd or 0.0 for lb in labels]
+        fig.add_trace(go.Bar(x=labels, y=figures.as_f32(y), name=name, marker_color=PALETTE[i % len(PALETTE)],
+                             error_y={"type": "data", "array": figures.as_f32(e), "visible": True},
+                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4f}} ± %{{error_y.array:.4f}} "
+                                           "(sd)<extra></extra>"))
+    fig.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05)
+    fig.update_xaxes(type="category", tickangle=0)
+    top = max(s.mean + (s.sd or 0.0) for per in stats.values() for s in per.values())
+    fig.update_yaxes(title="nats/char (axis from 0)", range=[0.0, 1.08 * top])
+    figures.style(fig, title=f"loss beyond the context (window {st0['window']} keys, {st0['sinks']} first "
+                             "tokens kept), mean ± sd over seeds", height=360)
     figures.legend_below(fig)
     return _view(fig, "tr-streaming")
 
 
 def sinks_measured(d: dict[str, Any]) -> str:
-    parts = []
-    for r in d["runs"]:
-        k, total = sink_counts(r)
-        parts.append(f"{r['label']} {k}/{total} sink heads")
-    return "; ".join(parts) + f" (α₀ > ε = {d['runs'][0]['sink_eps']:g})."
+    a = sinks_analysis(d)
+    parts = [f"{label} {sum(ks)} of {a.heads_per_model * len(ks)}" for label, ks in a.heads.items()]
+    eps = next(r["sink_eps"] for r in d["runs"] if r.get("sink_eps") is not None)
+    return ("Sink heads (α₀ > ε = " + f"{eps:g}), summed over {_seeds_phrase(a.seeds)}: " + "; ".join(parts)
+            + ".")
 
 
 def sinks_verdict(d: dict[str, Any]) -> list[str]:
-    """Plain-words verdict on the null-attention argument and StreamingLLM, from the numbers in ``d``."""
-    runs = {r["label"]: r for r in d["runs"]}
-    out: list[str] = []
-    eps = d["runs"][0]["sink_eps"]
+    """Plain-words verdict on the null-attention argument and StreamingLLM, from the runs in ``d``."""
+    a = sinks_analysis(d)
+    cfg = (d.get("sizes") or {}).get("config") or {}
+    eps = next(r["sink_eps"] for r in d["runs"] if r.get("sink_eps") is not None)
     uni = d.get("alpha_uniform", d["runs"][0].get("sink_alpha_uniform"))
-    for label, r in runs.items():
-        k, total = sink_counts(r)
-        mean = float(np.mean(r["sink_alpha"]))
-        out.append(f"{label}: {k} of {total} heads are sink heads (α₀ > {eps:g}); the mean α₀ is {mean:.3f} "
-                   f"against {uni:.3f} under uniform causal attention.")
-    top = max(float(np.max(r["sink_alpha"])) for r in runs.values())
-    if shown(top) < shown(uni):
-        out.append(f"Every head of every model gives the first token less weight than uniform causal "
-                   f"attention would (largest α₀ {top:.3f} against {uni:.3f}): no first-token sinks formed "
-                   "at this scale.")
-    if "softmax" in runs:
-        base = sink_counts(runs["softmax"])[0]
+    out = [f"Scale: {scale_text(cfg)}, learning rate {_lr_of(d)}, {_seeds_phrase(a.seeds)} per normaliser, "
+           "against the 7-billion-parameter and larger models in which StreamingLLM found sinks."]
+    for label, runs in a.cells.items():
+        done = [r for r in converged(runs) if r.get("sink_alpha") is not None]
+        if not done:
+            out.append(f"{label}: every run diverged.")
+            continue
+        means = [float(np.mean(r["sink_alpha"])) for r in done]
+        st = cell_stats(means, [seed_of(r) for r in done])
+        models = f"{len(done)} model{'s' if len(done) != 1 else ''}"
+        heads = a.heads_per_model * len(done)
+        out.append(f"{label}: {sum(a.heads[label])} of {heads} heads over {models} are sink heads "
+                   f"(α₀ > {eps:g}); the mean α₀ is {st.text()} against {uni:.3f} under uniform causal "
+                   "attention.")
+    if not a.formed:
+        how = ("every head gives the first token less weight than uniform attention would"
+               if a.top_alpha < uni else "no head's α₀ exceeds the threshold")
+        out.append(f"No sinks formed in any of these models: {how} (largest α₀ {a.top_alpha:.3f}, uniform "
+                   f"{uni:.3f}). So softmax1 and the sink logit had no sinks to remove, and the StreamingLLM "
+                   "column cannot test the claim here: it shows only how these models behave past their "
+                   "training context.")
+    elif "softmax" in a.heads:
+        base = sum(a.heads["softmax"])
         for fix in ("softmax1", "sink_logit"):
-            if fix in runs:
-                k = sink_counts(runs[fix])[0]
+            if fix in a.heads:
+                k = sum(a.heads[fix])
                 word = "fewer sink heads than" if k < base else "more sink heads than" if k > base else \
                     "as many sink heads as"
                 tail = (", as the null-attention argument expects." if k < base else
-                        "; the null-attention argument expects fewer." if base > 0 else
-                        "; softmax grew no sink heads here, so there was nothing to remove.")
-                out.append(f"{fix} has {word} softmax ({k} against {base}){tail}")
-        s = runs["softmax"]["streaming"]
-        w, ws, full = s["window_beyond"], s["window_sinks_beyond"], s["full_beyond"]
-        c = _cmp(ws, w)
-        how = {-1: f"lowers it to {ws:.3f}", 1: f"raises it to {ws:.3f}", 0: f"leaves it at {ws:.3f}"}[c]
-        out.append(f"With softmax, a sliding window of {s['window']} keys scores {w:.3f} nats per character "
-                   f"beyond the training context; keeping the first {s['sinks']} tokens too {how} "
-                   f"(full cache {full:.3f}).")
-        if shown(full) > max(shown(w), shown(ws)):
-            out.append(f"Past the training context the full cache ({full:.3f}) is worse than either window: "
-                       "this model has not learned to use positions beyond those it was trained on.")
+                        "; the null-attention argument expects fewer.")
+                out.append(f"{fix} has {word} softmax ({k} against {base}, over all seeds){tail}")
+    stream = streaming_stats(d)
+    if "softmax" in stream:
+        s = stream["softmax"]
+        c = a.streaming["softmax"]
+        st0 = next(r["streaming"] for r in a.cells["softmax"] if r.get("streaming"))
+        if c is not None:
+            word = c.word("raises it", "lowers it")
+            out.append(f"With softmax, a sliding window of {st0['window']} keys scores "
+                       f"{s['window_beyond'].text()} nats per character beyond the training context; keeping "
+                       f"the first {st0['sinks']} tokens too gives {s['window_sinks_beyond'].mean:.3f}: "
+                       f"{word} ({c.margin_text()}); the full cache scores {s['full_beyond'].mean:.3f}.")
+        windows = [*s["window_beyond"].values, *s["window_sinks_beyond"].values]
+        if min(s["full_beyond"].values) > max(windows):
+            out.append(f"Past the training context the full cache ({s['full_beyond'].mean:.3f}) is worse "
+                       "than either window in every seed: these models have not learned to use positions "
+                       "beyond those they were trained on.")
+    vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')})" for label, c in a.val_vs_softmax.items()
+            if c is not None]
+    if vals and "softmax" in a.cells:
+        base = stats_of(a.cells["softmax"], "final_val_loss")
+        if base is not None:
+            out.append(f"Final validation loss against softmax's {base.text()}: " + "; ".join(vals) + ".")
+    why = ("where they form, since none formed here" if not a.formed else
+           "in models large enough to rely on them (these have a few hundred thousand parameters)")
+    out.append(f"What this run cannot show: whether softmax1 or a sink logit removes sinks {why}. The bars "
+               "of the streaming chart start at zero, so differences of a few hundredths that the table "
+               "shows are hard to see in them.")
     return out
 
 
 # ---------------------------------------------------------------------------- live runs
 
 
+def duration(seconds: float) -> str:
+    """A time estimate in words: 'under 1 s', 'about 9 s', 'about 2.5 min'."""
+    if seconds < 1:
+        return "under 1 s"
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+
+
+def _secs(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
+
+
+def calibration_text(est: Estimate) -> str:
+    """Where an estimate comes from: the times measured on this server, per attention path."""
+    parts = []
+    for c in est.calibrations:
+        path = "torch's fused attention" if c.key[7] else "attncore's materialised attention"
+        parts.append(f"{_secs(c.step_s)} per step, {_secs(c.eval_s)} per evaluation and {_secs(c.setup_s)} "
+                     f"to set up a run with {path}")
+    return ("measured on this server by timing a few real steps of this model size: " + "; ".join(parts)
+            + ". The machine's load changes it.")
+
+
+def outcome(rec: dict[str, Any]) -> str:
+    """One line per finished run (markdown; its label is made by the app, not typed): how it ended,
+    and the best validation point when it was not the last one; never a NaN."""
+    steps = len(rec["batch_loss"])
+    head = f"**{rec['label']}**: "
+    if rec.get("diverged_at") is not None:
+        tail = f"diverged at step {rec['diverged_at']}"
+        if rec.get("final_val_loss") is not None:
+            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
+        return head + tail + "."
+    parts = []
+    if rec.get("final_train_loss") is not None:
+        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
+    if rec.get("final_val_loss") is not None:
+        parts.append(f"validation {rec['final_val_loss']:.3f}")
+        best, at = best_val(rec.get("steps") or [], rec.get("val_loss") or [])
+        if best is not None and at != (rec.get("steps") or [None])[-1]:
+            parts.append(f"best validation {best:.3f} at step {at}")
+    stopped = " (stopped)" if rec.get("cancelled") else ""
+    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
+            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
+
+
 def record_name(rec: dict[str, Any]) -> str:
     """A unique, readable name for a kept run."""
     c = rec["config"]
     when = str(rec.get("created_utc", ""))[11:16]
-    return (f"{rec['label']} · {c['n_layer']}×{c['d_model']} · {len(rec['batch_loss'])} steps · "
-            f"{when} UTC · {rec['id'][-8:]}")
+    return (f"{rec['label']} · {c['n_layer']}×{c['d_model']} · {len(rec['batch_loss'])} steps · {when} UTC · "
+            f"{rec['id'][-8:]}")
 
 
 def _stop_note(rec: dict[str, Any]) -> str:
@@ -454,6 +719,8 @@ def runs_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "heads": c["n_head"], "d_model": c["d_model"], "context": c["context"], "batch": c["batch"],
             "steps run": len(rec["batch_loss"]), "steps asked": c["steps"],
             "final train loss": rec.get("final_train_loss"), "final val loss": rec.get("final_val_loss"),
+            "best val loss": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[0],
+            "best val step": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[1],
             "diverged at": "" if rec.get("diverged_at") is None else rec["diverged_at"],
             "stopped": bool(rec.get("cancelled")), "tokens/s": round(float(rec.get("tokens_per_s", 0.0))),
             "device": rec.get("device", ""), "corpus": rec.get("corpus", ""),
