@@ -9,6 +9,7 @@ fabricated result files with several seeds.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -117,8 +118,10 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "vanishing_onehot": [({}, HOLDS), (lambda m: {"norm_sat": 0.5 * m.num("norm")}, FAILS)],
     "healthy_gradients": [({}, CAVEAT), ({"diag_0": 0.3}, MISPRINT)],
     "saturation": [({}, HOLDS), ({"crossing": math.nan}, FAILS), (lambda m: {"crossing": m.num("theory") + 1}, FAILS)],
-    "scaling_ablation": [({}, CAVEAT), ({"grow_n": 3, "grow": 0.3, "grow_margin": 0.05}, HOLDS),
-                         ({"grow_n": 3, "grow": 0.01, "grow_margin": 0.05}, FAILS)],
+    "scaling_ablation": [({}, HOLDS), ({"step16->64_diff": 0.01}, CAVEAT),
+                         ({"step16->64_diff": -0.5}, FAILS),
+                         ({"step16->64_diff": 0.01, "step64->256_diff": 0.01, "whole_diff": 0.02}, FAILS),
+                         ({"step16->64_n": 1, "step64->256_n": 1, "whole_n": 1, "whole_margin": math.nan}, CAVEAT)],
     "d2l_outputs": [({}, HOLDS), ({"sum_dev": 1e-3}, MISPRINT), ({"zeros_ok": False}, MISPRINT),
                     ({"ratio": 3.0}, MISPRINT), ({"diff": 1e-3}, FAILS)],
     "dropout_mean": [({"within": 0.96, "max_z": 3.0}, HOLDS), ({"within": 0.5}, FAILS), ({"max_z": 9.0}, FAILS)],
@@ -130,10 +133,11 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "flat_limit": [(lambda m: {"std": m.num("target")}, HOLDS), ({"std": 0.1}, FAILS)],
     "spike_limit": [({"std": 1.0}, HOLDS), ({"std": 0.9}, FAILS)],
     "lognormal_range": [({}, FAILS), ({"rel_half": 0.05}, HOLDS)],
-    "fully_scaled_worse": [({"n_a": 1, "n_b": 1, "diff": 0.13, "margin": math.nan}, CAVEAT),
-                           ({"n_a": 3, "n_b": 3, "diff": 0.1, "margin": 0.02}, HOLDS),
-                           ({"n_a": 3, "n_b": 3, "diff": 0.01, "margin": 0.02}, FAILS),
-                           ({"n_a": 1, "n_b": 1, "diff": -0.1, "margin": math.nan}, FAILS)],
+    "fully_scaled_worse": [({"n": 1, "diff": 0.13, "margin": math.nan}, CAVEAT),
+                           ({"n": 3, "diff": 0.1, "margin": 0.02}, HOLDS),
+                           ({"n": 3, "diff": 0.01, "margin": 0.02}, FAILS),
+                           ({"n": 3, "diff": -0.1, "margin": 0.02}, FAILS),
+                           ({"n": 1, "diff": -0.1, "margin": math.nan}, FAILS)],
     "fold_into_projection": [({}, CAVEAT), (lambda m: {"diff_half": 0.0}, HOLDS),
                              (lambda m: {"diff_T": m.num("scale_T")}, FAILS)],
     "sqrt_growth": [({"slope": 0.5}, HOLDS), (lambda m: {"slope": 0.5 + 10 * m.err("slope")}, FAILS)],
@@ -180,8 +184,11 @@ def test_counterfactual_numbers_change_the_verdict(key: str, measured: dict[str,
         j = c.judge(base.with_values(**changes))
         assert j.verdict == expected, (key, changes, j)
         assert j.caveat and "\n" not in j.caveat, (key, j)
+        text = c.describe(base.with_values(**changes))  # the sentence is written for any numbers
+        for sentence in (j.caveat, text):  # whole sentences: no clause cut short, no dangling word
+            assert sentence.endswith((".", ")")) and not re.search(r"\s[.,;:]|\b(a|an|the|at|of)\.$", sentence), (
+                key, sentence)
         caveats.add(j.caveat)
-        c.describe(base.with_values(**changes))  # the sentence is written for any numbers
     assert len(caveats) >= 2, f"{key}: the caveat does not follow the numbers"
 
 
@@ -223,10 +230,13 @@ def test_number_helpers() -> None:
 def _run(variant: str, seed: int, *, lr: float = 0.01, d_head: int = 64, train: float = 1.7, val: float = 1.8,
          curve: list[float] | None = None, diverged: int | None = None) -> dict[str, Any]:
     heads = 256 // d_head
-    return {"variant": variant, "config": {"variant": variant, "lr": lr, "seed": seed, "n_layer": 2, "d_model": 256,
-                                           "n_head": heads, "steps": 300},
-            "final_train_loss": train, "final_val_loss": val, "train_loss": curve or [3.0, 2.5, train],
-            "diverged_at": diverged}
+    losses = curve or [3.0, 2.5, train]
+    return {"variant": variant, "lr": lr, "d_head": d_head, "seed": seed,
+            "config": {"variant": variant, "lr": lr, "seed": seed, "n_layer": 2, "d_model": 256, "n_head": heads,
+                       "steps": 300},
+            "steps": [100 * (i + 1) for i in range(len(losses))], "qk_grad_norm": [0.2] * len(losses),
+            "saturated_share": [0.1] * len(losses), "final_train_loss": train, "final_val_loss": val,
+            "train_loss": losses, "diverged_at": diverged}
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, files: dict[str, dict[str, Any]]) -> None:
@@ -234,7 +244,7 @@ def _fake(monkeypatch: pytest.MonkeyPatch, files: dict[str, dict[str, Any]]) -> 
         if name not in files:
             raise AttnInputError(f"no result file for {name} ({name}.json).")
         return {"experiment": name, "sizes": {"config": {"n_layer": 2, "d_model": 256, "steps": 300}},
-                "machine": {"device": "cpu"}, **files[name]}
+                "machine": {"device": "cpu"}, "seeds": [0, 1, 2], **files[name]}
 
     monkeypatch.setattr(shipped, "load_result", load)
 
@@ -249,7 +259,7 @@ def test_fully_scaled_worse_with_three_seeds(monkeypatch: pytest.MonkeyPatch) ->
     runs += [_run("fully_scaled", s, lr=0.1, train=2.5) for s in range(3)]  # a worse rate is not its best
     _fake(monkeypatch, {"lr_sweep": {"runs": runs}})
     j = _verdict("fully_scaled_worse")
-    assert j.verdict == HOLDS and "+0.150 ± 0.000" in j.caveat and "3 seed(s) each" in j.caveat
+    assert j.verdict == HOLDS and "+0.150 ± 0.000" in j.caveat and "3 seeds per cell" in j.caveat
 
 
 def test_fully_scaled_not_distinguishable_within_seed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,7 +274,7 @@ def test_diverged_runs_are_left_out_and_missing_files_are_not_testable(monkeypat
     runs = [_run("standard", 0), _run("fully_scaled", 0, diverged=40)]
     _fake(monkeypatch, {"lr_sweep": {"runs": runs}})
     j = _verdict("fully_scaled_worse")
-    assert j.verdict == UNTESTABLE and "lacks a standard or a fully scaled run" in j.caveat
+    assert j.verdict == UNTESTABLE and "lacks a standard or a fully scaled learning rate" in j.caveat
     _fake(monkeypatch, {})
     for key in ("fully_scaled_worse", "scaling_ablation", "unstable_16", "sinks_learned", "bias_removes_sinks"):
         j = _verdict(key)
@@ -280,7 +290,7 @@ def test_scaling_ablation_and_instability_from_seeds(monkeypatch: pytest.MonkeyP
                              curve=[3.0, 2.4, 2.6, 2.3] if (d == 256 and s == 1) else None))
     _fake(monkeypatch, {"scaling": {"runs": runs}})
     j = _verdict("scaling_ablation")
-    assert j.verdict == HOLDS and "+0.280" in j.caveat
+    assert j.verdict == HOLDS and "+0.280 ± 0.0" in j.caveat
     j = _verdict("unstable_16")
     assert j.verdict == HOLDS and "1 had a loss spike" in j.caveat
 
@@ -314,16 +324,18 @@ def test_sinks_rules_read_the_null_attention_runs(monkeypatch: pytest.MonkeyPatc
     assert j.verdict == UNTESTABLE and "learned the task in 0/3 seeds" in j.caveat
 
 
-def test_compare_margins_by_hand() -> None:
-    # paired: differences 0.10, 0.12, 0.14 -> mean 0.12, sd 0.02, se 0.02/sqrt(3), t(0.975, 2) = 4.303
-    c = shipped.compare({0: 1.0, 1: 1.1, 2: 1.2}, {0: 1.10, 1: 1.22, 2: 1.34})
-    assert c.paired and c.diff == pytest.approx(0.12)
-    assert c.margin == pytest.approx(4.303 * 0.02 / math.sqrt(3))
-    assert c.sign == 1
-    # Welch with unequal seeds: not paired
-    w = shipped.compare({0: 1.0, 1: 1.2, 2: 1.1}, {3: 1.5, 4: 1.7, 5: 1.6})
-    assert not w.paired and w.diff == pytest.approx(0.5)
-    se = math.sqrt(0.01 / 3 + 0.01 / 3)
-    assert w.margin == pytest.approx(shipped.t_critical(4.0) * se)
-    one = shipped.compare({0: 1.0}, {0: 2.0})
-    assert one.margin is None and one.sign == 0 and not one.enough
+def test_decide_is_the_training_verdicts_rule() -> None:
+    """The shipped rows re-apply the comparison rule of attncore.training.verdicts to the numbers they keep:
+    on random cells the two agree."""
+    import random
+
+    from attncore.training.verdicts import compare
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.choice([1, 2, 3, 5])
+        a = [rng.gauss(1.8, 0.05) for _ in range(n)]
+        b = [v + rng.gauss(rng.choice([0.0, 0.05, 0.2]), 0.03) for v in a]
+        c = compare(a, b)
+        got = shipped.decide(c.diff, math.nan if c.margin is None else c.margin, min(c.a.n, c.b.n))
+        assert (got or 0) == c.sign and (got is None) == (not c.enough_seeds or c.margin is None)
