@@ -10,7 +10,7 @@ PORT   ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint bench bench-load bench-ui image-check image-check-gpu screenshot clean help
+.PHONY: run test test-fast lint bench bench-load bench-ui gpu-check image-check image-check-gpu screenshot clean help
 
 help:
 	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench        print the benchmarks (ratios against baselines)"
 	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
 	@echo "make bench-ui     first render and slider redraws in Chromium, against issue 11's targets (slow)"
+	@echo "make gpu-check    on a CUDA machine: tests without browsers, the CUDA benches, the GPU training target"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
@@ -56,6 +57,10 @@ bench-ui: $(VENV)/.dev-ok
 # The load test starts its own server and 10-40 sessions (15-30 minutes on 2 cores): on its own.
 bench-load: $(VENV)/.dev-ok
 	HF_HUB_OFFLINE=1 $(PY) -m bench.load
+
+# Every check that needs a CUDA GPU, each step time-limited, logs in gpu-check-out/ (about 12 minutes).
+gpu-check:
+	bash scripts/gpu-check
 
 image-check:
 	bash scripts/image-check

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 VIEWS = ("Heatmaps", "Entropy_vs_length", "Saturation_and_gradients", "Saturation_and_gradients?sat_tab=Saturation",
          "Saturation_and_gradients?sat_tab=Gradients", "Attention_sinks", "Attention_sinks?snk_view=model",
          "Attention_sinks?snk_view=learned",
-         "Kernels", "Training_lab",
+         "Kernels", "Training_lab", "Evidence",
          # presenter mode: 16 px ticks, 14 px legends, bigger colour-bar labels
          "Heatmaps?present=1", "Entropy_vs_length?present=1", "Attention_sinks?present=1")
 

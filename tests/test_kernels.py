@@ -540,3 +540,16 @@ def test_cuda_default_backend_claim_follows_the_measured_dispatch(dtype: str) ->
     if "cudnn" in picked:
         assert "cuDNN" in c.caveat and dtype in c.caveat
     assert "blocked CPU kernel" not in c.caveat
+
+
+def test_rounds_stop_at_the_time_budget_but_never_below_the_minimum() -> None:
+    """A zero time budget stops after the minimum number of rounds; without a minimum, after one."""
+    spec = KernelSpec(heads=2, head_dim=16)
+    at_least = probe(spec, 32, CPU, repeats=9, min_rounds=5, max_seconds=0.0, measure_memory=False, compare=False)
+    one = probe(spec, 32, CPU, repeats=9, max_seconds=0.0, measure_memory=False, compare=False)
+    roomy = probe(spec, 32, CPU, repeats=7, min_rounds=2, max_seconds=60.0, measure_memory=False, compare=False)
+    ran = [r.name for r in at_least.rows if r.status == "ran"]
+    assert ran
+    assert {at_least.row(n).rounds for n in ran} == {5}
+    assert {one.row(n).rounds for n in ran} == {1}
+    assert {roomy.row(n).rounds for n in ran} == {7}

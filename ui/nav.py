@@ -44,6 +44,11 @@ PAGES: tuple[PageEntry, ...] = (
               "experiments behind three published claims (fully scaled attention, the √d ablation, softmax "
               "off by one) with verdicts, then live runs with a queue, progress and Stop, and kept runs to "
               "compare."),
+    PageEntry("pages/7_Evidence.py", "Evidence", ":material/fact_check:",
+              "Every checkable claim of the five source texts in one table: the quote, what tests it, the "
+              "measurement (live on this machine, exact, or from the shipped training runs), a verdict "
+              "computed by "
+              "a stated rule, its caveat, and a link to the view that shows it."),
 )
 
 

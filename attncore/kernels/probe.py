@@ -60,6 +60,7 @@ def probe(
     S: int | None = None,
     repeats: int = 5,
     max_seconds: float = 2.0,
+    min_rounds: int = 1,
     budget_bytes: float | None = None,
     measure_memory: bool = True,
     compare: bool = True,
@@ -73,7 +74,10 @@ def probe(
         device: where to run.
         S: keys (default ``L``).
         repeats: timed rounds after one warm-up call of each; a round calls every backend once,
-            in turn (fewer rounds once the backends have spent ``max_seconds`` each on average).
+            in turn (fewer rounds once the backends have spent ``max_seconds`` each on average,
+            but never fewer than ``min_rounds``).
+        max_seconds: the average time per backend after which no further round starts.
+        min_rounds: rounds run whatever they cost (at most ``repeats``).
         budget_bytes: memory budget for the materialised paths (default
             :func:`~attncore.kernels.cost.default_budget_bytes`).
         measure_memory: measure peak memory (CUDA: in process; CPU: a fresh forked process).
@@ -87,7 +91,7 @@ def probe(
     device = torch.device(device)
     res = probe_size(spec, L, L if S is None else S, device, repeats, max_seconds,
                      default_budget_bytes(device) if budget_bytes is None else budget_bytes,
-                     compare, progress)
+                     compare, progress, min_rounds=min_rounds)
     if measure_memory:
         from attncore.kernels.memory import measure_memory as measure
 
@@ -96,7 +100,7 @@ def probe(
 
 
 def probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats: int, max_seconds: float,
-               budget: float, compare: bool, progress: Progress | None) -> SizeResult:
+               budget: float, compare: bool, progress: Progress | None, min_rounds: int = 1) -> SizeResult:
     """:func:`probe` without the memory pass (the sweep measures memory for all sizes at once)."""
     spec.validate()
     if not (MIN_T <= L <= MAX_T and MIN_T <= S <= MAX_T):
@@ -122,7 +126,7 @@ def probe_size(spec: KernelSpec, L: int, S: int, device: torch.device, repeats: 
             continue
         rows.append(_warm_up(name, x, spec, device, est, outputs))
     load_before = load_average()
-    rows = _timed_rounds(rows, x, spec, device, repeats, max_seconds, outputs, progress)
+    rows = _timed_rounds(rows, x, spec, device, repeats, max_seconds, outputs, progress, min_rounds)
     load = machine_load(load_before, torch.get_num_threads())
     # Bitwise agreement with the default dispatch (random outputs under dropout: not compared).
     default_out = outputs.get("default")
@@ -177,7 +181,7 @@ def _warm_up(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device,
 
 def _timed_rounds(rows: list[BackendResult], x: KernelInputs, spec: KernelSpec, device: torch.device,
                   repeats: int, max_seconds: float, outputs: dict[str, Tensor],
-                  progress: Progress | None) -> list[BackendResult]:
+                  progress: Progress | None, min_rounds: int = 1) -> list[BackendResult]:
     """Time every backend that ran in interleaved rounds (one call each per round), so a drift in
     the machine's speed hits them alike; every round's time is kept. CUDA: then the peak memory."""
     names = [r.name for r in rows if r.status == "ran"]
@@ -201,7 +205,7 @@ def _timed_rounds(rows: list[BackendResult], x: KernelInputs, spec: KernelSpec, 
                 continue
             times[n].append(t)
             spent += t
-        if spent >= max_seconds * max(1, len(names)):
+        if k + 1 >= min_rounds and spent >= max_seconds * max(1, len(names)):
             break
     out = []
     for r in rows:

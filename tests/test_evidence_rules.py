@@ -1,0 +1,341 @@
+"""The Evidence page's verdict rules: every claim's rule fed counterfactual numbers, and the verdict follows them.
+
+Each claim is measured once for real (seed 0, the page's device); its rule is then fed that measurement
+with some numbers replaced, and must give the verdict the numbers call for (at least two different
+verdicts per claim, and the caveat changes with the numbers). The shipped-results rules are also fed
+fabricated result files with several seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+import attncore.evidence.shipped as shipped
+from attncore.errors import AttnInputError
+from attncore.evidence import (
+    CAVEAT,
+    CLAIMS,
+    FAILS,
+    HOLDS,
+    MISPRINT,
+    SOURCES,
+    UNTESTABLE,
+    VERDICTS,
+    Claim,
+    Judgement,
+    Measurement,
+    Setting,
+    claim,
+    evaluate,
+    judge,
+)
+from attncore.evidence.records import fmt, printed_half_unit, z_score
+from attncore.evidence.scores import SOURCE_SCALED
+from attncore.kernels import BackendResult, SizeResult
+from tests.chart_data import page_device
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+Override = dict[str, Any] | Callable[[Measurement], dict[str, Any]]
+
+
+def se_off(name: str, k: float) -> Callable[[Measurement], dict[str, Any]]:
+    """Move ``name`` k of its own standard errors away from the claim's value."""
+    return lambda m: {name: m.num(name) + k * m.err(name)}
+
+
+def chosen(m: Measurement, backend: str) -> tuple[SizeResult, ...]:
+    """The probes as if torch's dispatch had picked ``backend`` at every T."""
+    return tuple(replace(s, default_backend=backend) for s in m["sizes"])
+
+
+def _rows(s: SizeResult, change: Callable[[BackendResult], BackendResult]) -> SizeResult:
+    return replace(s, rows=tuple(change(r) for r in s.rows), load=None)
+
+
+def math_times(m: Measurement, factor: float) -> tuple[SizeResult, ...]:
+    """The probes with torch's math path taking ``factor`` times the default dispatch's time, round by round."""
+    out = []
+    for s in m["sizes"]:
+        default = s.row("default")
+        out.append(_rows(s, lambda r, d=default: replace(r, times=tuple(factor * t for t in d.times),
+                                                          seconds=factor * d.seconds) if r.name == "math" else r))
+    return tuple(out)
+
+
+def peaks(m: Measurement, slope: float) -> tuple[SizeResult, ...]:
+    """The probes with the default dispatch's peak memory growing like T^slope and math's like T^2."""
+    def change(r: BackendResult, t: int) -> BackendResult:
+        if r.name == "default":
+            return replace(r, peak_bytes=4096.0 * (t / 128) ** slope)
+        if r.name == "math":
+            return replace(r, peak_bytes=65536.0 * (t / 128) ** 2)
+        return r
+
+    return tuple(_rows(s, lambda r, t=s.L: change(r, t)) for s in m["sizes"])
+
+
+# Per claim: (the numbers to replace, the verdict they call for). Callables see the real measurement.
+COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
+    "entropy_grows": [(lambda m: {"h_rises": m.num("steps")}, HOLDS), (lambda m: {"h_rises": 3}, FAILS),
+                      (lambda m: {"hn_hi": m.num("hn_lo")}, CAVEAT)],
+    "sharp_needs_log_n": [({"slope": 1.0, "rises": True}, CAVEAT), ({"slope": 2.0, "rises": True}, HOLDS),
+                          ({"rises": False}, FAILS)],
+    "no_null_attention": [({"softmax_dev": 1e-7}, HOLDS), ({"softmax_dev": 0.01}, FAILS)],
+    "sinks_learned": [({}, CAVEAT), ({"sinks:softmax": 0}, FAILS), ({"learned:softmax": 1}, UNTESTABLE),
+                      ({"sinks:softmax": 2}, CAVEAT)],
+    "sink_dummy": [(lambda m: {"rms_sink": 0.1 * m.num("rms_plain"), "row_dev": 0.0}, HOLDS),
+                   (lambda m: {"rms_sink": m.num("rms_plain")}, FAILS), ({"row_dev": 0.1}, FAILS)],
+    "length_scaling": [(lambda m: {"ssmax_hi": m.num("ssmax_lo") + 0.1}, CAVEAT),
+                       (lambda m: {"ssmax_hi": m.num("ssmax_lo") + m.num("plain_hi") - m.num("plain_lo")}, FAILS)],
+    "denominator_bias": [({"softmax1_low": 0.001}, CAVEAT), ({"softmax1_low": 0.5}, FAILS)],
+    "bias_removes_sinks": [({}, CAVEAT), ({"sinks:sink logit b₀=-5": 0}, HOLDS),
+                           ({"sinks:softmax1": 3, "sinks:sink logit b₀=0": 3}, FAILS), ({"sinks:softmax": 0}, UNTESTABLE)],
+    "xy_variance": [({"var": 1.0}, HOLDS), (se_off("var", 10), FAILS)],
+    "dot_variance": [({"var": 64.0}, HOLDS), (lambda m: {"var": 64.0 + 10 * m.err("var")}, FAILS)],
+    "std_64": [({"std": 8.0}, HOLDS), (lambda m: {"std": 8.0 - 5 * m.err("std")}, FAILS)],
+    "std_512": [({"std": math.sqrt(512)}, HOLDS), ({"std": 30.0}, FAILS)],
+    "peaked_example": [({}, MISPRINT), ({"ratio": 99.0}, HOLDS)],
+    "unscaled_example": [({}, HOLDS), ({"unscaled_0": 0.7}, MISPRINT)],
+    "scaled_scores": [({}, HOLDS), ({"score_1": -0.5}, MISPRINT)],
+    "scaled_example": [({}, MISPRINT), ({f"scaled_{i}": float(v) for i, v in enumerate(SOURCE_SCALED)}, HOLDS)],
+    "unit_any_d": [({"max_abs_z": 2.0}, HOLDS), ({"max_abs_z": 5.0}, FAILS)],
+    "random_init": [({}, FAILS), ({"ratio": 1.0}, HOLDS)],
+    "temperature": [({}, HOLDS), ({"h_half": 2.0}, FAILS), ({"max_two": 0.9}, FAILS)],
+    "stable_softmax": [({}, HOLDS), ({"stable_nonfinite_float32": 1}, FAILS), ({"stable_err_float16": 1.0}, FAILS)],
+    "gradients_vanish": [
+        (lambda m: {"unscaled_jac_median": 0.05 * m.num("scaled_jac_median"),
+                    "unscaled_grad_q_median": 0.05 * m.num("scaled_grad_q_median")}, HOLDS),
+        (lambda m: {"unscaled_jac_median": 0.05 * m.num("scaled_jac_median"),
+                    "unscaled_grad_q_median": m.num("scaled_grad_q_median")}, CAVEAT),
+        (lambda m: {"unscaled_jac_median": 0.5 * m.num("scaled_jac_median")}, FAILS)],
+    "vanishing_onehot": [({}, HOLDS), (lambda m: {"norm_sat": 0.5 * m.num("norm")}, FAILS)],
+    "healthy_gradients": [({}, CAVEAT), ({"diag_0": 0.3}, MISPRINT)],
+    "saturation": [({}, HOLDS), ({"crossing": math.nan}, FAILS), (lambda m: {"crossing": m.num("theory") + 1}, FAILS)],
+    "scaling_ablation": [({}, HOLDS), ({"step16->64_diff": 0.01}, CAVEAT),
+                         ({"step16->64_diff": -0.5}, FAILS),
+                         ({"step16->64_diff": 0.01, "step64->256_diff": 0.01, "whole_diff": 0.02}, FAILS),
+                         ({"step16->64_n": 1, "step64->256_n": 1, "whole_n": 1, "whole_margin": math.nan}, CAVEAT)],
+    "d2l_outputs": [({}, HOLDS), ({"sum_dev": 1e-3}, MISPRINT), ({"zeros_ok": False}, MISPRINT),
+                    ({"ratio": 3.0}, MISPRINT), ({"diff": 1e-3}, FAILS)],
+    "dropout_mean": [({"within": 0.96, "max_z": 3.0}, HOLDS), ({"within": 0.5}, FAILS), ({"max_z": 9.0}, FAILS)],
+    "d2l_pad_zero": [({"d2l_pad": 0.0, "attncore_pad": 0.0, "sdpa_pad": 0.0}, HOLDS), ({"d2l_pad": 0.1}, FAILS),
+                     ({"d2l_pad": 0.0, "attncore_pad": 0.0, "sdpa_pad": math.nan}, FAILS)],
+    "d2l_valid_len_zero": [({}, FAILS), ({"d2l_pad": 0.0}, HOLDS)],
+    "underscaled": [({"std": 0.1}, HOLDS), ({"std": 0.3}, FAILS)],
+    "fully_scaled_unit": [({"full": 1.0}, HOLDS), ({"full": 0.5}, FAILS)],
+    "flat_limit": [(lambda m: {"std": m.num("target")}, HOLDS), ({"std": 0.1}, FAILS)],
+    "spike_limit": [({"std": 1.0}, HOLDS), ({"std": 0.9}, FAILS)],
+    "lognormal_range": [({}, FAILS), ({"rel_half": 0.05}, HOLDS)],
+    "fully_scaled_worse": [({"n": 1, "diff": 0.13, "margin": math.nan}, CAVEAT),
+                           ({"n": 3, "diff": 0.1, "margin": 0.02}, HOLDS),
+                           ({"n": 3, "diff": 0.01, "margin": 0.02}, FAILS),
+                           ({"n": 3, "diff": -0.1, "margin": 0.02}, FAILS),
+                           ({"n": 1, "diff": -0.1, "margin": math.nan}, FAILS)],
+    "fold_into_projection": [({}, CAVEAT), (lambda m: {"diff_half": 0.0}, HOLDS),
+                             (lambda m: {"diff_T": m.num("scale_T")}, FAILS)],
+    "sqrt_growth": [({"slope": 0.5}, HOLDS), (lambda m: {"slope": 0.5 + 10 * m.err("slope")}, FAILS)],
+    "prevents_saturation": [({"unscaled_saturated_mean": 0.5, "scaled_saturated_mean": 0.0}, HOLDS),
+                            ({"unscaled_saturated_mean": 0.5, "scaled_saturated_mean": 0.05}, CAVEAT),
+                            ({"unscaled_saturated_mean": 0.0, "scaled_saturated_mean": 0.0}, FAILS)],
+    "rows_sum_to_one": [({"dev": 0.0}, HOLDS), ({"dev": 0.01}, FAILS)],
+    "causal_zero": [({}, HOLDS), ({"above": 0.1}, FAILS), ({"diff": 1.0}, FAILS)],
+    "manual_equivalent": [({}, CAVEAT), ({"nan_rows": 0}, HOLDS), ({"diff": 0.1}, FAILS)],
+    "unstable_16": [({}, FAILS), ({"diverged": 1}, HOLDS), ({"spikes": 1}, HOLDS)],
+    "dropout_training_only": [({}, CAVEAT), ({"vs_plain": 0.0}, HOLDS)],
+    "gqa_same": [(lambda m: {"diff": 0.0, "backend_mha": m["backend_gqa"]}, HOLDS),
+                 (lambda m: {"diff": 0.0, "backend_mha": "not-" + str(m["backend_gqa"])}, CAVEAT),
+                 ({"diff": 1.0}, FAILS)],
+    "flash_default": [({}, CAVEAT), ({"device": "cuda"}, HOLDS), (lambda m: {"sizes": chosen(m, "math")}, FAILS)],
+    "flash_speed": [(lambda m: {"sizes": math_times(m, 3.0)}, CAVEAT),
+                    (lambda m: {"sizes": math_times(m, 1.2)}, FAILS),
+                    (lambda m: {"sizes": math_times(m, 3.0), "device": "cuda"}, HOLDS)],
+    "flash_memory": [(lambda m: {"sizes": peaks(m, 1.0)}, CAVEAT), (lambda m: {"sizes": peaks(m, 2.0)}, FAILS),
+                     (lambda m: {"sizes": peaks(m, 1.0), "device": "cuda"}, HOLDS)],
+}
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, Measurement]:
+    """Every claim measured once (seed 0, the page's device)."""
+    return {c.key: evaluate(c, Setting(device=page_device())).measurement for c in CLAIMS}
+
+
+def test_every_claim_has_counterfactuals_that_change_its_verdict() -> None:
+    assert set(COUNTERFACTUALS) == {c.key for c in CLAIMS}
+    for key, cases in COUNTERFACTUALS.items():
+        assert len({v for _, v in cases}) >= 2, f"{key}: every case gives the same verdict"
+    assert len(CLAIMS) >= 30
+    assert {s for c in CLAIMS for s in c.sources} == set(SOURCES)
+
+
+@pytest.mark.parametrize("key", [c.key for c in CLAIMS])
+def test_counterfactual_numbers_change_the_verdict(key: str, measured: dict[str, Measurement]) -> None:
+    c, base = claim(key), measured[key]
+    assert not base.missing, f"{key} could not be measured: {base.missing}"
+    caveats = set()
+    for override, expected in COUNTERFACTUALS[key]:
+        changes = override(base) if callable(override) else override
+        j = c.judge(base.with_values(**changes))
+        assert j.verdict == expected, (key, changes, j)
+        assert j.caveat and "\n" not in j.caveat, (key, j)
+        text = c.describe(base.with_values(**changes))  # the sentence is written for any numbers
+        for sentence in (j.caveat, text):  # whole sentences: no clause cut short, no dangling word
+            assert sentence.endswith((".", ")")) and not re.search(r"\s[.,;:]|\b(a|an|the|at|of)\.$", sentence), (
+                key, sentence)
+        caveats.add(j.caveat)
+    assert len(caveats) >= 2, f"{key}: the caveat does not follow the numbers"
+
+
+@pytest.mark.parametrize("key", [c.key for c in CLAIMS])
+def test_a_test_that_cannot_run_is_not_testable_with_its_reason(key: str) -> None:
+    text, j = judge(claim(key), Measurement(missing="the file is gone."))
+    assert (text, j) == ("—", Judgement(UNTESTABLE, "the file is gone."))
+
+
+def test_records_reject_unknown_verdicts_and_claims() -> None:
+    with pytest.raises(ValueError):
+        Judgement("probably", "")
+    with pytest.raises(AttnInputError):
+        claim("no_such_claim")
+    assert VERDICTS == (HOLDS, CAVEAT, FAILS, MISPRINT, UNTESTABLE)
+
+
+def test_a_claim_whose_test_raises_becomes_not_testable() -> None:
+    def boom(_: Setting) -> Measurement:
+        raise RuntimeError("no such device")
+
+    c = Claim("x", "sdpa", "q", "t", "r", boom, lambda m: "", lambda m: Judgement(HOLDS, ""))
+    row = evaluate(c, Setting())
+    assert row.judgement.verdict == UNTESTABLE and "no such device" in row.judgement.caveat
+
+
+def test_number_helpers() -> None:
+    assert printed_half_unit("0.31") == 0.005 and printed_half_unit("0.000") == 0.0005
+    assert printed_half_unit("1.0") == 0.05 and printed_half_unit("8") == 0.5
+    assert fmt(22.627) == "22.6" and fmt(0.00231) == "0.00231" and fmt(7.47e-5) == "7.47e-05"
+    assert fmt(math.nan) == "NaN" and fmt(0.0) == "0"
+    assert z_score(1.2, 1.0, 0.1) == pytest.approx(2.0) and z_score(1.0, 1.0, 0.0) == 0.0
+    assert z_score(2.0, 1.0, 0.0) == math.inf
+
+
+# --------------------------------------------------------------------------- the shipped results, fabricated
+
+
+def _run(variant: str, seed: int, *, lr: float = 0.01, d_head: int = 64, train: float = 1.7, val: float = 1.8,
+         curve: list[float] | None = None, diverged: int | None = None) -> dict[str, Any]:
+    heads = 256 // d_head
+    losses = curve or [3.0, 2.5, train]
+    return {"variant": variant, "lr": lr, "d_head": d_head, "seed": seed,
+            "config": {"variant": variant, "lr": lr, "seed": seed, "n_layer": 2, "d_model": 256, "n_head": heads,
+                       "steps": 300},
+            "steps": [100 * (i + 1) for i in range(len(losses))], "qk_grad_norm": [0.2] * len(losses),
+            "saturated_share": [0.1] * len(losses), "final_train_loss": train, "final_val_loss": val,
+            "train_loss": losses, "diverged_at": diverged}
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, files: dict[str, dict[str, Any]]) -> None:
+    def load(name: str) -> dict[str, Any]:
+        if name not in files:
+            raise AttnInputError(f"no result file for {name} ({name}.json).")
+        return {"experiment": name, "sizes": {"config": {"n_layer": 2, "d_model": 256, "steps": 300}},
+                "machine": {"device": "cpu"}, "seeds": [0, 1, 2], **files[name]}
+
+    monkeypatch.setattr(shipped, "load_result", load)
+
+
+def _verdict(key: str) -> Judgement:
+    return evaluate(claim(key), Setting()).judgement
+
+
+def test_fully_scaled_worse_with_three_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = [_run("standard", s, train=1.70 + 0.01 * s) for s in range(3)]
+    runs += [_run("fully_scaled", s, train=1.85 + 0.01 * s) for s in range(3)]
+    runs += [_run("fully_scaled", s, lr=0.1, train=2.5) for s in range(3)]  # a worse rate is not its best
+    _fake(monkeypatch, {"lr_sweep": {"runs": runs}})
+    j = _verdict("fully_scaled_worse")
+    assert j.verdict == HOLDS and "+0.150 ± 0.000" in j.caveat and "3 seeds per cell" in j.caveat
+
+
+def test_fully_scaled_not_distinguishable_within_seed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = [_run("standard", s, train=v) for s, v in enumerate((1.70, 1.80, 1.75))]
+    runs += [_run("fully_scaled", s, train=v) for s, v in enumerate((1.78, 1.74, 1.77))]
+    _fake(monkeypatch, {"lr_sweep": {"runs": runs}})
+    j = _verdict("fully_scaled_worse")
+    assert j.verdict == FAILS and "not distinguishable at this scale" in j.caveat
+
+
+def test_diverged_runs_are_left_out_and_missing_files_are_not_testable(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = [_run("standard", 0), _run("fully_scaled", 0, diverged=40)]
+    _fake(monkeypatch, {"lr_sweep": {"runs": runs}})
+    j = _verdict("fully_scaled_worse")
+    assert j.verdict == UNTESTABLE and "lacks a standard or a fully scaled learning rate" in j.caveat
+    _fake(monkeypatch, {})
+    for key in ("fully_scaled_worse", "scaling_ablation", "unstable_16", "sinks_learned", "bias_removes_sinks"):
+        j = _verdict(key)
+        assert j.verdict == UNTESTABLE and "no result file" in j.caveat, key
+
+
+def test_scaling_ablation_and_instability_from_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+    for s in range(3):
+        for d, gap in ((16, 0.02), (64, 0.10), (256, 0.30)):
+            runs.append(_run("standard", s, d_head=d, val=1.9 + 0.01 * s))
+            runs.append(_run("unscaled", s, d_head=d, val=1.9 + 0.01 * s + gap + 0.001 * s,
+                             curve=[3.0, 2.4, 2.6, 2.3] if (d == 256 and s == 1) else None))
+    _fake(monkeypatch, {"scaling": {"runs": runs}})
+    j = _verdict("scaling_ablation")
+    assert j.verdict == HOLDS and "+0.280 ± 0.0" in j.caveat
+    j = _verdict("unstable_16")
+    assert j.verdict == HOLDS and "1 had a loss spike" in j.caveat
+
+
+def test_sinks_rules_read_the_null_attention_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
+    from attncore.training.io import load_result
+
+    real = load_result("null_attention")
+
+    def with_softmax(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        d = copy.deepcopy(real)
+        for r in d["runs"]:
+            if r["config"]["variant"] == "standard":
+                for p in r["probes"]:
+                    change(p)
+        return {k: v for k, v in d.items() if k != "experiment"}
+
+    def no_sink(p: dict[str, Any]) -> None:
+        p["bos_other"] = [[0.05 for _ in row] for row in p["bos_other"]]
+
+    def not_learned(p: dict[str, Any]) -> None:
+        p["copy_loss"] = 2.0
+
+    _fake(monkeypatch, {"null_attention": with_softmax(no_sink)})
+    assert _verdict("sinks_learned").verdict == FAILS
+    assert _verdict("bias_removes_sinks").verdict == UNTESTABLE
+    _fake(monkeypatch, {"null_attention": with_softmax(not_learned)})
+    j = _verdict("sinks_learned")
+    assert j.verdict == UNTESTABLE and "learned the task in 0/3 seeds" in j.caveat
+
+
+def test_decide_is_the_training_verdicts_rule() -> None:
+    """The shipped rows re-apply the comparison rule of attncore.training.verdicts to the numbers they keep:
+    on random cells the two agree."""
+    import random
+
+    from attncore.training.verdicts import compare
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.choice([1, 2, 3, 5])
+        a = [rng.gauss(1.8, 0.05) for _ in range(n)]
+        b = [v + rng.gauss(rng.choice([0.0, 0.05, 0.2]), 0.03) for v in a]
+        c = compare(a, b)
+        got = shipped.decide(c.diff, math.nan if c.margin is None else c.margin, min(c.a.n, c.b.n))
+        assert (got or 0) == c.sign and (got is None) == (not c.enough_seeds or c.margin is None)
