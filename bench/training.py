@@ -145,7 +145,7 @@ def main() -> None:
 
 def bbm_text() -> str:
     """A corpus for the task: tiny Shakespeare when it is at hand, else the built-in standard-library text."""
-    from attncore.training.experiments import default_corpus  # noqa: PLC0415
+    from attncore.training.record import default_corpus  # noqa: PLC0415
 
     path = default_corpus()
     if path.is_file():

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from attncore.training import TrainConfig, train
-from attncore.training.experiments import SIZES, default_corpus
+from attncore.training.experiments import SIZES
+from attncore.training.record import default_corpus
 
 TARGET_VAL = 1.47  # nanoGPT's shakespeare-char validation loss at this size
 TARGET_S = 300.0  # within 5 minutes

@@ -68,3 +68,49 @@ def test_views_never_load_streamlit() -> None:
             "        sys.exit(name + ' loads streamlit')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def _package_imports(pkg: Path, name: str) -> dict[str, set[str]]:
+    """For each module of the package ``name`` (folder ``pkg``): the modules of the same package it
+    imports anywhere in its source (imports inside functions too: a deferred import hides a circle from
+    Python, not from this test)."""
+    import ast
+
+    modules = {p.stem for p in pkg.glob("*.py") if p.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for m in sorted(modules):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse((pkg / f"{m}.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith(name + "."):
+                        found.add(a.name[len(name) + 1:].split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == name:
+                    found.update(a.name for a in node.names if a.name in modules)
+                elif node.module.startswith(name + "."):
+                    found.add(node.module[len(name) + 1:].split(".")[0])
+        graph[m] = (found & modules) - {m}
+    return graph
+
+
+@pytest.mark.parametrize("pkg", sorted(p.name for p in (ROOT / "attncore").iterdir()
+                                       if (p / "__init__.py").is_file()))
+def test_attncore_packages_have_no_import_circle(pkg: str) -> None:
+    """No module of an attncore package imports, directly or through others, a module that imports it
+    (issue 24: the sweeps package had spec -> fused -> spec; experiments <-> null_attention followed)."""
+    graph = _package_imports(ROOT / "attncore" / pkg, f"attncore.{pkg}")
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                raise AssertionError(f"import circle in attncore.{pkg}: {' -> '.join([*path, m, n])}")
+            if n not in state:
+                visit(n, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

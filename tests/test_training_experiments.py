@@ -23,13 +23,12 @@ from attncore.training import (
 )
 from attncore.training.experiments import (
     SIZES,
-    curves_differ,
     first_token_sinks_baseline,
-    format_table,
     lrs_to_seed,
     main,
     parse_seeds,
 )
+from attncore.training.record import curves_differ, format_table
 from tests.training_utils import SNIPPET
 
 CORPUS = Path("/work/shared/data/tinyshakespeare.txt")

@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import platform
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +42,16 @@ from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
 from attncore.training.null_attention import SIZES as NULL_SIZES
 from attncore.training.null_attention import run_null_attention
-from attncore.training.train import TrainResult, best_val, split_text, train
+from attncore.training.record import (
+    Recorder,
+    config_key,
+    default_corpus,
+    format_table,
+    log,
+    sig,
+    train_logged,
+)
+from attncore.training.train import TrainResult, split_text
 from attncore.training.verdicts import (
     LR_VARIANTS,
     MIN_SEEDS,
@@ -62,7 +67,6 @@ from attncore.training.verdicts import (
 
 __all__ = ["CLAIMS", "EXPERIMENTS", "SIZES", "main", "run_lr_sweep", "run_scaling", "run_sinks"]
 
-REPO = Path(__file__).resolve().parents[2]
 
 # Model sizes per scale. "cpu": the three experiments together take about 25-40 minutes of
 # one core of a 2-vCPU machine; "gpu": larger models trained longer (minutes on one GPU).
@@ -162,269 +166,15 @@ SOURCE_SETUP: dict[str, str] = {
               "Evan Miller's softmax1 post proposes the fix without a training run."),
 }
 
-# ---------------------------------------------------------------------------- bookkeeping
-
-
-def _git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        # the code that trains, not the result files that a running experiment rewrites
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "attncore",
-                                ":!attncore/training/results"],
-                               cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-        return head + ("+dirty" if dirty else "") if head else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info(device: torch.device) -> dict[str, Any]:
-    """CPU model, core count, torch version and threads, and the device's name."""
-    info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cpu_count": __import__("os").cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "python": platform.python_version(),
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
-def default_corpus() -> Path:
-    """``../shared/data/tinyshakespeare.txt`` next to the repository (or next to the main
-    checkout when this is a git worktree)."""
-    rel = Path("shared") / "data" / "tinyshakespeare.txt"
-    candidates = [REPO.parent / rel]
-    try:
-        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        if common:
-            candidates.append(Path(common).parent.parent / rel)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    for c in candidates:
-        if c.is_file():
-            return c
-    return candidates[0]
-
-
-def _r(x: float | None, digits: int = 5) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return float(f"{x:.{digits}g}")
-
-
-def run_record(name: str, result: TrainResult, **extra: Any) -> dict[str, Any]:
-    """The JSON record of one run: its config and curves (rounded), and ``extra`` facts."""
-    return {
-        "name": name,
-        "variant": result.config.variant,
-        "config": result.config.to_dict(),
-        "steps": result.steps,
-        "train_loss": [_r(v) for v in result.train_loss],
-        "val_loss": [_r(v) for v in result.val_loss],
-        "saturated_share": [_r(v, 4) for v in result.saturated_share],
-        "saturated_share_by_layer": [[_r(v, 4) for v in row] for row in result.saturated_share_by_layer],
-        "qk_grad_norm": [_r(v, 4) for v in result.qk_grad_norm],
-        "diverged_at": result.diverged_at,
-        "final_train_loss": _r(result.final_train_loss),
-        "final_val_loss": _r(result.final_val_loss),
-        "best_val_loss": _r(result.best_val_loss),
-        "best_val_step": result.best_val_step,
-        "tokens_per_s": _r(result.tokens_per_s, 4),
-        "wall_s": _r(result.wall_s, 4),
-        **extra,
-    }
-
-
-def format_table(columns: list[str], rows: list[list[Any]]) -> str:
-    """A plain text table (numbers to 4 significant digits, None as '-')."""
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v)
-
-    cells = [[cell(v) for v in r] for r in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(out)
-
-
-class ReuseError(AttnInputError):
-    """A run kept from an earlier result file does not reproduce bit for bit on this machine."""
-
-
-def config_key(config: TrainConfig | dict[str, Any]) -> str:
-    """A canonical string of a training config (fields added later, e.g. dropout, at their
-    defaults), so that a run made before a field existed matches the same run made now."""
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
-    return json.dumps(cfg.to_dict(), sort_keys=True)
-
-
-# Run fields compared when a kept run is checked against a retraining of the same config.
-CURVE_KEYS = ("steps", "train_loss", "val_loss", "saturated_share", "saturated_share_by_layer",
-              "qk_grad_norm", "diverged_at", "final_train_loss", "final_val_loss")
-
-
-# Facts measured on the trained model, compared too where both records have them.
-MEASURE_KEYS = ("sink_alpha", "sink_share", "streaming")
-
-
-def curves_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The :data:`CURVE_KEYS` (and :data:`MEASURE_KEYS` both records hold) whose values differ
-    between two run records (empty: identical)."""
-    keys = [*CURVE_KEYS, *(k for k in MEASURE_KEYS if k in a and k in b)]
-    return [k for k in keys if a.get(k) != b.get(k)]
-
-
-class Recorder:
-    """Collects one experiment's runs and writes its JSON after every run (``complete`` false
-    until the end), so a long run shows progress and loses nothing when stopped.
-
-    :meth:`run` trains one config, or, when ``reuse`` (the runs of an earlier result file)
-    holds a run of the identical config, keeps that run instead. Before it keeps any, it
-    retrains the first such run and compares every curve: a difference raises
-    :class:`ReuseError` (the earlier runs cannot stand beside new ones), equality is written
-    into the file (``reuse_check``) with the list of kept runs and their commit (``reused``).
-    """
-
-    def __init__(self, name: str, out: Path, *, scale: str, device: torch.device, corpus: Path,
-                 text: str, sizes: dict[str, Any], command: str, seeds: list[int] | None = None,
-                 reuse: dict[str, Any] | None = None, budget: int | None = None) -> None:
-        self.path = out / f"{name}.json"
-        self.t0 = time.perf_counter()
-        self.seeds = list(seeds or [0])
-        self.text = text
-        self.device = device
-        self.budget = budget
-        self.trained = 0
-        self._reuse: dict[str, dict[str, Any]] = {}
-        self._reuse_commit = ""
-        if reuse:
-            self._reuse_commit = str(reuse.get("git_commit", "unknown"))
-            for r in reuse.get("runs") or []:
-                if r.get("reused_from"):  # a kept run keeps the commit that made it
-                    self._reuse.setdefault(config_key(r["config"]), r)
-                else:
-                    self._reuse.setdefault(config_key(r["config"]), {**r, "reused_from": self._reuse_commit})
-        self._checked = not self._reuse
-        self.doc: dict[str, Any] = {
-            "experiment": name,
-            "complete": False,
-            "command": command,
-            "scale": scale,
-            "sizes": sizes,
-            "seeds": self.seeds,
-            "machine": machine_info(device),
-            "git_commit": _git_commit(),
-            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "corpus": {"path": str(corpus), "name": corpus.name, "chars": len(text),
-                       "vocab": len(set(text))},
-            "runs": [],
-        }
-        if reuse:
-            self.doc["reused"] = []
-        out.mkdir(parents=True, exist_ok=True)
-
-    def run(self, cfg: TrainConfig, name: str, measure: Callable[[TrainResult], dict[str, Any]] | None = None,
-            **extra: Any) -> tuple[dict[str, Any], TrainResult | None]:
-        """Train ``cfg`` (or keep an identical earlier run); record and return it with its result
-        (None for a kept run: it has no model). ``measure(result)`` adds facts measured on the
-        trained model (a kept run already holds them)."""
-        old = self._reuse.get(config_key(cfg))
-        if old is not None and self._checked:
-            record = {**old, "name": name, **extra, "seed": cfg.seed, **_best_of(old)}
-            self.doc["reused"].append({"name": name, "seed": cfg.seed, "from_commit": old["reused_from"]})
-            self.add(record)
-            return record, None
-        r = _train_logged(cfg, self.text, self.device, name, self.budget)
-        self.trained += 1
-        record = run_record(name, r, seed=cfg.seed, **extra, **(measure(r) if measure is not None
-                                                                   and r.diverged_at is None else {}))
-        if old is not None:  # the first kept run: retrained to check that the old runs reproduce
-            differ = curves_differ(old, record)
-            check = {"name": name, "seed": cfg.seed, "from_commit": old["reused_from"],
-                     "identical": not differ, "differing": differ}
-            if differ:
-                raise ReuseError(
-                    f"the earlier run '{name}' (commit {old['reused_from'][:10]}) does not reproduce bit "
-                    f"for bit here ({', '.join(differ)} differ), so earlier runs cannot be kept; run "
-                    "without --resume."
-                )
-            self.doc["reuse_check"] = check
-            self._checked = True
-            _log(f"  reuse check: '{name}' retrained, identical to commit {old['reused_from'][:10]}'s run")
-        self.add(record)
-        return record, r
-
-    def add(self, record: dict[str, Any]) -> None:
-        """Append a run and rewrite the file."""
-        self.doc["runs"].append(record)
-        self.write()
-
-    def finish(self, **fields: Any) -> dict[str, Any]:
-        """Add the tables and findings, mark complete, write."""
-        self.doc.update(fields)
-        self.doc["complete"] = True
-        if self.trained or self._reuse:  # runs made through run() (null_attention adds its own)
-            self.doc["runs_trained"] = self.trained
-        self.write()
-        return self.doc
-
-    def write(self) -> None:
-        """Rewrite the JSON file (atomically: a temporary file, then a rename)."""
-        self.doc["wall_s"] = round(time.perf_counter() - self.t0, 1)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.doc, indent=1), encoding="utf-8")
-        tmp.replace(self.path)
-
-
-def _best_of(record: dict[str, Any]) -> dict[str, Any]:
-    """``best_val_loss`` and ``best_val_step`` of a run record, from its validation curve."""
-    v, s = best_val(record.get("steps") or [], record.get("val_loss") or [])
-    return {"best_val_loss": v, "best_val_step": s}
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _train_logged(cfg: TrainConfig, text: str, device: torch.device, label: str,
-                  budget: int | None = None) -> TrainResult:
-    t0 = time.perf_counter()
-    r = train(cfg, text, device=device, max_bytes=budget)
-    state = (f"diverged at {r.diverged_at}" if r.diverged_at
-             else f"train {r.final_train_loss:.4f} val {r.final_val_loss:.4f} (best {r.best_val_loss:.4f} "
-                  f"at {r.best_val_step})")
-    took = time.perf_counter() - t0
-    _log(f"  {label} seed {cfg.seed}: {state}  ({took:.0f} s, {r.tokens_per_s:.0f} tok/s)")
-    return r
-
-
 # ---------------------------------------------------------------------------- seeds and cells
 
 
 def _mean_sd(runs: list[dict[str, Any]], key: str, digits: int = 5) -> list[Any]:
     """[mean, sd] of ``key`` over a cell's converged runs (None where undefined), rounded."""
     s = stats_of(runs, key)
-    return [None, None] if s is None else [_r(s.mean, digits), _r(s.sd, digits) if s.sd is not None else None]
+    if s is None:
+        return [None, None]
+    return [sig(s.mean, digits), sig(s.sd, digits) if s.sd is not None else None]
 
 
 def _cmp_dicts(comparisons: dict[Any, Comparison | None]) -> dict[str, Any]:
@@ -493,9 +243,9 @@ def run_lr_sweep(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], dev
     for v, (lr, runs) in analysis.best.items():
         tr, va = stats_of(runs, "final_train_loss"), stats_of(runs, "final_val_loss")
         assert tr is not None and va is not None
-        best[v] = {"lr": lr, "seeds": list(tr.seeds), "final_train_loss": _r(tr.mean),
-                   "final_train_sd": _r(tr.sd) if tr.sd is not None else None,
-                   "final_val_loss": _r(va.mean), "final_val_sd": _r(va.sd) if va.sd is not None else None}
+        best[v] = {"lr": lr, "seeds": list(tr.seeds), "final_train_loss": sig(tr.mean),
+                   "final_train_sd": sig(tr.sd) if tr.sd is not None else None,
+                   "final_val_loss": sig(va.mean), "final_val_sd": sig(va.sd) if va.sd is not None else None}
     comparisons = _cmp_dicts(analysis.comparisons)
     model_dir = None
     if "standard" in best:
@@ -545,7 +295,7 @@ def _save_causal_model(rec: Recorder, out: Path, cfg: TrainConfig, model: Any, r
             same = False
         if same:
             return target.name
-        model = _train_logged(cfg, rec.text, rec.device, "causal model (again, for its weights)",
+        model = train_logged(cfg, rec.text, rec.device, "causal model (again, for its weights)",
                               rec.budget).model
     model.meta = {
         "made_by": rec.doc["command"],
@@ -666,10 +416,10 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
     def measure(r: TrainResult) -> dict[str, Any]:
         sm = first_token_sinks(r.model, windows)
         st = streaming_test(r.model, long_text, window=sizes["window"], sinks=4)
-        return {"sink_alpha": [[_r(float(a), 4) for a in row] for row in sm.alpha],
-                "sink_share": [_r(float(s), 4) for s in sm.share],
-                "sink_alpha_uniform": _r(sm.alpha_uniform, 4), "sink_eps": sm.eps,
-                "streaming": {k: (v if not isinstance(v, float) else _r(v)) for k, v in st.to_dict().items()}}
+        return {"sink_alpha": [[sig(float(a), 4) for a in row] for row in sm.alpha],
+                "sink_share": [sig(float(s), 4) for s in sm.share],
+                "sink_alpha_uniform": sig(sm.alpha_uniform, 4), "sink_eps": sm.eps,
+                "streaming": {k: (sig(v) if isinstance(v, float) else v) for k, v in st.to_dict().items()}}
 
     cells: dict[str, list[dict[str, Any]]] = {}
     for sd in rec.seeds:
@@ -681,8 +431,8 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
             if r["diverged_at"] is None and "sink_alpha" in r:
                 a = [v for row in r["sink_alpha"] for v in row]
                 r["sink_heads"] = sink_heads(r)
-                r["sink_alpha_mean"] = _r(sum(a) / len(a), 4)
-                r["sink_alpha_max"] = _r(max(a), 4)
+                r["sink_alpha_mean"] = sig(sum(a) / len(a), 4)
+                r["sink_alpha_max"] = sig(max(a), 4)
                 for key in ("full_beyond", "window_beyond", "window_sinks_beyond"):
                     r[key] = r["streaming"][key]
     rows: list[list[Any]] = []
@@ -691,7 +441,7 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
         n_heads = base.n_layer * base.n_head
         rows.append([label, len(runs), *_mean_sd(runs, "final_val_loss"), *_mean_sd(runs, "best_val_loss"),
                      *_mean_sd(runs, "sink_alpha_mean", 3),
-                     _r(max((r.get("sink_alpha_max") or 0.0) for r in runs), 3),
+                     sig(max((r.get("sink_alpha_max") or 0.0) for r in runs), 3),
                      f"{sum(heads)}/{n_heads * len(heads)}", *_mean_sd(runs, "full_beyond"),
                      *_mean_sd(runs, "window_beyond"), *_mean_sd(runs, "window_sinks_beyond"),
                      sum(r["diverged_at"] is not None for r in runs)])
@@ -714,7 +464,7 @@ def run_sinks(text: str, out: Path, rec: Recorder, sizes: dict[str, Any], device
         comparisons=comparisons,
         claim=CLAIMS["sinks"],
         source_setup=SOURCE_SETUP["sinks"],
-        alpha_uniform=_r(base_alpha, 4),
+        alpha_uniform=sig(base_alpha, 4),
         sinks_formed=analysis.formed,
         finding=finding,
     )
@@ -848,13 +598,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             sizes = SIZES[args.scale][name]
-            _log(f"{name} ({args.scale} scale on {device}, seeds {seeds}, memory budget "
+            log(f"{name} ({args.scale} scale on {device}, seeds {seeds}, memory budget "
                  f"{fmt_bytes(budget)}):")
             reuse = _earlier(args.out / f"{name}.json") if args.resume else None
             rec = Recorder(name, args.out, scale=args.scale, device=device, corpus=corpus, text=text,
                            sizes=sizes, command=command, seeds=seeds, reuse=reuse, budget=budget)
             doc = EXPERIMENTS[name](text, args.out, rec, sizes, device, seed=seeds[0])
-            _log(f"{name}: {doc['wall_s']:.0f} s, {rec.trained} runs trained -> {rec.path}")
+            log(f"{name}: {doc['wall_s']:.0f} s, {rec.trained} runs trained -> {rec.path}")
     except AttnInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -44,9 +44,7 @@ from attncore.training.bbm import (
 from attncore.training.config import TrainConfig
 from attncore.training.io import load_model, save_model
 from attncore.training.model import CharTransformer
-
-if TYPE_CHECKING:  # the Recorder lives in experiments.py, which imports this module
-    from attncore.training.experiments import Recorder
+from attncore.training.record import Recorder, format_table
 
 __all__ = [
     "CLAIM",
@@ -695,7 +693,6 @@ def run_null_attention(text: str, out: Path, rec: Recorder, sizes: dict[str, Any
     """Train every variant of ``sizes['variants']`` for ``sizes['seeds']`` seeds (``seed``, ``seed + 1``, ...)
     on the Bigram-Backcopy task of ``text``; probe, ablate and stream each; save the first seed's model of
     every variant and the task to ``out/null_attention_models``; write the summary and verdicts."""
-    from attncore.training.experiments import format_table  # noqa: PLC0415 (experiments imports this module)
 
     check_sizes(sizes)
     task = BigramBackcopy.from_text(text)
