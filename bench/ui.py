@@ -98,8 +98,10 @@ VIEWS = (
     View("Sinks", "real model", "Attention_sinks", "snk_view=model", ("Layer",)),
     View("Sinks", "real model 512 tokens", "Attention_sinks",
          "snk_view=model&snk_text=" + urllib.parse.quote(LONG_TEXT), ("Layer",), opens=2),
+    View("Sinks", "learned here", "Attention_sinks", "snk_view=learned", ("Tokens (BOS included)",)),
     View("Kernels", "default", "Kernels", "", ("<Head dim E",)),
     View("Training lab", "default", "Training_lab", "", ("Steps per run",), charts=False),
+    View("Evidence", "default", "Evidence", ""),  # no slider: its first render (issue 24: under 5 s)
 )
 
 

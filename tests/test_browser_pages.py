@@ -102,7 +102,8 @@ def test_heatmaps_url_text_is_never_a_link_or_an_image(page: Page, app_url: str)
     link = "[Session expired - click to log in again](http://example/phish)"
     open_page(page, f"{app_url}/Heatmaps?L={link}&mask=![x](http://example/x.png)")
     assert_clean(page)
+    # ui.text.plain breaks Streamlit's autolinks with an invisible word joiner (U+2060) after "http"
     text = " ".join(page.locator("[data-testid=stAlertContentWarning]").all_inner_texts())
-    assert "Session expired" in text and "http://example/x.png" in text, text
+    assert "Session expired" in text and "http://example/x.png" in text.replace("\u2060", ""), text
     assert page.locator('a[href^="http://example"]').count() == 0
     assert page.locator('img[src^="http://example"]').count() == 0
