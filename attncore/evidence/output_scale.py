@@ -20,6 +20,7 @@ from attncore.evidence.records import (
     CAVEAT,
     FAILS,
     HOLDS,
+    K_SE,
     Claim,
     Judgement,
     Measurement,
@@ -37,7 +38,6 @@ __all__ = ["CLAIMS", "D_SEQ", "HEADS", "output_std"]
 
 D_SEQ, D_HEAD, BATCH, HEADS_PER = 256, 64, 4, 8
 HEADS = BATCH * HEADS_PER  # independent heads of the Monte Carlo
-K_SE = 3.0
 FLAT_T, SPIKE_T = 1e4, 1e-4  # temperatures that stand for t -> infinity and t -> 0 (near ties of the top two
 # logits keep std(Z) about 3% below 1 at t = 0.01; at 1e-4 that is 0.03%, under the standard error)
 REL_TOL = 0.10  # the log-normal rule "works" where it is within 10% of the exact value
