@@ -699,8 +699,22 @@ def _overflow(setting: Setting) -> Measurement:
     )
 
 
+def _naive_nan_from(m: Measurement) -> str:
+    """'11.2 (float16), 89.1 (bfloat16), …': from which x the naive softmax is NaN, where it ever is."""
+    return ", ".join(
+        f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})"
+        for t in OVERFLOW_DTYPES
+        if math.isfinite(m.num(f"naive_nan_from_{t}"))
+    )
+
+
+def _stable_nonfinite(m: Measurement) -> int:
+    """Non-finite outputs of the stable softmax over every dtype."""
+    return sum(int(m.num(f"stable_nonfinite_{t}")) for t in OVERFLOW_DTYPES)
+
+
 def _overflow_judge(m: Measurement) -> Judgement:
-    nonfinite = sum(int(m.num(f"stable_nonfinite_{t}")) for t in OVERFLOW_DTYPES)
+    nonfinite = _stable_nonfinite(m)
     worse = [t for t in OVERFLOW_DTYPES if m.num(f"stable_err_{t}") > m.num(f"tol_{t}")]
     if nonfinite:
         return Judgement(FAILS, f"the stable softmax gave {nonfinite} non-finite outputs.")
@@ -708,13 +722,10 @@ def _overflow_judge(m: Measurement) -> Judgement:
         return Judgement(
             FAILS, f"the stable softmax differs from float64 beyond tolerance in {', '.join(worse)}."
         )
-    overflow = [t for t in OVERFLOW_DTYPES if math.isfinite(m.num(f"naive_nan_from_{t}"))]
     return Judgement(
         HOLDS,
         "the stable form never overflows and matches float64 in every dtype; the naive one turns NaN from "
-        + "x = "
-        + ", ".join(f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})" for t in overflow)
-        + ".",
+        f"x = {_naive_nan_from(m)}.",
     )
 
 
@@ -730,13 +741,7 @@ STABLE_SOFTMAX = Claim(
     "float32, 4e-3 in float16, 3e-2 in bfloat16)",
     measure=_overflow,
     describe=lambda m: (
-        "naive NaN from x = "
-        + ", ".join(
-            f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})"
-            for t in OVERFLOW_DTYPES
-            if math.isfinite(m.num(f"naive_nan_from_{t}"))
-        )
-        + f"; stable: {sum(int(m.num(f'stable_nonfinite_{t}')) for t in OVERFLOW_DTYPES)} non-finite, "
+        f"naive NaN from x = {_naive_nan_from(m)}; stable: {_stable_nonfinite(m)} non-finite, "
         f"largest error {fmt(max(m.num(f'stable_err_{t}') for t in OVERFLOW_DTYPES), 2)}."
     ),
     judge=_overflow_judge,
