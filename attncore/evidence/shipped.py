@@ -213,6 +213,7 @@ def _scaling(d: dict[str, Any]) -> Measurement | str:
     for st in steps:
         c = a.gap_growth.get(st)
         vals.update(_cmp_values(c, f"step{st}_") if c is not None else {f"step{st}_n": 0})
+
     # the growth over the whole range, from the per-seed gaps at the smallest and largest head dim
     def final(variant: str, h: int) -> dict[int, float]:
         return {seed_of(r): r["final_val_loss"] for r in converged(a.cells.get((variant, h), []))}
@@ -513,9 +514,7 @@ def _fix_judge(m: Measurement) -> Judgement:
     if not gone:
         return Judgement(
             FAILS,
-            "every denominator-bias model kept its sink: "
-            + _sink_text(m, kept)
-            + ".",
+            "every denominator-bias model kept its sink: " + _sink_text(m, kept) + ".",
         )
     return Judgement(
         CAVEAT,
