@@ -37,7 +37,7 @@ from attncore.kernels import (
 )
 from attncore.synthetic import make_generator, randn
 
-__all__ = ["CLAIMS", "D2L_PRINTED", "d2l_masked_softmax"]
+__all__ = ["CLAIMS", "D2L_PRINTED", "d2l_masked_softmax", "sdpa"]
 
 PRINTED_SUM_TOL = 1e-6  # the printed float32 rows, 8 digits each
 DROP_P = 0.1  # the reference page's dropout_p
