@@ -14,8 +14,8 @@ import functools
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 
+from attncore.evidence.masking import sdpa
 from attncore.evidence.records import (
     CAVEAT,
     FAILS,
@@ -28,7 +28,6 @@ from attncore.evidence.records import (
 )
 from attncore.kernels import (
     RULES,
-    SDPA_LOCK,
     KernelSpec,
     SizeResult,
     check_claims,
@@ -140,9 +139,9 @@ def _gqa(setting: Setting) -> Measurement:
     x = make_inputs(spec, GQA_T, GQA_T, setting.device)
     rep = spec.groups
     k, v = x.key.repeat_interleave(rep, dim=-3), x.value.repeat_interleave(rep, dim=-3)
-    with SDPA_LOCK, torch.no_grad():
-        shared = F.scaled_dot_product_attention(x.query, x.key, x.value, enable_gqa=True)
-        full = F.scaled_dot_product_attention(x.query, k, v)
+    with torch.no_grad():
+        shared = sdpa(x.query, x.key, x.value, enable_gqa=True)
+        full = sdpa(x.query, k, v)
     plain = replace(x, key=k, value=v, enable_gqa=False)
     return Measurement(
         {

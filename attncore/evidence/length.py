@@ -17,6 +17,8 @@ from attncore.evidence.records import (
     EXACT,
     FAILS,
     HOLDS,
+    K_SE,
+    ROW_SUM_TOL,
     Claim,
     Judgement,
     Measurement,
@@ -32,10 +34,8 @@ __all__ = ["CLAIMS", "LENGTHS"]
 
 LENGTHS = tuple(2**k for k in range(4, 21))  # the Entropy page's default n (ent_lo = 4, ent_hi = 20)
 QUERIES, HEAD_DIM = 32, 64  # ent_q, ent_d
-K_SE = 3.0
 MARGIN_LENGTHS = (2**4, 2**8, 2**12, 2**16, 2**20)
 LOG_SLOPE = (0.9, 1.1)  # "grows like log n": slope of the margin against ln n in this band
-ROW_SUM_TOL = 1e-5  # float32 softmax rows sum to 1 within this
 NULL_TOTAL = 0.01  # "very small, approaching zero": a row spends at most this
 LOW_CONTENT = -10.0  # the sinks page's lowest content logit: every real key irrelevant
 SINK_SHRINK = 0.5  # the sink must at least halve the output's size

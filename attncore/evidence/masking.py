@@ -19,6 +19,7 @@ from attncore.evidence.records import (
     FAILS,
     HOLDS,
     MISPRINT,
+    ROW_SUM_TOL,
     Claim,
     Judgement,
     Measurement,
@@ -36,9 +37,8 @@ from attncore.kernels import (
 )
 from attncore.synthetic import make_generator, randn
 
-__all__ = ["CLAIMS", "D2L_PRINTED", "d2l_masked_softmax"]
+__all__ = ["CLAIMS", "D2L_PRINTED", "d2l_masked_softmax", "sdpa"]
 
-ROW_SUM_TOL = 1e-5  # float32 rows sum to 1 within this
 PRINTED_SUM_TOL = 1e-6  # the printed float32 rows, 8 digits each
 DROP_P = 0.1  # the reference page's dropout_p
 WITHIN_2SE = (

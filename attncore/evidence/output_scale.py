@@ -20,6 +20,7 @@ from attncore.evidence.records import (
     CAVEAT,
     FAILS,
     HOLDS,
+    K_SE,
     Claim,
     Judgement,
     Measurement,
@@ -37,7 +38,6 @@ __all__ = ["CLAIMS", "D_SEQ", "HEADS", "output_std"]
 
 D_SEQ, D_HEAD, BATCH, HEADS_PER = 256, 64, 4, 8
 HEADS = BATCH * HEADS_PER  # independent heads of the Monte Carlo
-K_SE = 3.0
 FLAT_T, SPIKE_T = 1e4, 1e-4  # temperatures that stand for t -> infinity and t -> 0 (near ties of the top two
 # logits keep std(Z) about 3% below 1 at t = 0.01; at 1e-4 that is 0.03%, under the standard error)
 REL_TOL = 0.10  # the log-normal rule "works" where it is within 10% of the exact value
@@ -85,6 +85,10 @@ def _std(setting: Setting) -> Measurement:
     )
 
 
+# the tolerance of _printed, for both printed values
+_PRINTED_TOL = f"within half a unit of the printed digit (± 0.05) plus {K_SE:g} standard errors"
+
+
 def _printed(m: Measurement, name: str, printed: str) -> Judgement:
     target, half = float(printed), printed_half_unit(printed)
     gap = abs(m.num(name) - target)
@@ -107,7 +111,7 @@ UNDERSCALED = Claim(
     source="graphcore",
     quote="regular attention is underscaled to sigma=0.1 when d_seq=256",
     test="std of softmax(QKᵀ/√d)V over 32 independent heads of 256 queries and keys (attncore.attention).",
-    tolerance=f"within half a unit of the printed digit (± 0.05) plus {K_SE:g} standard errors",
+    tolerance=_PRINTED_TOL,
     measure=_std,
     describe=lambda m: (
         f"std(Z) = {fmt_pm(m.num('std'), m.err('std'))}; exact {m.num('exact'):.4f}, the post's rule "
@@ -121,7 +125,7 @@ FULLY_SCALED_UNIT = Claim(
     source="graphcore",
     quote="… but scaled to sigma=1.0 when using a sqrt(d_seq/e) multiplier",
     test="The same output multiplied by √(256/e) = 9.70.",
-    tolerance=f"within half a unit of the printed digit (± 0.05) plus {K_SE:g} standard errors",
+    tolerance=_PRINTED_TOL,
     measure=_std,
     describe=lambda m: (
         f"std(Z·√(256/e)) = {fmt_pm(m.num('full'), m.err('full'))} (exact "
@@ -135,6 +139,10 @@ def _limit(t: float, target_name: str, setting: Setting) -> Measurement:
     s, se = output_std(t, setting.device, setting.seed)
     target = float(theory.output_std_flat(D_SEQ)) if target_name == "flat" else 1.0
     return Measurement({"std": s, "target": target, "t": t}, {"std": se}, scale=_scale(setting))
+
+
+# the tolerance of _limit_judge, for both limits
+_LIMIT_TOL = f"within {K_SE:g} standard errors"
 
 
 def _limit_judge(m: Measurement, what: str) -> Judgement:
@@ -151,7 +159,7 @@ FLAT_LIMIT = Claim(
     source="graphcore",
     quote="t → ∞, the output is flat, and the scale of Z is d_seq^{-1/2}",
     test=f"std(Z) of softmax(QKᵀ/(√d·t))V at t = {FLAT_T:g}, against 1/√256 = 0.0625.",
-    tolerance=f"within {K_SE:g} standard errors",
+    tolerance=_LIMIT_TOL,
     measure=lambda s: _limit(FLAT_T, "flat", s),
     describe=lambda m: (
         f"std(Z) = {fmt_pm(m.num('std'), m.err('std'))} at t = {m.num('t'):g}; 1/√256 = 0.0625."
@@ -164,7 +172,7 @@ SPIKE_LIMIT = Claim(
     source="graphcore",
     quote="t → 0, the output is a single unit spike, and the scale of Z is 1",
     test=f"std(Z) at t = {SPIKE_T:g}, against 1.",
-    tolerance=f"within {K_SE:g} standard errors",
+    tolerance=_LIMIT_TOL,
     measure=lambda s: _limit(SPIKE_T, "spike", s),
     describe=lambda m: f"std(Z) = {fmt_pm(m.num('std'), m.err('std'))} at t = {m.num('t'):g}.",
     judge=lambda m: _limit_judge(m, "each row copies one value vector."),

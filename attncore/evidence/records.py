@@ -20,8 +20,10 @@ __all__ = [
     "EXACT",
     "FAILS",
     "HOLDS",
+    "K_SE",
     "LIVE",
     "MISPRINT",
+    "ROW_SUM_TOL",
     "SHIPPED",
     "SOURCES",
     "UNTESTABLE",
@@ -206,6 +208,9 @@ class Claim:
 
 # --------------------------------------------------------------------------- shared rule pieces
 
+K_SE = 3.0  # a measured value agrees with a claimed one when within this many standard errors
+ROW_SUM_TOL = 1e-5  # float32 softmax rows sum to 1 within this
+
 
 def fmt(x: float, digits: int = 3) -> str:
     """``digits`` significant digits, no exponent for everyday sizes ('0.0012', '22.6', '1.2e+06')."""
@@ -231,10 +236,13 @@ def fmt_row(xs: Sequence[float], digits: int = 3) -> str:
     return "[" + ", ".join(f"{x:.{digits}f}" for x in xs) + "]"
 
 
-def printed_half_unit(text: str) -> float:
-    """Half a unit of the last printed digit of a number as the source prints it ('0.31' -> 0.005)."""
-    s = text.strip().lstrip("+-−")
-    decimals = len(s.split(".", 1)[1]) if "." in s else 0
+def printed_half_unit(*texts: str) -> float:
+    """Half a unit of the last printed digit of numbers as the source prints them ('0.31' -> 0.005); of a
+    printed row, the finest entry's ('0.1', '0.25' -> 0.005)."""
+    decimals = 0
+    for text in texts:
+        s = text.strip().lstrip("+-−")
+        decimals = max(decimals, len(s.split(".", 1)[1]) if "." in s else 0)
     return 0.5 * 10.0 ** (-decimals)
 
 

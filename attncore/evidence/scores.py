@@ -21,6 +21,7 @@ from attncore.evidence.records import (
     EXACT,
     FAILS,
     HOLDS,
+    K_SE,
     MISPRINT,
     Claim,
     Judgement,
@@ -29,6 +30,7 @@ from attncore.evidence.records import (
     fmt,
     fmt_pm,
     fmt_row,
+    printed_half_unit,
     z_score,
 )
 from attncore.gradients import (
@@ -59,17 +61,10 @@ SOURCE_SCALED = ("0.31", "0.07", "0.30", "0.05", "0.12")
 SOURCE_PEAKED = (("8.5", "-2.1", "7.9"), ("0.99", "0.00", "0.01"))
 HEALTHY_ROW = (0.3, 0.3, 0.2, 0.2)
 SOURCE_HEALTHY = ("0.21", "0.21", "0.16", "0.16")
-K_SE = 3.0  # a measured value agrees with the claim when within this many standard errors
 K_SLOPE = 3.5  # the same for a slope whose error comes from 13 - 2 residuals (Student t, 11 df)
 K_FAMILY = 3.5  # the same over a family of 13 values (false-alarm rate under 1% in all)
 TINY = 0.1  # "tiny" / "vanish": at most a tenth of the scaled value
 INIT_FACTOR = 2.0  # "scores near N(0, d)": variance within this factor of d
-
-
-def _half(texts: tuple[str, ...]) -> float:
-    """Half a unit of the last printed decimal (the same for every entry of a printed row)."""
-    decimals = max(len(t.split(".", 1)[1]) if "." in t else 0 for t in texts)
-    return 0.5 * 10.0 ** (-decimals)
 
 
 def _nums(texts: tuple[str, ...]) -> list[float]:
@@ -274,9 +269,14 @@ def _row(m: Measurement, prefix: str) -> list[float]:
     return [m.num(f"{prefix}_{i}") for i in range(len(SOURCE_SCORES))]
 
 
+def _printed_gap(got: list[float], printed: tuple[str, ...]) -> tuple[float, float]:
+    """The largest gap between computed and printed values, and half a unit of the last printed digit
+    (they agree to that digit when the gap is at most the half unit, with 1e-12 for rounding)."""
+    return max(abs(a - b) for a, b in zip(got, _nums(printed), strict=True)), printed_half_unit(*printed)
+
+
 def _printed_judge(got: list[float], printed: tuple[str, ...], what: str) -> Judgement:
-    gap = max(abs(a - b) for a, b in zip(got, _nums(printed), strict=True))
-    half = _half(printed)
+    gap, half = _printed_gap(got, printed)
     if gap <= half + 1e-12:
         return Judgement(
             HOLDS,
@@ -343,7 +343,7 @@ def _peaked(setting: Setting) -> Measurement:
     x = torch.tensor(_nums(SOURCE_PEAKED[0]), dtype=torch.float64)
     # Whatever the elided entries hold, softmax fixes p1 / p3 = exp(x1 - x3).
     ratio = float(torch.exp(x[0] - x[2]))
-    (p1, _, p3), half = _nums(SOURCE_PEAKED[1]), _half(SOURCE_PEAKED[1])
+    (p1, _, p3), half = _nums(SOURCE_PEAKED[1]), printed_half_unit(*SOURCE_PEAKED[1])
     return Measurement(
         {
             "ratio": ratio,
@@ -453,8 +453,8 @@ def _jacobians(setting: Setting) -> Measurement:
 
 def _healthy_judge(m: Measurement) -> Judgement:
     diag = [m.num(f"diag_{i}") for i in range(4)]
-    gap = max(abs(a - b) for a, b in zip(diag, _nums(SOURCE_HEALTHY), strict=True))
-    if gap > _half(SOURCE_HEALTHY) + 1e-12:
+    gap, half = _printed_gap(diag, SOURCE_HEALTHY)
+    if gap > half + 1e-12:
         return Judgement(MISPRINT, f"the diagonal of J is {fmt_row(diag)}, not the printed values.")
     return Judgement(
         CAVEAT,
@@ -699,8 +699,22 @@ def _overflow(setting: Setting) -> Measurement:
     )
 
 
+def _naive_nan_from(m: Measurement) -> str:
+    """'11.2 (float16), 89.1 (bfloat16), …': from which x the naive softmax is NaN, where it ever is."""
+    return ", ".join(
+        f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})"
+        for t in OVERFLOW_DTYPES
+        if math.isfinite(m.num(f"naive_nan_from_{t}"))
+    )
+
+
+def _stable_nonfinite(m: Measurement) -> int:
+    """Non-finite outputs of the stable softmax over every dtype."""
+    return sum(int(m.num(f"stable_nonfinite_{t}")) for t in OVERFLOW_DTYPES)
+
+
 def _overflow_judge(m: Measurement) -> Judgement:
-    nonfinite = sum(int(m.num(f"stable_nonfinite_{t}")) for t in OVERFLOW_DTYPES)
+    nonfinite = _stable_nonfinite(m)
     worse = [t for t in OVERFLOW_DTYPES if m.num(f"stable_err_{t}") > m.num(f"tol_{t}")]
     if nonfinite:
         return Judgement(FAILS, f"the stable softmax gave {nonfinite} non-finite outputs.")
@@ -708,13 +722,10 @@ def _overflow_judge(m: Measurement) -> Judgement:
         return Judgement(
             FAILS, f"the stable softmax differs from float64 beyond tolerance in {', '.join(worse)}."
         )
-    overflow = [t for t in OVERFLOW_DTYPES if math.isfinite(m.num(f"naive_nan_from_{t}"))]
     return Judgement(
         HOLDS,
         "the stable form never overflows and matches float64 in every dtype; the naive one turns NaN from "
-        + "x = "
-        + ", ".join(f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})" for t in overflow)
-        + ".",
+        f"x = {_naive_nan_from(m)}.",
     )
 
 
@@ -730,13 +741,7 @@ STABLE_SOFTMAX = Claim(
     "float32, 4e-3 in float16, 3e-2 in bfloat16)",
     measure=_overflow,
     describe=lambda m: (
-        "naive NaN from x = "
-        + ", ".join(
-            f"{m.num(f'naive_nan_from_{t}'):.3g} ({t})"
-            for t in OVERFLOW_DTYPES
-            if math.isfinite(m.num(f"naive_nan_from_{t}"))
-        )
-        + f"; stable: {sum(int(m.num(f'stable_nonfinite_{t}')) for t in OVERFLOW_DTYPES)} non-finite, "
+        f"naive NaN from x = {_naive_nan_from(m)}; stable: {_stable_nonfinite(m)} non-finite, "
         f"largest error {fmt(max(m.num(f'stable_err_{t}') for t in OVERFLOW_DTYPES), 2)}."
     ),
     judge=_overflow_judge,

@@ -13,7 +13,9 @@ reason.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from attncore.errors import AttnInputError
@@ -89,6 +91,27 @@ def _load(name: str) -> dict[str, Any] | str:
     return d
 
 
+# a reader of one result file: its dict in, the row's measurement (or why the file cannot test the claim) out
+_Reader = Callable[[dict[str, Any]], Measurement | str]
+
+
+def _reading(name: str) -> Callable[[_Reader], Callable[[Setting], Measurement]]:
+    """A row's measure function from a reader of the shipped result ``name``: the reader gets the result dict
+    and returns the measurement, or why the file cannot test the claim. A file that cannot be read, or a
+    reason, makes the row "not testable here" with it."""
+
+    def wrap(read: _Reader) -> Callable[[Setting], Measurement]:
+        @functools.wraps(read)
+        def measure(setting: Setting) -> Measurement:
+            d = _load(name)
+            got = d if isinstance(d, str) else read(d)
+            return Measurement(basis=SHIPPED, missing=got) if isinstance(got, str) else got
+
+        return measure
+
+    return wrap
+
+
 def _size_words(cfg: dict[str, Any]) -> str:
     """'3 layers, 4 heads, width 128, 500 steps' from a result's config (what it has of these)."""
     words = (("n_layer", "layer"), ("n_head", "head"), ("d_model", "width"), ("steps", "step"))
@@ -112,18 +135,12 @@ def _scale(d: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- fully scaled trains worse
 
 
-def _lr_sweep(setting: Setting) -> Measurement:
-    d = _load("lr_sweep")
-    if isinstance(d, str):
-        return Measurement(basis=SHIPPED, missing=d)
+@_reading("lr_sweep")
+def _lr_sweep(d: dict[str, Any]) -> Measurement | str:
     a = lr_sweep_analysis(d)
     c = a.comparisons.get("fully_scaled vs standard")
     if c is None:
-        return Measurement(
-            basis=SHIPPED,
-            missing="lr_sweep.json lacks a standard or a fully scaled learning rate "
-            "that every seed finished.",
-        )
+        return "lr_sweep.json lacks a standard or a fully scaled learning rate that every seed finished."
     return Measurement(
         {
             "standard": c.a.mean,
@@ -181,16 +198,12 @@ FULLY_SCALED_WORSE = Claim(
 # --------------------------------------------------------------------------- the scaling ablation
 
 
-def _scaling(setting: Setting) -> Measurement:
-    d = _load("scaling")
-    if isinstance(d, str):
-        return Measurement(basis=SHIPPED, missing=d)
+@_reading("scaling")
+def _scaling(d: dict[str, Any]) -> Measurement | str:
     a = scaling_analysis(d)
     heads = [h for h in a.d_heads if a.loss.get(h) is not None]
     if len(heads) < 2:
-        return Measurement(
-            basis=SHIPPED, missing="scaling.json lacks standard and unscaled runs at two head dims."
-        )
+        return "scaling.json lacks standard and unscaled runs at two head dims."
     vals: dict[str, object] = {"heads": ", ".join(map(str, heads)), "d_lo": heads[0], "d_hi": heads[-1]}
     for h in heads:
         vals.update(_cmp_values(a.loss[h], f"gap{h}_"))  # type: ignore[arg-type]
@@ -200,16 +213,15 @@ def _scaling(setting: Setting) -> Measurement:
     for st in steps:
         c = a.gap_growth.get(st)
         vals.update(_cmp_values(c, f"step{st}_") if c is not None else {f"step{st}_n": 0})
+
     # the growth over the whole range, from the per-seed gaps at the smallest and largest head dim
-    gaps = {
-        h: {seed_of(r): r["final_val_loss"] for r in converged(a.cells.get(("unscaled", h), []))}
-        for h in (heads[0], heads[-1])
-    }
-    base = {
-        h: {seed_of(r): r["final_val_loss"] for r in converged(a.cells.get(("standard", h), []))}
-        for h in (heads[0], heads[-1])
-    }
-    per = {h: {k: gaps[h][k] - base[h][k] for k in sorted(set(gaps[h]) & set(base[h]))} for h in gaps}
+    def final(variant: str, h: int) -> dict[int, float]:
+        return {seed_of(r): r["final_val_loss"] for r in converged(a.cells.get((variant, h), []))}
+
+    per: dict[int, dict[int, float]] = {}
+    for h in (heads[0], heads[-1]):
+        unscaled, standard = final("unscaled", h), final("standard", h)
+        per[h] = {k: unscaled[k] - standard[k] for k in sorted(set(unscaled) & set(standard))}
     lo, hi = per[heads[0]], per[heads[-1]]
     whole = compare(list(lo.values()), list(hi.values()), seeds_a=list(lo), seeds_b=list(hi))
     vals.update(_cmp_values(whole, "whole_"))
@@ -290,13 +302,11 @@ def _d_head(r: dict[str, Any]) -> int:
     return int(cfg["d_model"]) // int(cfg["n_head"])
 
 
-def _stability(setting: Setting) -> Measurement:
-    d = _load("scaling")
-    if isinstance(d, str):
-        return Measurement(basis=SHIPPED, missing=d)
+@_reading("scaling")
+def _stability(d: dict[str, Any]) -> Measurement | str:
     runs = [r for r in d["runs"] if r["config"]["variant"] == "unscaled" and _d_head(r) > 16]
     if not runs:
-        return Measurement(basis=SHIPPED, missing="scaling.json has no unscaled run with d_head above 16.")
+        return "scaling.json has no unscaled run with d_head above 16."
     diverged = len(runs) - len(converged(runs))
     spikes, worst = 0, -math.inf
     for r in runs:
@@ -390,14 +400,12 @@ def _lm_sink_heads(d: dict[str, Any] | str) -> tuple[int, int] | None:
     return sum(sink_heads(r) for r in runs), sum(len(row) for r in runs for row in r["sink_alpha"])
 
 
-def _sinks(setting: Setting) -> Measurement:
-    d = _load("null_attention")
-    if isinstance(d, str):
-        return Measurement(basis=SHIPPED, missing=d)
+@_reading("null_attention")
+def _sinks(d: dict[str, Any]) -> Measurement | str:
     summary = summarise(d["runs"])
     soft = [s for s in summary.values() if s["variant"] == "standard"]
     if not soft:
-        return Measurement(basis=SHIPPED, missing="null_attention.json has no softmax run.")
+        return "null_attention.json has no softmax run."
     vals: dict[str, object] = {"labels": "|".join(summary), "eps": SINK_THRESHOLD}
     for label, s in summary.items():
         bos, nowhere = s["bos_other"], s["nowhere_other"]
@@ -424,10 +432,12 @@ def _labels(m: Measurement, *variants: str) -> list[str]:
     return [lab for lab in str(m["labels"]).split("|") if not variants or m[f"variant:{lab}"] in variants]
 
 
-def _sink_text(m: Measurement, label: str) -> str:
-    return (
+def _sink_text(m: Measurement, labels: Iterable[str]) -> str:
+    """'softmax 3/3 seeds, BOS weight 0.90; softmax1 0/3 seeds, …' for these variants."""
+    return "; ".join(
         f"{label} {int(m.num(f'sinks:{label}'))}/{int(m.num(f'n:{label}'))} seeds, BOS weight "
         f"{fmt(m.num(f'bos:{label}'), 2)}"
+        for label in labels
     )
 
 
@@ -478,7 +488,7 @@ SINKS_LEARNED = Claim(
     tolerance=f"a sink: BOS weight above ε = {SINK_THRESHOLD:g} (Gu et al.'s metric) in every seed, the mean "
     f"more than {Z_SE:g} standard errors above it",
     measure=_sinks,
-    describe=lambda m: "; ".join(_sink_text(m, lab) for lab in _labels(m)) + ".",
+    describe=lambda m: _sink_text(m, _labels(m)) + ".",
     judge=_learned_judge,
 )
 
@@ -504,14 +514,12 @@ def _fix_judge(m: Measurement) -> Judgement:
     if not gone:
         return Judgement(
             FAILS,
-            "every denominator-bias model kept its sink: "
-            + "; ".join(_sink_text(m, lab) for lab in kept)
-            + ".",
+            "every denominator-bias model kept its sink: " + _sink_text(m, kept) + ".",
         )
     return Judgement(
         CAVEAT,
         f"{', '.join(gone)} formed no sink ({where}), but "
-        + "; ".join(_sink_text(m, lab) for lab in kept)
+        + _sink_text(m, kept)
         + ": a learned bias that starts low can still settle on a sink.",
     )
 
@@ -525,7 +533,7 @@ BIAS_REMOVES_SINKS = Claim(
     "seeds with a sink, and the weight they put on nothing.",
     tolerance="every denominator-bias model free of sinks in every seed",
     measure=_sinks,
-    describe=lambda m: "; ".join(_sink_text(m, lab) for lab in _labels(m, "standard", *DENOMINATOR)) + ".",
+    describe=lambda m: _sink_text(m, _labels(m, "standard", *DENOMINATOR)) + ".",
     judge=_fix_judge,
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 from urllib.parse import quote, urlencode
 
 import pandas as pd
@@ -42,21 +43,26 @@ __all__ = [
     "verdict_figure",
 ]
 
-# URL values of the verdict filter
-VERDICT_KEYS: dict[str, str] = {
-    "holds": HOLDS,
-    "caveat": CAVEAT,
-    "fails": FAILS,
-    "misprint": MISPRINT,
-    "untestable": UNTESTABLE,
+
+class _Look(NamedTuple):
+    """How the page shows one verdict."""
+
+    key: str  # its value in the URL's verdict filter
+    color: str  # its bars in the overview chart
+    badge: str  # its badge's colour in the table
+    plural: str  # the summary's words for rows with it ('26 hold')
+
+
+_LOOKS: dict[str, _Look] = {
+    HOLDS: _Look("holds", PALETTE[2], "green", "hold"),
+    CAVEAT: _Look("caveat", PALETTE[4], "blue", "hold with a caveat"),
+    FAILS: _Look("fails", PALETTE[5], "orange", "do not hold here"),
+    MISPRINT: _Look("misprint", PALETTE[3], "violet", "are misprints in the source"),
+    UNTESTABLE: _Look("untestable", PALETTE[7], "gray", "are not testable here"),
 }
-COLORS: dict[str, str] = {
-    HOLDS: PALETTE[2],
-    CAVEAT: PALETTE[4],
-    FAILS: PALETTE[5],
-    MISPRINT: PALETTE[3],
-    UNTESTABLE: PALETTE[7],
-}
+VERDICT_KEYS: dict[str, str] = {look.key: v for v, look in _LOOKS.items()}  # URL value -> verdict
+COLORS: dict[str, str] = {v: look.color for v, look in _LOOKS.items()}
+BADGES: dict[str, str] = {v: look.badge for v, look in _LOOKS.items()}
 PENDING = "measuring…"
 
 _SAT = "pages/3_Saturation_and_gradients.py"
@@ -129,13 +135,6 @@ COLUMNS: tuple[str, ...] = (
     "basis",
     "scale",
 )
-BADGES: dict[str, str] = {
-    HOLDS: "green",
-    CAVEAT: "blue",
-    FAILS: "orange",
-    MISPRINT: "violet",
-    UNTESTABLE: "gray",
-}
 BASIS_WORDS: dict[str, str] = {LIVE: "live", EXACT: "exact", SHIPPED: "shipped"}
 
 
@@ -278,14 +277,7 @@ def verdict_figure(rows: Sequence[Row]) -> go.Figure:
 def summary(rows: Sequence[Row]) -> str:
     """'47 claims: 26 hold, 11 hold with a caveat, …' over the given rows."""
     c = Counter(r.judgement.verdict for r in rows)
-    words = {
-        HOLDS: "hold",
-        CAVEAT: "hold with a caveat",
-        FAILS: "do not hold here",
-        MISPRINT: "are misprints in the source",
-        UNTESTABLE: "are not testable here",
-    }
-    parts = [f"{c[v]} {words[v]}" for v in VERDICTS if c[v]]
+    parts = [f"{c[v]} {_LOOKS[v].plural}" for v in VERDICTS if c[v]]
     return (
         f"{len(rows)} claim{'s' if len(rows) != 1 else ''}: " + (", ".join(parts) if parts else "none") + "."
     )
