@@ -339,3 +339,13 @@ def test_decide_is_the_training_verdicts_rule() -> None:
         c = compare(a, b)
         got = shipped.decide(c.diff, math.nan if c.margin is None else c.margin, min(c.a.n, c.b.n))
         assert (got or 0) == c.sign and (got is None) == (not c.enough_seeds or c.margin is None)
+
+
+def test_a_malformed_result_file_makes_its_rows_not_testable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that lack the fields a row reads (a hand-edited or older file) give "not testable here" with the
+    reason, never an exception out of the page."""
+    _fake(monkeypatch, {name: {"runs": [{"name": "x"}, {"config": None}]}
+                        for name in ("lr_sweep", "scaling", "null_attention")})
+    for key in ("fully_scaled_worse", "scaling_ablation", "unstable_16", "sinks_learned", "bias_removes_sinks"):
+        j = _verdict(key)
+        assert j.verdict == UNTESTABLE and ".json lacks" in j.caveat, (key, j.caveat)

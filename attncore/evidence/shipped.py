@@ -95,16 +95,28 @@ def _load(name: str) -> dict[str, Any] | str:
 _Reader = Callable[[dict[str, Any]], Measurement | str]
 
 
+def _malformed(name: str, exc: Exception) -> str:
+    """Why a result file whose fields a reader could not use cannot test the claim."""
+    what = f"the field {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else "a field"
+    return f"{name}.json lacks {what} this row reads, or holds it in another form ({type(exc).__name__})."
+
+
 def _reading(name: str) -> Callable[[_Reader], Callable[[Setting], Measurement]]:
     """A row's measure function from a reader of the shipped result ``name``: the reader gets the result dict
-    and returns the measurement, or why the file cannot test the claim. A file that cannot be read, or a
-    reason, makes the row "not testable here" with it."""
+    and returns the measurement, or why the file cannot test the claim. A file that cannot be read, lacks a
+    field the reader needs, or a reason, makes the row "not testable here" with it."""
 
     def wrap(read: _Reader) -> Callable[[Setting], Measurement]:
         @functools.wraps(read)
         def measure(setting: Setting) -> Measurement:
             d = _load(name)
-            got = d if isinstance(d, str) else read(d)
+            if isinstance(d, str):
+                got: Measurement | str = d
+            else:
+                try:
+                    got = read(d)
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                    got = _malformed(name, exc)
             return Measurement(basis=SHIPPED, missing=got) if isinstance(got, str) else got
 
         return measure
