@@ -180,7 +180,7 @@ def _softmax_family(ns: F64, sigma: float, sink: float, want_max: bool,
         c = sink
         out["entropy"] = np.log(ns)
         out["max_weight"] = 1.0 / (ns + c)
-        out["sum_sq"] = ns / (ns + c) ** 2
+        out["sum_sq"] = ns / (ns + c) / (ns + c)  # no overflow at huge n
         out["row_sum"] = ns / (ns + c)
         return out
     z, dz, logwz = _grid_z(float(ns.max()), sigma)
@@ -270,8 +270,9 @@ def _sigmoid_one(n: float, sigma: float, cancel: Cancel | None = None) -> dict[s
     upper = _upper_tail(z)
     with np.errstate(divide="ignore"):
         log_cdf = np.log1p(-upper)
-    # max of n iid: density n N(z) Phi(z)^(n-1)
-    max_w = float(np.sum(nz * n * np.exp((n - 1.0) * log_cdf) * w))
+    # max of n iid: density n N(z) Phi(z)^(n-1); for n = 1 the power is 1 (0 * log 0 would be NaN)
+    power = np.exp((n - 1.0) * log_cdf) if n > 1 else 1.0
+    max_w = float(np.sum(nz * n * power * w))
     res = {"max_weight": max_w, "sum_sq": float(n * np.sum(nz * w * w)), "row_sum": float(n * np.sum(nz * w))}
     if n == 1:
         res["entropy"] = 0.0
