@@ -382,3 +382,16 @@ def test_lognormal_rule_is_judged_where_the_post_states_it() -> None:
     assert j.verdict == FAILS and "off at t = 0.55" in j.caveat and "from t ≈ 0.75" in j.caveat
     assert c.judge(m.with_values(rel_half=0.0)).verdict == FAILS
     assert c.judge(m.with_values(worst_rel=0.05, valid_from=0.55)).verdict == HOLDS
+
+
+# The study notes' sentence as printed (the symbol n was lost from "(n)" in the source text).
+NOTES_SHARP = (
+    "To maintain “sharp” attention (concentrated on a few tokens) in longer sequences, the model needs to produce "
+    "disproportionately large logit values for the target tokens to overcome the larger denominator sum."
+)
+
+
+def test_sharp_needs_log_n_quotes_the_notes_verbatim() -> None:
+    """The quote left out "(concentrated on a few tokens)" without marking the cut (quotes are shortened with …)."""
+    q = claim("sharp_needs_log_n").quote
+    assert "…" in q or q in NOTES_SHARP, q
