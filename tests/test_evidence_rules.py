@@ -132,7 +132,9 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "fully_scaled_unit": [({"full": 1.0}, HOLDS), ({"full": 0.5}, FAILS)],
     "flat_limit": [(lambda m: {"std": m.num("target")}, HOLDS), ({"std": 0.1}, FAILS)],
     "spike_limit": [({"std": 1.0}, HOLDS), ({"std": 0.9}, FAILS)],
-    "lognormal_range": [({}, FAILS), ({"rel_half": 0.05}, HOLDS)],
+    "lognormal_range": [({}, FAILS), ({"worst_rel": 0.05}, HOLDS),
+                        # the post states the rule for t > ½: t = ½ alone within 10% does not make it hold
+                        ({"rel_half": 0.05}, FAILS)],
     "fully_scaled_worse": [({"n": 1, "diff": 0.13, "margin": math.nan}, CAVEAT),
                            ({"n": 3, "diff": 0.1, "margin": 0.02}, HOLDS),
                            ({"n": 3, "diff": 0.01, "margin": 0.02}, FAILS),
@@ -349,3 +351,47 @@ def test_a_malformed_result_file_makes_its_rows_not_testable(monkeypatch: pytest
     for key in ("fully_scaled_worse", "scaling_ablation", "unstable_16", "sinks_learned", "bias_removes_sinks"):
         j = _verdict(key)
         assert j.verdict == UNTESTABLE and ".json lacks" in j.caveat, (key, j.caveat)
+
+
+def _sum_sq_quadrature(n: int, sigma: float) -> float:
+    """E Σp² of softmax over n iid N(0, σ²) logits, written out: n ∫ u E[e^{2x} e^{-u e^x}] E[e^{-u e^x}]^{n-1} du
+    (1/a² = ∫ u e^{-ua} du), Gauss-Hermite in x and the trapezoid rule in ln u."""
+    import numpy as np
+    from numpy.polynomial.hermite_e import hermegauss
+
+    x, w = hermegauss(160)
+    w = w / w.sum()
+    ex = np.exp(sigma * x)
+    lu = np.linspace(-25.0, 15.0, 8001)
+    u = np.exp(lu)
+    e = np.exp(-np.outer(u, ex))  # (U, X)
+    with np.errstate(divide="ignore"):
+        f = u * u * ((e * ex**2) @ w) * np.exp((n - 1) * np.log(e @ w))
+    return float(n * np.trapezoid(f, lu))
+
+
+def test_lognormal_rule_is_judged_where_the_post_states_it() -> None:
+    """The post gives the log-normal rule for t > ½ (strictly): the verdict and its caveat must rest on t > ½, and
+    t = ½ alone being close must not make it hold (it did: the rule read only t = ½)."""
+    c = claim("lognormal_range")
+    m = c.measure(Setting())
+    assert m.num("worst_t") == pytest.approx(0.55)
+    exact = math.sqrt(_sum_sq_quadrature(256, 1 / 0.55))
+    assert m.num("worst_rel") == pytest.approx(math.sqrt(math.exp(0.55**-2) / 256) / exact - 1, rel=1e-3)
+    j = c.judge(m)
+    assert j.verdict == FAILS and "off at t = 0.55" in j.caveat and "from t ≈ 0.75" in j.caveat
+    assert c.judge(m.with_values(rel_half=0.0)).verdict == FAILS
+    assert c.judge(m.with_values(worst_rel=0.05, valid_from=0.55)).verdict == HOLDS
+
+
+# The study notes' sentence as printed (the symbol n was lost from "(n)" in the source text).
+NOTES_SHARP = (
+    "To maintain “sharp” attention (concentrated on a few tokens) in longer sequences, the model needs to produce "
+    "disproportionately large logit values for the target tokens to overcome the larger denominator sum."
+)
+
+
+def test_sharp_needs_log_n_quotes_the_notes_verbatim() -> None:
+    """The quote left out "(concentrated on a few tokens)" without marking the cut (quotes are shortened with …)."""
+    q = claim("sharp_needs_log_n").quote
+    assert "…" in q or q in NOTES_SHARP, q

@@ -174,8 +174,9 @@ def _margin_judge(m: Measurement) -> Judgement:
 SHARP_NEEDS_LOG_N = Claim(
     key="sharp_needs_log_n",
     source="notes",
-    quote="To maintain “sharp” attention in longer sequences, the model needs to produce disproportionately "
-    "large logit values for the target tokens to overcome the larger denominator sum.",
+    quote="To maintain “sharp” attention (concentrated on a few tokens) in longer sequences, the model needs "
+    "to produce disproportionately large logit values for the target tokens to overcome the larger "
+    "denominator sum.",
     test="The logit one key needs over n − 1 keys at 0 to keep weight ½ (a root search on attncore's "
     "softmax), n = 2⁴ … 2²⁰, and its slope against ln n.",
     tolerance=f"“like log n”: slope against ln n between {LOG_SLOPE[0]:g} and {LOG_SLOPE[1]:g}",

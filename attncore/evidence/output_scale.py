@@ -189,16 +189,21 @@ def _lognormal(setting: Setting) -> Measurement:
     )
     rule = np.asarray(theory.output_std_lognormal(D_SEQ, 1.0 / ts**2))
     rel = rule / exact - 1.0
-    bad = np.nonzero(np.abs(rel) > REL_TOL)[0]
+    # the post states the rule for t > ½: t = ½ itself is shown, but the rule is judged on t > ½ only
+    inside = np.nonzero(ts > 0.5)[0]
+    worst = int(inside[np.argmax(np.abs(rel[inside]))])
+    bad = inside[np.abs(rel[inside]) > REL_TOL]
     valid_from = (
         float(ts[bad[-1] + 1])
         if bad.size and bad[-1] + 1 < ts.size
-        else (math.nan if bad.size else float(ts[0]))
+        else (math.nan if bad.size else float(ts[inside[0]]))
     )
     mc, mc_se = output_std(0.5, setting.device, setting.seed)
     return Measurement(
         {
             "rel_half": float(rel[0]),
+            "worst_rel": float(rel[worst]),
+            "worst_t": float(ts[worst]),
             "valid_from": valid_from,
             "exact_half": float(exact[0]),
             "rule_half": float(rule[0]),
@@ -212,8 +217,13 @@ def _lognormal(setting: Setting) -> Measurement:
 
 
 def _lognormal_judge(m: Measurement) -> Judgement:
-    if abs(m.num("rel_half")) <= REL_TOL:
-        return Judgement(HOLDS, f"within {REL_TOL:.0%} from t = ½ on at d_seq = {D_SEQ}.")
+    # judged where the post states the rule, t > ½ (the grid from its first point above ½ to 2)
+    if abs(m.num("worst_rel")) <= REL_TOL:
+        return Judgement(
+            HOLDS,
+            f"within {REL_TOL:.0%} at every t > ½ tried at d_seq = {D_SEQ} (at most "
+            f"{m.num('worst_rel'):+.1%}, at t = {m.num('worst_t'):.2f}).",
+        )
     start = (
         ("only from t ≈ " + f"{m.num('valid_from'):.2f}")
         if math.isfinite(m.num("valid_from"))
@@ -221,8 +231,9 @@ def _lognormal_judge(m: Measurement) -> Judgement:
     )
     return Judgement(
         FAILS,
-        f"at d_seq = {D_SEQ} the rule is {m.num('rel_half'):+.0%} off at t = ½ and within {REL_TOL:.0%} "
-        f"{start}: a large-n law, it needs d_seq ≫ t⁻²·e^(t⁻²).",
+        f"at d_seq = {D_SEQ} the rule is {m.num('worst_rel'):+.0%} off at t = {m.num('worst_t'):.2f} (and "
+        f"{m.num('rel_half'):+.0%} at t = ½ itself) and within {REL_TOL:.0%} {start}: a large-n law, it "
+        "needs d_seq ≫ t⁻²·e^(t⁻²).",
     )
 
 
@@ -233,7 +244,8 @@ LOGNORMAL_RANGE = Claim(
     "is (e^{t^{-2}}/d_seq)^{1/2}",
     test="The rule against the exact std(Z) (quadrature) for logits of variance t⁻² at d_seq = 256, t = 0.5 "
     "… 2, and attncore.attention at t = ½.",
-    tolerance=f"the rule within {REL_TOL:.0%} of the exact value over the whole stated range t > ½",
+    tolerance=f"the rule within {REL_TOL:.0%} of the exact value at every t > ½ tried ({T_GRID[1]:g} … "
+    f"{T_GRID[-1]:g})",
     measure=_lognormal,
     describe=lambda m: (
         f"at t = ½: rule {m.num('rule_half'):.3f}, exact {m.num('exact_half'):.3f}, measured "
