@@ -395,3 +395,18 @@ def test_sharp_needs_log_n_quotes_the_notes_verbatim() -> None:
     """The quote left out "(concentrated on a few tokens)" without marking the cut (quotes are shortened with …)."""
     q = claim("sharp_needs_log_n").quote
     assert "…" in q or q in NOTES_SHARP, q
+
+
+def test_length_scaling_caveat_describes_the_curve_it_was_given() -> None:
+    """The shape words ('rises and then falls') come from where the largest entropy lies, not fixed text."""
+    from attncore.evidence.length import LENGTH_SCALING
+
+    base = {"plain_lo": 2.36, "plain_hi": 13.36, "ssmax_lo": 2.22, "ssmax_hi": 3.56, "ssmax_first": 2.22,
+            "ssmax_last": 3.12, "ssmax_p_lo": 0.26, "ssmax_p_hi": 0.38, "n_lo": 16, "n_hi": 1048576}
+    peak_inside = LENGTH_SCALING.judge(Measurement({**base, "ssmax_peak_n": 4096.0})).caveat
+    assert "rises from 2.22 nats to 3.56 at n = 4,096 and falls to 3.12 at n = 1,048,576" in peak_inside
+    rising = LENGTH_SCALING.judge(Measurement({**base, "ssmax_last": 3.56, "ssmax_peak_n": 1048576.0})).caveat
+    assert "it rises from 2.22 to 3.56 nats" in rising and "falls" not in rising
+    falling = LENGTH_SCALING.judge(Measurement({**base, "ssmax_first": 3.56, "ssmax_last": 2.22,
+                                                "ssmax_peak_n": 16.0})).caveat
+    assert "it falls from 3.56 to 2.22 nats" in falling and "rises" not in falling

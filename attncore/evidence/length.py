@@ -327,6 +327,7 @@ def _length_rules(setting: Setting) -> Measurement:
             "ssmax_hi": float(h1.max()),
             "ssmax_first": float(h1[0]),
             "ssmax_last": float(h1[-1]),
+            "ssmax_peak_n": float(MARGIN_LENGTHS[int(np.argmax(h1))]),
             "ssmax_p_lo": float(p1.min()),
             "ssmax_p_hi": float(p1.max()),
             "n_lo": MARGIN_LENGTHS[0],
@@ -345,8 +346,21 @@ def _length_judge(m: Measurement) -> Judgement:
     return Judgement(
         CAVEAT,
         f"SSMax (s = 0.43) keeps H within {m.num('ssmax_lo'):.2f}–{m.num('ssmax_hi'):.2f} nats (softmax: "
-        f"{m.num('plain_lo'):.1f}–{m.num('plain_hi'):.1f}) but not constant: it rises and then falls, and "
+        f"{m.num('plain_lo'):.1f}–{m.num('plain_hi'):.1f}) but not constant: {_shape(m)}, and "
         f"the top weight moves {m.num('ssmax_p_lo'):.2f}–{m.num('ssmax_p_hi'):.2f}.",
+    )
+
+
+def _shape(m: Measurement) -> str:
+    """How SSMax's entropy moves over n, from where its largest value lies."""
+    peak, lo, hi = m.num("ssmax_peak_n"), m.num("n_lo"), m.num("n_hi")
+    if peak <= lo:
+        return f"it falls from {m.num('ssmax_first'):.2f} to {m.num('ssmax_last'):.2f} nats"
+    if peak >= hi:
+        return f"it rises from {m.num('ssmax_first'):.2f} to {m.num('ssmax_last'):.2f} nats"
+    return (
+        f"it rises from {m.num('ssmax_first'):.2f} nats to {m.num('ssmax_hi'):.2f} at n = {peak:,.0f} "
+        f"and falls to {m.num('ssmax_last'):.2f} at n = {hi:,.0f}"
     )
 
 
