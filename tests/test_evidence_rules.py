@@ -410,3 +410,12 @@ def test_length_scaling_caveat_describes_the_curve_it_was_given() -> None:
     falling = LENGTH_SCALING.judge(Measurement({**base, "ssmax_first": 3.56, "ssmax_last": 2.22,
                                                 "ssmax_peak_n": 16.0})).caveat
     assert "it falls from 3.56 to 2.22 nats" in falling and "rises" not in falling
+
+
+def test_bias_removes_sinks_names_each_fix_s_weight_on_nothing(measured: dict[str, Measurement]) -> None:
+    """The 'weight on nothing' figures are the runs' means, and 0.99969 is not rounded up to a full 1."""
+    c, base = claim("bias_removes_sinks"), measured["bias_removes_sinks"]
+    j = c.judge(base.with_values(**{"sinks:sink logit b₀=-5": 0, "nowhere:softmax1": 0.99969,
+                                    "nowhere:sink logit b₀=0": 0.25}))
+    assert j.verdict == HOLDS
+    assert "softmax1: weight 0.9997 on nothing" in j.caveat and "sink logit b₀=0: weight 0.2500" in j.caveat

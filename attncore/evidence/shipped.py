@@ -516,7 +516,7 @@ def _fix_judge(m: Measurement) -> Judgement:
         return Judgement(UNTESTABLE, "no softmax1 or sink-logit model was trained.")
     kept = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) > 0]
     gone = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) == 0]
-    where = ", ".join(f"{lab}: weight {m.num(f'nowhere:{lab}'):.3f} on nothing" for lab in gone)
+    where = ", ".join(f"{lab}: weight {m.num(f'nowhere:{lab}'):.4f} on nothing" for lab in gone)
     if not kept:
         return Judgement(
             HOLDS,
