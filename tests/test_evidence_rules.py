@@ -94,7 +94,7 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
                    (lambda m: {"rms_sink": m.num("rms_plain")}, FAILS), ({"row_dev": 0.1}, FAILS)],
     "length_scaling": [(lambda m: {"ssmax_hi": m.num("ssmax_lo") + 0.1}, CAVEAT),
                        (lambda m: {"ssmax_hi": m.num("ssmax_lo") + m.num("plain_hi") - m.num("plain_lo")}, FAILS)],
-    "denominator_bias": [({"softmax1_low": 0.001}, CAVEAT), ({"softmax1_low": 0.5}, FAILS)],
+    "denominator_bias": [({"softmax1_low": 0.001}, HOLDS), ({"softmax1_low": 0.5}, FAILS)],
     "bias_removes_sinks": [({}, CAVEAT), ({"sinks:sink logit b₀=-5": 0}, HOLDS),
                            ({"sinks:softmax1": 3, "sinks:sink logit b₀=0": 3}, FAILS), ({"sinks:softmax": 0}, UNTESTABLE)],
     "xy_variance": [({"var": 1.0}, HOLDS), (se_off("var", 10), FAILS)],

@@ -235,11 +235,13 @@ NO_NULL = Claim(
 
 def _bias_judge(m: Measurement) -> Judgement:
     if m.num("softmax1_low") <= NULL_TOTAL:
+        # the text states its condition (every logit small relative to b); c = 0 is outside it, so the
+        # row sum there is context, not a caveat against the claim
         return Judgement(
-            CAVEAT,
-            f"with b = 0 a row spends {fmt(m.num('softmax1_low'))} at c = {m.num('content'):g}, but still "
-            f"{m.num('softmax1_mid'):.2f} when the logits sit near b (c = 0): it attends to nothing only "
-            "when every logit is well below b.",
+            HOLDS,
+            f"with b = 0 a row spends {fmt(m.num('softmax1_low'))} at c = {m.num('content'):g}; near b "
+            f"(c = 0) it still spends {m.num('softmax1_mid'):.2f}, as the condition “all small relative to "
+            "b” implies.",
         )
     return Judgement(
         FAILS,
