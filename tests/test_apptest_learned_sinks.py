@@ -127,6 +127,11 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     table = [df.value for df in at.dataframe if "sink seeds" in df.value.columns][0]
     assert list(table["variant"]) == list(sm)
     assert list(table["sink seeds"]) == [f"{s['n_sink']}/{s['n']}" for s in sm.values()]
+    # the file and the provenance line name the seeds the runs used (tiny: 2), not the command's --seeds
+    assert results["seeds"] == sorted({r["config"]["seed"] for r in results["runs"]}) == [0, 1]
+    (line,) = [c for c in texts(at, "caption") if c.startswith("Made by `python -m attncore.training.experiments "
+                                                                   "null_attention")]
+    assert "seeds 0, 1." in line and "Models: 1 layer, 1 head," in line, line
 
 
 # ---------------------------------------------------------------------------- live runs
