@@ -127,6 +127,11 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     table = [df.value for df in at.dataframe if "sink seeds" in df.value.columns][0]
     assert list(table["variant"]) == list(sm)
     assert list(table["sink seeds"]) == [f"{s['n_sink']}/{s['n']}" for s in sm.values()]
+    # the file and the provenance line name the seeds the runs used (tiny: 2), not the command's --seeds
+    assert results["seeds"] == sorted({r["config"]["seed"] for r in results["runs"]}) == [0, 1]
+    (line,) = [c for c in texts(at, "caption") if c.startswith("Made by `python -m attncore.training.experiments "
+                                                                   "null_attention")]
+    assert "seeds 0, 1." in line and "Models: 1 layer, 1 head," in line, line
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -327,3 +332,30 @@ def test_sequence_view_refuses_bad_sequences(results) -> None:
     other = BigramBackcopy.from_text("abcdefgh" * 10)
     with pytest.raises(Exception, match="vocabulary differs"):
         sequence_view(m, other, torch.tensor([other.bos, 1, 2]))
+
+
+def test_learned_part_gated_caption_says_what_the_gate_does() -> None:
+    """With the gated model beside softmax (the shipped models), the caption said 'gated sends -0.000 of the
+    non-trigger positions' weight nowhere and -0.000 of the trigger positions' ... Its rows sum to 1 too':
+    float32 noise printed as a signed zero, and a softmax head described as sending weight nowhere."""
+    at = run_app(SINKS, snk_view="learned", snk_lfix="gated")
+    no_errors(at)
+    task = shipped_task()
+    ids = task.sample(1, 64, make_generator(0))[0]
+    v = sequence_view(shipped_model("gated"), task, ids)
+    np.testing.assert_allclose(v.weights[0, 0].double().sum(-1).numpy(), 1.0, atol=1e-5)  # rows sum to 1
+    roles = v.roles.numpy()
+    g = v.gates[0, 0].double().numpy()
+    (cap,) = [c for c in texts(at, "caption") if "gate" in c]
+    assert cap == ("gated's weights are a softmax: its rows sum to 1 too, so no weight goes nowhere; instead "
+                   f"its output gate scales what the head writes: {g[roles == 1].mean():.3f} at non-trigger "
+                   f"positions and {g[roles == 2].mean():.3f} at trigger positions."), cap
+    assert g[roles == 1].mean() < 0.01 < 0.5 < g[roles == 2].mean()  # closed where not needed (seed 0)
+    assert not any("-0.000" in c or "gated sends" in c for c in texts(at, "caption"))
+    # another variant keeps its sentence on the weight sent nowhere
+    at.selectbox(key="snk_lfix").set_value("softmax1").run()
+    sm1 = sequence_view(shipped_model("softmax1"), task, ids)
+    now = sm1.nowhere[0, 0].numpy()
+    assert any(c.startswith(f"softmax1 sends {now[roles == 1].mean():.3f} of the non-trigger positions' weight "
+                            f"nowhere and {now[roles == 2].mean():.3f} of the trigger positions'.")
+               for c in texts(at, "caption"))

@@ -208,7 +208,8 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
     for d in (lr, sc, sk):
         assert view.provenance(d) in captions
         c = d["sizes"]["config"]
-        assert f"{c['n_layer']} layers" in view.provenance(d) and f"{c['steps']} steps" in view.provenance(d)
+        layers = f"{c['n_layer']} layer{'s' if c['n_layer'] != 1 else ''},"
+        assert layers in view.provenance(d) and f"{c['steps']} steps" in view.provenance(d)
         assert d["machine"]["cpu"] in view.provenance(d) and d["command"] in view.provenance(d)
         assert "seeds 0, 1, 2" in view.provenance(d)
 

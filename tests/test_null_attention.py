@@ -241,3 +241,18 @@ def check_null_attention_verdicts(d: dict[str, Any]) -> None:
 
 def test_shipped_verdicts_are_true_of_the_numbers() -> None:
     check_null_attention_verdicts(shipped())
+
+
+def test_shipped_provenance_names_the_seeds_the_runs_used() -> None:
+    """The tab's provenance line said 'seeds 0' (the command's default --seeds, which null_attention
+    does not take) under three seeds per variant, and '1 layers, 1 heads'."""
+    from ui.views.training import provenance
+
+    d = shipped()
+    ran = sorted({r["config"]["seed"] for r in d["runs"]})
+    assert ran == [0, 1, 2]
+    line = provenance(d)
+    assert "seeds 0, 1, 2." in line, line
+    assert "Models: 1 layer, 1 head, d_model 64, context 64, batch 64, 600 steps, lr 0.01." in line, line
+    # a file whose runs say nothing of their seeds falls back on the recorded list
+    assert "seeds 4, 5." in provenance({"seeds": [4, 5], "runs": [{"label": "x"}]})

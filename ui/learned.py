@@ -418,19 +418,27 @@ def metrics(names: tuple[str, str], views: tuple[Any, Any], roles: np.ndarray) -
                            help=f"Mean weight on BOS over the {int(mask.sum())} {where} positions of this "
                                 "sequence.")
             i += 1
+    if not other.any():
+        return
+    if views[1].gates is not None:  # the gated variant: softmax weights, so nothing goes nowhere
+        st.caption(_gate_sentence(names[1], views[1], other, trig))
+        return
     nowhere = torch.as_tensor(views[1].nowhere[0, 0]).numpy()
-    if other.any():
-        trig_part = (f"and {nowhere[trig].mean():.3f} of the trigger positions'." if trig.any() else
-                     "(this sequence has no trigger position).")
-        st.caption(f"{names[1]} sends {nowhere[other].mean():.3f} of the non-trigger positions' weight "
-                   "nowhere " + trig_part + " Softmax can send none: its rows sum to 1."
-                   + _gate_part(names[1], views[1], other, trig))
+    trig_part = (f"and {_f3(nowhere[trig].mean())} of the trigger positions'." if trig.any() else
+                 "(this sequence has no trigger position).")
+    st.caption(f"{names[1]} sends {_f3(nowhere[other].mean())} of the non-trigger positions' weight "
+               "nowhere " + trig_part + " Softmax can send none: its rows sum to 1.")
 
 
-def _gate_part(name: str, v: Any, other: np.ndarray, trig: np.ndarray) -> str:
-    """The gated variant's mean gate at non-trigger and trigger positions of this sequence ('' otherwise)."""
-    if v.gates is None:
-        return ""
+def _f3(x: float) -> str:
+    """Three decimals, never '-0.000' (a row sum of 1 in float32 can leave -1e-8 'nowhere')."""
+    return f"{round(float(x), 3) + 0.0:.3f}"
+
+
+def _gate_sentence(name: str, v: Any, other: np.ndarray, trig: np.ndarray) -> str:
+    """The gated variant: its rows sum to 1 like softmax's; its mean gate at non-trigger and trigger
+    positions of this sequence."""
     g = v.gates[0, 0].double().numpy()
-    out = f" Its rows sum to 1 too; its gate is {g[other].mean():.3f} at non-trigger positions"
-    return out + (f" and {g[trig].mean():.3f} at trigger positions." if trig.any() else ".")
+    out = (f"{name}'s weights are a softmax: its rows sum to 1 too, so no weight goes nowhere; instead "
+           f"its output gate scales what the head writes: {_f3(g[other].mean())} at non-trigger positions")
+    return out + (f" and {_f3(g[trig].mean())} at trigger positions." if trig.any() else ".")

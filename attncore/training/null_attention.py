@@ -702,6 +702,8 @@ def run_null_attention(text: str, out: Path, rec: Recorder, sizes: dict[str, Any
     task.save(models / "task.json")
     rec.doc["task"] = task.to_dict()
     rec.doc["model_note"] = MODEL_NOTE
+    rec.seeds = [seed + k for k in range(int(sizes["seeds"]))]  # its own seeds, not the command's --seeds
+    rec.doc["seeds"] = list(rec.seeds)
     for k in range(int(sizes["seeds"])):
         for changes in sizes["variants"]:
             cfg = base.replace(seed=seed + k, **changes)

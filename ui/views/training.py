@@ -89,9 +89,9 @@ def provenance(d: dict[str, Any]) -> str:
     m = d.get("machine") or {}
     c = (d.get("sizes") or {}).get("config") or {}
     corpus = d.get("corpus") or {}
-    names = {"n_layer": "{} layers", "n_head": "{} heads", "d_model": "d_model {}", "context": "context {}",
-             "batch": "batch {}", "steps": "{} steps", "lr": "lr {}"}
-    size = ", ".join(names[k].format(v) for k, v in c.items() if k in names)
+    names = {"n_layer": "{} layer{}", "n_head": "{} head{}", "d_model": "d_model {}", "context": "context {}",
+             "batch": "batch {}", "steps": "{} step{}", "lr": "lr {}"}
+    size = ", ".join(names[k].format(v, "" if v == 1 else "s") for k, v in c.items() if k in names)
     threads = m.get("torch_threads")
     where = f"{m.get('device', '?')} ({m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores"
     where += f", {threads} torch thread{'s' if threads != 1 else ''})" if threads else ")"
@@ -99,8 +99,11 @@ def provenance(d: dict[str, Any]) -> str:
     took = ""
     if isinstance(wall, int | float):
         took = f" in {wall:.0f} s" if wall < 90 else f" in {wall / 60:.1f} min"
-    seeds = d.get("seeds") or [0]
     runs = d.get("runs") or []
+    # the seeds the runs used (a file's "seeds" is the command's --seeds, which null_attention does not
+    # take: it runs its own number of seeds from the first); the recorded list only when no run says
+    seeds = sorted({r["config"]["seed"] for r in runs if isinstance(r.get("config"), dict)
+                    and isinstance(r["config"].get("seed"), int)}) or d.get("seeds") or ["?"]
     kept = d.get("reused") or []
     reuse = ""
     if kept:
