@@ -233,8 +233,10 @@ def check_null_attention_verdicts(d: dict[str, Any]) -> None:
             want = (f"forms a sink in {k} of {n}" if k == n else "does not form a sink" if k == 0 else
                     f"forms a sink in {k} of {n} seeds only")
             assert want in lines[1], lines[1]
-            shown = re.search(r"non-trigger positions put (\d+\.\d+)", lines[1]).group(1)
-            assert abs(float(shown) - s["bos_other"]["mean"]) <= 0.5 * 10 ** -len(shown.split(".")[1])
+            shown = re.search(r"non-trigger positions put (\d+(?:\.\d+)?(?:e[-+]\d+)?)", lines[1]).group(1)
+            mant, _, exp = shown.partition("e")
+            last = 10 ** (-len(mant.partition(".")[2]) + int(exp or 0))  # the last digit printed
+            assert abs(float(shown) - s["bos_other"]["mean"]) <= 0.5 * last, shown
             finals = [p["bos_other"] for p in s["per_seed"] if p["diverged_at"] is None]
             assert k == sum(v > 0.3 for v in finals)
 
@@ -256,3 +258,15 @@ def test_shipped_provenance_names_the_seeds_the_runs_used() -> None:
     assert "Models: 1 layer, 1 head, d_model 64, context 64, batch 64, 600 steps, lr 0.01." in line, line
     # a file whose runs say nothing of their seeds falls back on the recorded list
     assert "seeds 4, 5." in provenance({"seeds": [4, 5], "runs": [{"label": "x"}]})
+
+
+@pytest.mark.parametrize("se", [0.3, 0.04, 2e-3, 7e-5, 4e-6, 3e-7, 1e-9])
+def test_a_nonzero_standard_error_never_prints_as_zero(se: float) -> None:
+    """'0.00001 ± 0.00000' (sigmoid's BOS weight in a verdict) said the spread was zero; it was 4e-06."""
+    from attncore.training.null_attention import _pm, _signed
+
+    for text in (_pm({"mean": 2 * se, "se": se}), _signed({"mean": -2 * se, "se": se})):
+        shown = float(text.split("±")[1])
+        assert shown > 0 and abs(shown - se) <= 0.5 * se, text
+        mean = float(text.split("±")[0])
+        assert abs(abs(mean) - 2 * se) <= 0.5 * se + 1e-12, text

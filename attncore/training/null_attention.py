@@ -300,11 +300,19 @@ def _pm(s: dict[str, Any], digits: int = 2) -> str:
     """'0.62 ± 0.04' (mean ± standard error over seeds), or '0.62' with one seed."""
     if s["mean"] is None:
         return "no number"
+    if _se_too_small(s, digits):
+        return f"{s['mean']:.2g} ± {s['se']:.1g}"
     d = _digits(s, digits)
     m = round(s["mean"], d) + 0.0  # + 0.0: no "-0.000"
     if s["se"] is None:
         return f"{m:.{d}f}"
     return f"{m:.{d}f} ± {s['se']:.{d}f}"
+
+
+def _se_too_small(s: dict[str, Any], digits: int) -> bool:
+    """True where a non-zero standard error would print as 0 at the most decimals _digits allows."""
+    se = s.get("se")
+    return se is not None and se > 0 and math.isfinite(se) and round(se, digits + 3) == 0
 
 
 ONE_SEED = "one seed, so no standard error and no verdict"
@@ -474,6 +482,8 @@ def _signed(s: dict[str, Any], digits: int = 3) -> str:
     """'+0.120 ± 0.010' (a signed mean ± standard error)."""
     if s["mean"] is None:
         return "no number"
+    if _se_too_small(s, digits):
+        return f"{s['mean']:+.2g} ± {s['se']:.1g}"
     d = _digits(s, digits)
     m = round(s["mean"], d) + 0.0
     body = f"{m:+.{d}f}" if m != 0 else f"{0:.{d}f}"
