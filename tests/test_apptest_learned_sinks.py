@@ -127,6 +127,12 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     table = [df.value for df in at.dataframe if "sink seeds" in df.value.columns][0]
     assert list(table["variant"]) == list(sm)
     assert list(table["sink seeds"]) == [f"{s['n_sink']}/{s['n']}" for s in sm.values()]
+    # every column the table shows is explained under it: 'sink share' is Gu et al.'s metric, not the verdicts'
+    (key,) = [c for c in texts(at, "caption") if c.startswith("Sink share: ")]
+    assert "exceeds 0.3: Gu et al.'s metric" in key and "non-trigger positions' weight instead" in key
+    for label, s in sm.items():
+        shown = table.loc[table["variant"] == label, "sink share"].iloc[0]
+        assert abs(float(shown.split("±")[0]) - s["sink_share"]["mean"]) <= 0.005, (label, shown)
     # the file and the provenance line name the seeds the runs used (tiny: 2), not the command's --seeds
     assert results["seeds"] == sorted({r["config"]["seed"] for r in results["runs"]}) == [0, 1]
     (line,) = [c for c in texts(at, "caption") if c.startswith("Made by `python -m attncore.training.experiments "

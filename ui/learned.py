@@ -24,6 +24,7 @@ from attncore.training.bbm import (
     COPY,
     MAX_VIEW_TOKENS,
     N_TRIGGERS,
+    SINK_THRESHOLD,
     BigramBackcopy,
     bbm_label,
     eval_sequences,
@@ -142,7 +143,11 @@ def shipped_section(d: dict[str, Any]) -> None:
                "ratio: below 1, BOS writes less than a typical token (Guo et al.'s value-state drain).")
     table = view.summary_frame(summary)
     st.dataframe(table, hide_index=True)
-    st.caption(f"Ablation Δ: the loss change when BOS is hidden from every query (softmax renormalises over "
+    st.caption(f"Sink share: the share of heads whose mean weight on the first token, over every query "
+               f"(BOS's own row included), exceeds {SINK_THRESHOLD:g}: Gu et al.'s metric, as in the "
+               "Training lab's Shakespeare tab; the sink verdicts above use the non-trigger positions' "
+               "weight instead. "
+               f"Ablation Δ: the loss change when BOS is hidden from every query (softmax renormalises over "
                f"the rest). window / window+BOS / full: StreamingLLM's caches on "
                f"{sizes.get('stream_seqs', '?')} held-out sequences of {sizes.get('stream_len', '?')} tokens "
                f"({sizes.get('stream_len', 0) // max((sizes.get('config') or {}).get('context', 1), 1)}× the "
