@@ -118,11 +118,27 @@ def provenance(d: dict[str, Any]) -> str:
             f"({corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
 
 
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float | np.floating) and math.isnan(v))
+
+
 def table_frame(table: dict[str, Any]) -> pd.DataFrame:
-    """A result file's printed table as a DataFrame (``None`` cells shown as empty)."""
-    df = pd.DataFrame(table.get("rows") or [], columns=table.get("columns") or None)
-    for col in df.columns:
-        if df[col].isna().any():
+    """A result file's printed table as a DataFrame, one type per column (Arrow needs it): a numeric
+    column keeps a ``None`` cell as a missing number (the sd of a one-seed cell; a column of whole
+    numbers stays whole, as pandas' nullable Int64); any other column shows it as empty text."""
+    rows = table.get("rows") or []
+    df = pd.DataFrame(rows, columns=table.get("columns") or None)
+    for i, col in enumerate(df.columns):
+        if not df[col].isna().any():
+            continue
+        raw = [None if _missing(r[i]) else r[i] for r in rows]
+        present = [v for v in raw if v is not None]
+        if present and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in present):
+            df[col] = pd.array([None if v is None else int(v) for v in raw], dtype="Int64")
+        elif present and all(isinstance(v, int | float | np.number) and not isinstance(v, bool)
+                             for v in present):
+            df[col] = df[col].astype(np.float64)
+        else:
             df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
 
