@@ -345,7 +345,8 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
         names = ", ".join(f"{x['name']} (seed {seed_of(x)}) at step {x['diverged_at']}" for x in div)
         out.append(f"{len(div)} of {len(d['runs'])} runs diverged ({names}); their curves stop there and the "
                    "sweep plot leaves them out.")
-    gap = min(s.mean - post["standard"], f.mean - post["fully_scaled"])
+    # "at least": rounded down, so the printed bound never exceeds the smaller gap (0.4488 is 0.44, not 0.45)
+    gap = math.floor(100 * min(s.mean - post["standard"], f.mean - post["fully_scaled"]) + 1e-9) / 100
     ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 1.0
     out.append("What this run cannot show: whether the ordering holds at the post's scale, since these "
                f"models stop at least {gap:.2f} nats per character above its losses; each best rate is known "
