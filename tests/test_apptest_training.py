@@ -450,6 +450,31 @@ def test_lr_sweep_gap_to_the_post_is_a_true_lower_bound() -> None:
     assert min(gaps) == pytest.approx(0.4488, abs=1e-9) and "at least 0.44 nats" in line
 
 
+def test_gradient_verdict_shows_the_interval_it_rests_on() -> None:
+    """Correction: the gradient sentence gave 'ratio 1.5 (larger)' at d_head 16 and 'ratio 1.5 (not
+    distinguishable at this scale)' at d_head 64 with no spread, so nothing on the page showed why. Each ratio
+    now carries its 95% interval (paired t over the seeds' log second-half medians), computed here with scipy."""
+    try:
+        d = load_result("scaling")
+    except AttnInputError:
+        pytest.skip("scaling.json is not shipped")
+    (line,) = [x for x in view.scaling_verdict(copy.deepcopy(d)) if x.startswith("Query/key gradient norm")]
+    half = d["sizes"]["config"]["steps"] / 2
+    got = {}
+    for dh in sorted({r["d_head"] for r in d["runs"]}):
+        logs = {v: [math.log(statistics.median(g for st, g in zip(r["steps"], r["qk_grad_norm"], strict=True)
+                                               if st > half)) for r in cell_runs(d, d_head=dh, variant=v)]
+                for v in ("standard", "unscaled")}
+        diffs = [u - s for s, u in zip(logs["standard"], logs["unscaled"], strict=True)]
+        m = scipy_stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        lo, hi = math.exp(statistics.fmean(diffs) - m), math.exp(statistics.fmean(diffs) + m)
+        got[dh] = (lo, hi)
+        assert f"ratio {math.exp(statistics.fmean(diffs)):.2g} (" in line
+        assert f"95% interval {lo:.2f} to {hi:.2f} paired over {len(diffs)} seeds" in line, (dh, line)
+    assert got[16][0] > 1 and got[64][0] < 1 < got[64][1] and got[256][1] < 1  # larger / undecided / smaller
+    assert "ratio 1.5 (not distinguishable at this scale), 95% interval 0.99 to 2.17" in line
+
+
 def test_fully_scaled_formula_defines_its_symbols(results, cache) -> None:
     """Correction: the formula divides by √E (the head dim), not √e (Euler's number), and T, n_i are defined."""
     at = run_app(PAGE)

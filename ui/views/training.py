@@ -480,8 +480,13 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
         if g is None:
             continue
         word = g.word("larger", "smaller")
+        spread = ""
+        if g.margin is not None and math.isfinite(g.margin):  # the 95% interval the verdict rests on
+            lo, hi = math.exp(g.diff - g.margin), math.exp(g.diff + g.margin)
+            spread = (f", 95% interval {lo:.2f} to {hi:.2f} {'paired over' if g.paired else 'over'} "
+                      f"{min(g.a.n, g.b.n)} seeds")
         parts.append(f"d_head {dh}: {math.exp(g.b.mean):.3g} unscaled vs {math.exp(g.a.mean):.3g} scaled, "
-                     f"ratio {math.exp(g.diff):.2g} ({word})")
+                     f"ratio {math.exp(g.diff):.2g} ({word}){spread}")
     if parts:
         out.append("Query/key gradient norm, median over the evaluation points of the second half of "
                    f"training, geometric mean over seeds: {'; '.join(parts)}. The vanishing-gradient "
