@@ -475,6 +475,25 @@ def test_gradient_verdict_shows_the_interval_it_rests_on() -> None:
     assert "ratio 1.5 (not distinguishable at this scale), 95% interval 0.99 to 2.17" in line
 
 
+def test_sinks_validation_comparison_shows_its_margin() -> None:
+    """Correction: 'softmax1 1.845 (not distinguishable at this scale)' gave a mean and a word but no spread;
+    each normaliser's validation loss against softmax's now carries the paired difference and its 95% margin."""
+    try:
+        d = load_result("sinks")
+    except AttnInputError:
+        pytest.skip("sinks.json is not shipped")
+    (line,) = [x for x in view.sinks_verdict(d) if x.startswith("Final validation loss against softmax's")]
+    base = [r["final_val_loss"] for r in cell_runs(d, label="softmax")]
+    for label in ("softmax1", "sink_logit", "gated"):
+        v = [r["final_val_loss"] for r in cell_runs(d, label=label)]
+        diffs = [b - a for a, b in zip(base, v, strict=True)]
+        m = scipy_stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        word = {1: "higher", -1: "lower", 0: "not distinguishable at this scale"}[paired_sign(base, v)]
+        assert (f"{label} {statistics.fmean(v):.3f} ({word}; difference {statistics.fmean(diffs):+.3f} ± "
+                f"{m:.3f} at 95%, paired over {len(diffs)} seeds)") in line, (label, line)
+    assert "softmax1 1.845 (not distinguishable at this scale; difference +0.004 ± 0.019 at 95%" in line
+
+
 def test_fully_scaled_formula_defines_its_symbols(results, cache) -> None:
     """Correction: the formula divides by √E (the head dim), not √e (Euler's number), and T, n_i are defined."""
     at = run_app(PAGE)

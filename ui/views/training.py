@@ -628,8 +628,8 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
             out.append(f"Past the training context the full cache ({s['full_beyond'].mean:.3f}) is worse "
                        "than either window in every seed: these models have not learned to use positions "
                        "beyond those they were trained on.")
-    vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')})" for label, c in a.val_vs_softmax.items()
-            if c is not None]
+    vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')}; {c.margin_text()})"
+            for label, c in a.val_vs_softmax.items() if c is not None]
     if vals and "softmax" in a.cells:
         base = stats_of(a.cells["softmax"], "final_val_loss")
         if base is not None:
