@@ -118,11 +118,27 @@ def provenance(d: dict[str, Any]) -> str:
             f"({corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
 
 
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float | np.floating) and math.isnan(v))
+
+
 def table_frame(table: dict[str, Any]) -> pd.DataFrame:
-    """A result file's printed table as a DataFrame (``None`` cells shown as empty)."""
-    df = pd.DataFrame(table.get("rows") or [], columns=table.get("columns") or None)
-    for col in df.columns:
-        if df[col].isna().any():
+    """A result file's printed table as a DataFrame, one type per column (Arrow needs it): a numeric
+    column keeps a ``None`` cell as a missing number (the sd of a one-seed cell; a column of whole
+    numbers stays whole, as pandas' nullable Int64); any other column shows it as empty text."""
+    rows = table.get("rows") or []
+    df = pd.DataFrame(rows, columns=table.get("columns") or None)
+    for i, col in enumerate(df.columns):
+        if not df[col].isna().any():
+            continue
+        raw = [None if _missing(r[i]) else r[i] for r in rows]
+        present = [v for v in raw if v is not None]
+        if present and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in present):
+            df[col] = pd.array([None if v is None else int(v) for v in raw], dtype="Int64")
+        elif present and all(isinstance(v, int | float | np.number) and not isinstance(v, bool)
+                             for v in present):
+            df[col] = df[col].astype(np.float64)
+        else:
             df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
 
@@ -329,7 +345,8 @@ def lr_sweep_verdict(d: dict[str, Any]) -> list[str]:
         names = ", ".join(f"{x['name']} (seed {seed_of(x)}) at step {x['diverged_at']}" for x in div)
         out.append(f"{len(div)} of {len(d['runs'])} runs diverged ({names}); their curves stop there and the "
                    "sweep plot leaves them out.")
-    gap = min(s.mean - post["standard"], f.mean - post["fully_scaled"])
+    # "at least": rounded down, so the printed bound never exceeds the smaller gap (0.4488 is 0.44, not 0.45)
+    gap = math.floor(100 * min(s.mean - post["standard"], f.mean - post["fully_scaled"]) + 1e-9) / 100
     ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 1.0
     out.append("What this run cannot show: whether the ordering holds at the post's scale, since these "
                f"models stop at least {gap:.2f} nats per character above its losses; each best rate is known "
@@ -463,8 +480,13 @@ def scaling_verdict(d: dict[str, Any]) -> list[str]:
         if g is None:
             continue
         word = g.word("larger", "smaller")
+        spread = ""
+        if g.margin is not None and math.isfinite(g.margin):  # the 95% interval the verdict rests on
+            lo, hi = math.exp(g.diff - g.margin), math.exp(g.diff + g.margin)
+            spread = (f", 95% interval {lo:.2f} to {hi:.2f} {'paired over' if g.paired else 'over'} "
+                      f"{min(g.a.n, g.b.n)} seeds")
         parts.append(f"d_head {dh}: {math.exp(g.b.mean):.3g} unscaled vs {math.exp(g.a.mean):.3g} scaled, "
-                     f"ratio {math.exp(g.diff):.2g} ({word})")
+                     f"ratio {math.exp(g.diff):.2g} ({word}){spread}")
     if parts:
         out.append("Query/key gradient norm, median over the evaluation points of the second half of "
                    f"training, geometric mean over seeds: {'; '.join(parts)}. The vanishing-gradient "
@@ -606,8 +628,8 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
             out.append(f"Past the training context the full cache ({s['full_beyond'].mean:.3f}) is worse "
                        "than either window in every seed: these models have not learned to use positions "
                        "beyond those they were trained on.")
-    vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')})" for label, c in a.val_vs_softmax.items()
-            if c is not None]
+    vals = [f"{label} {c.b.mean:.3f} ({c.word('higher', 'lower')}; {c.margin_text()})"
+            for label, c in a.val_vs_softmax.items() if c is not None]
     if vals and "softmax" in a.cells:
         base = stats_of(a.cells["softmax"], "final_val_loss")
         if base is not None:
