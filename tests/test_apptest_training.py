@@ -150,6 +150,10 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
         np.testing.assert_allclose(decode(t["error_y"]["array"]),
                                    [statistics.stdev(f) if len(f) > 1 else 0.0 for f in finals], atol=1e-6)
         assert sorted(len(f) for f in finals)[-1] == 3  # the seeded rates have three seeds
+        # the hover names the spread per point: a one-seed rate has no sd (not '±0.0000 (sd) over 1 seed')
+        assert list(t["customdata"]) == [f"±{statistics.stdev(f):.4f} (sd) over {len(f)} seeds" if len(f) > 1
+                                         else "one seed: no sd" for f in finals]
+        assert "%{customdata}" in t["hovertemplate"] and "error_y" not in t["hovertemplate"]
     fig = figure(at, "tr-lr-curves")
     for v, b in best_cells(lr).items():
         runs = cell_runs(lr, variant=v, lr=b)

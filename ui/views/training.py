@@ -234,19 +234,19 @@ def lr_sweep_figure(d: dict[str, Any]) -> go.Figure:
     a = lr_sweep_analysis(d)
     curves = []
     for v in _variants(d):
-        xs, ys, es, ns = [], [], [], []
+        xs, ys, es, spread = [], [], [], []
         for (vv, lr), runs in sorted(a.cells.items(), key=lambda kv: kv[0][1]):
             st = stats_of(runs, "final_train_loss") if vv == v else None
             if st is not None:
                 xs.append(lr)
                 ys.append(st.mean)
-                es.append(st.sd or 0.0)
-                ns.append(st.n)
+                es.append(st.sd or 0.0)  # no bar for one seed (its sd is undefined, said in the hover)
+                spread.append("one seed: no sd" if st.sd is None else f"±{st.sd:.4f} (sd) over {st.n} seeds")
         curves.append(Curve(v, np.asarray(xs), np.asarray(ys), err=np.asarray(es),
                             color=VARIANT_COLORS.get(v),
                             hover=f"{v}<br>lr %{{x:.3g}}<br>mean final training loss "
-                                  f"%{{y:.4f}}<br>±%{{error_y.array:.4f}} (sd) over %{{customdata}} seed(s)",
-                            extra={"customdata": ns}))
+                                  f"%{{y:.4f}}<br>%{{customdata}}",
+                            extra={"customdata": spread}))
     fig = figures.line_chart(curves, title="final training loss vs learning rate (mean ± sd over seeds)",
                              x_title="peak learning rate", y_title="final training loss (nats/char)",
                              log_x=True, height=380)
