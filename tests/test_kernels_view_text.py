@@ -1,0 +1,32 @@
+"""Kernels page text built from the numbers: the caption's coverage is a true lower bound."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attncore.kernels import BackendResult, KernelSpec, MachineLoad, SizeResult
+from attncore.kernels.results import spread
+from ui.views import kernels as view
+
+
+def one_size(n_rounds: int) -> SizeResult:
+    times = tuple(1e-3 * (1 + 0.01 * i) for i in range(n_rounds))
+    rows = tuple(BackendResult(name, 64, 64, "ran", times=times, seconds=spread(times).median)
+                 for name in ("flash", "default"))
+    return SizeResult(64, 64, rows, "flash", "torch._fused_sdp_choice", MachineLoad(0.1, 0.1, 2, 2))
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 7, 8, 9, 10])
+def test_table_caption_coverage_never_rounds_above_the_binomial_probability(n: int) -> None:
+    """The min–max of 5 rounds holds the median with probability 1 - 2/2^5 = 0.9375: the caption said
+    "at least 94%" (rounded up); it must print a bound that is still true, 93.7%."""
+    cap = view.table_caption([one_size(n)], KernelSpec(heads=4), "not measured", False, 2.0**30)
+    shown = float(re.search(r"with at least ([\d.]+)% probability", cap).group(1)) / 100
+    k = spread(range(n)).k
+    # own computation: P(x_(k) <= median <= x_(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1)
+    exact = 1 - 2 * sum(__import__("math").comb(n, i) for i in range(k)) / 2**n
+    assert shown <= exact < shown + 0.001
+    if n == 5:
+        assert "min–max of 5 rounds, which holds it with at least 93.7% probability" in cap
