@@ -63,11 +63,11 @@ def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     return heads, groups, dim, mask, float(drop), lengths, bool(mem)
 
 
-def explain(spec: KernelSpec) -> None:
+def explain(spec: KernelSpec, device: str, lengths: tuple[int, ...]) -> None:
     """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
     st.markdown("`F.scaled_dot_product_attention` is one function with several kernels behind it: the plain "
                 "way writes the whole L × S score matrix to memory, the fused kernels never form it. "
-                + view.work_sentence(spec))
+                + view.work_sentence(spec, device, lengths))
     st.latex(view.SCORE_MATRICES)
 
 
@@ -216,7 +216,7 @@ def body(ctx: PageContext) -> None:
     spec, lengths, mem = spec_from_controls(ctx)
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
-    explain(spec)
+    explain(spec, ctx.device, lengths)
     sizes, seconds = run_probes(spec, lengths, ctx.device)
     measured, memory_note, mem_seconds = charts_section(view.backend_frame(sizes), spec, lengths, mem,
                                                         ctx.device)

@@ -354,7 +354,11 @@ def test_page_text_states_the_corrected_formulas_and_whole_sentences() -> None:
     causal = run_app(PAGE, **{**SMALL, "k_mask": "causal"})
     no_errors(causal)
     text = " ".join(m.value for m in causal.markdown)
-    assert "Both do the same" not in text and "stop each block of queries at the diagonal" in text
+    assert "Both do the same" not in text
+    if ON_CPU:  # torch's CPU flash kernel skips whole 512-key blocks only: at T = 32, 64 it does all the work
+        assert "skips only whole key blocks of 512" in text and "100% at T = 32 and 64" in text
+    else:
+        assert "stop each block of queries at the diagonal and do about half of them" in text
 
 
 def test_claim_sentences_name_each_default_when_they_differ_and_skip_claims_without_data() -> None:

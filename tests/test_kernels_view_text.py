@@ -1,4 +1,5 @@
-"""Kernels page text built from the numbers: the caption's coverage is a true lower bound."""
+"""Kernels page text built from the numbers: the caption's coverage is a true lower bound, and the
+causal-mask sentence gives the fused kernel's share of the flops from the same model as GFLOP/s."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import pytest
 
 from attncore.kernels import BackendResult, KernelSpec, MachineLoad, SizeResult
+from attncore.kernels.cost import call_flops, full_flops
 from attncore.kernels.results import spread
 from ui.views import kernels as view
 
@@ -30,3 +32,18 @@ def test_table_caption_coverage_never_rounds_above_the_binomial_probability(n: i
     assert shown <= exact < shown + 0.001
     if n == 5:
         assert "min–max of 5 rounds, which holds it with at least 93.7% probability" in cap
+
+
+def test_causal_work_sentence_gives_the_cpu_flash_share_per_T() -> None:
+    """torch's CPU flash kernel skips only whole 512-key blocks above a query block's diagonal: at
+    T = 128…512 it does all 4·B·H·L·S·E flops, at 1024 three quarters. The sentence said "about
+    half" at every T, while the table's GFLOP/s used these very counts."""
+    spec = KernelSpec(heads=4, mask="causal")
+    text = view.work_sentence(spec, "cpu", (128, 256, 512, 1024))
+    shares = {t: call_flops("flash", spec, t, t, "cpu") / full_flops(spec, t, t) for t in (128, 256, 512, 1024)}
+    assert shares == {128: 1.0, 256: 1.0, 512: 1.0, 1024: 0.75}
+    assert "100% at T = 128, 256 and 512; 75% at T = 1024" in text
+    assert "do about half of them" not in text
+    gpu = view.work_sentence(spec, "cuda", (128, 1024))
+    assert "about half of them: 50.4% at T = 128; 50% at T = 1024" in gpu  # (T + 1) / 2T of the pairs
+    assert view.work_sentence(KernelSpec(heads=4), "cpu", (128,)).startswith("Both do the same 4·B·H·L·S·E")

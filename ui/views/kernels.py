@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import torch
 
 from attncore.kernels import (
     BACKENDS,
@@ -24,6 +25,7 @@ from attncore.kernels import (
     paired_ratio,
 )
 from attncore.kernels.claims import FIT_SIZES, SOURCE, fmt3
+from attncore.kernels.cost import call_flops, full_flops
 from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log_ticks
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
@@ -273,13 +275,36 @@ def guide_caption(time_fig: go.Figure, memory_fig: go.Figure) -> str:
             "approaches the T² slope; memory is what separates fused from materialised.")
 
 
-def work_sentence(spec: KernelSpec) -> str:
-    """What work each path does for this spec (the causal mask changes it)."""
-    if spec.mask == "causal":
-        return ("Under the causal mask they do not do the same work: the materialised paths compute all "
-                "4·B·H·L·S·E flops and then hide half, the fused kernels stop each block of queries at the "
-                "diagonal and do about half of them (the table's GFLOP/s counts each path's own work).")
-    return ("Both do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine.")
+def work_sentence(spec: KernelSpec, device: str = "cpu", lengths: Sequence[int] = ()) -> str:
+    """What work each path does for this spec (the causal mask changes it).
+
+    Under ``is_causal`` the fused kernel's share of the full flops comes from
+    :func:`attncore.kernels.cost.call_flops` at each of ``lengths`` on ``device``: torch's CPU
+    flash kernel skips only whole key blocks of 512 above a query block's diagonal, so it does
+    all the work up to T = 512; the CUDA kernels do about half at every T.
+    """
+    if spec.mask != "causal":
+        return "Both do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine."
+    shares: dict[str, list[int]] = {}
+    for t in sorted({int(t) for t in lengths}):
+        share = call_flops("flash", spec, t, t, device) / full_flops(spec, t, t)
+        shares.setdefault(f"{100 * share:.3g}%", []).append(t)
+    where = "; ".join(f"{pct} at T = {_and(ts)}" for pct, ts in shares.items())
+    if torch.device(device).type == "cpu":
+        how = ("torch's CPU flash kernel skips only whole key blocks of 512 that lie above a query block's "
+               "diagonal, so of those flops it does " + (where or "all up to T = 512"))
+    else:
+        how = ("the fused kernels stop each block of queries at the diagonal and do about half of them"
+               + (f": {where}" if where else ""))
+    return ("Under the causal mask they do not do the same work: the materialised paths compute all "
+            f"4·B·H·L·S·E flops and then hide about half; {how}. The table's GFLOP/s counts each path's own "
+            "work.")
+
+
+def _and(ts: Sequence[int]) -> str:
+    """``128, 256 and 512``."""
+    names = [str(t) for t in ts]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def load_sentence(sizes: Sequence[SizeResult]) -> str:
