@@ -30,7 +30,7 @@ from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
            "claims_frame", "fmt", "fmt_err", "guide_caption", "load_sentence", "memory_figure",
-           "table_caption", "table_frame", "time_figure", "work_sentence"]
+           "table_caption", "table_frame", "time_figure", "work_sentence", "TIME_RANGE_HELP", "X_RANGE_HELP"]
 
 MIB = float(1 << 20)
 COLORS: dict[str, str] = {"flash": PALETTE[0], "efficient": PALETTE[2], "cudnn": PALETTE[3],
@@ -67,7 +67,8 @@ def backend_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     Columns: ``T``, ``backend`` (the attncore.kernels name), ``label``, ``status``,
     ``accepted`` (yes / no / not tried), ``default`` (yes on the backend the default dispatch
     runs; ``→ name`` on the default row), ``time_ms`` (median of the rounds), ``time_lo_ms`` /
-    ``time_hi_ms`` (their range), ``rounds``, ``noise_of`` (the smaller T whose median time is at
+    ``time_hi_ms`` (the median's interval, :func:`attncore.kernels.results.spread`),
+    ``rounds``, ``noise_of`` (the smaller T whose median time is at
     least this one's, NaN when the time grew), ``x_default`` (median of the per-round ratios to the
     default dispatch's time) with ``x_lo`` / ``x_hi``, ``gflop`` (the flops this path does per
     call, in 1e9), ``gflop_s`` (``gflop`` / median time), ``peak_MiB``, ``max_err``,
@@ -126,6 +127,13 @@ TABLE_LEGEND = ("**refused**: torch would not run this backend for this call (it
                 "**noise**: the median time is not larger than at a smaller T (named), so it shows no trend.")
 
 
+# Column help: the ranges are the median's order-statistic interval (results.spread), min–max only
+# below 9 rounds; the table's caption says which and how often it holds the median.
+TIME_RANGE_HELP = ("interval of the rounds' median: their fastest and slowest, or from 9 rounds the 2nd "
+                   "fastest and the 2nd slowest (the caption says which, and its coverage)")
+X_RANGE_HELP = "interval of the per-round ratios' median, by the same order statistics as the time's range"
+
+
 def _gib(n: float) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= (1 << 30) else f"{n / MIB:.3g} MiB"
 
@@ -134,9 +142,11 @@ def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     """The backend table as shown: every cell a string, a word where there is no number.
 
     Same rows and numbers as :func:`backend_frame` (formatted: times, rates and memory to three
-    significant digits, ratios to two, errors as ``%.2e``); ``time_range`` is the rounds'
-    min–max (``· noise (≤ T = t)`` added where the time did not grow), ``x_range`` the per-round
-    ratios' min–max. A backend that did not run says ``refused``, ``skipped`` (the time column:
+    significant digits, ratios to two, errors as ``%.2e``); ``time_range`` is the interval of the
+    rounds' median (:func:`attncore.kernels.results.spread`: min–max below 9 rounds, then order
+    statistics; ``· noise (≤ T = t)`` added where the time did not grow), ``x_range`` the same
+    interval of the per-round ratios. A backend that did not run says ``refused``, ``skipped``
+    (the time column:
     ``skipped: needs ~X``, the budget estimate of its matrices), ``out of memory`` or ``failed``
     in each number column; ``not measured`` for memory when it was off; ``—`` where nothing
     applies (see :data:`TABLE_LEGEND`).
