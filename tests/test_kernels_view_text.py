@@ -47,3 +47,17 @@ def test_causal_work_sentence_gives_the_cpu_flash_share_per_T() -> None:
     gpu = view.work_sentence(spec, "cuda", (128, 1024))
     assert "about half of them: 50.4% at T = 128; 50% at T = 1024" in gpu  # (T + 1) / 2T of the pairs
     assert view.work_sentence(KernelSpec(heads=4), "cpu", (128,)).startswith("Both do the same 4·B·H·L·S·E")
+
+
+def test_ratio_range_prints_one_number_where_both_ends_round_alike() -> None:
+    """The table showed '1.3–1.3' for per-round ratios 1.26–1.34 (two significant figures each end);
+    the claims already print such an interval as one number."""
+    base = (1.00e-3, 1.00e-3, 1.00e-3, 1.00e-3, 1.00e-3)
+    flash = (1.26e-3, 1.28e-3, 1.30e-3, 1.32e-3, 1.34e-3)
+    math_ = (1.5e-3, 1.8e-3, 2.0e-3, 2.2e-3, 2.5e-3)
+    rows = tuple(BackendResult(name, 64, 64, "ran", times=t, seconds=spread(t).median)
+                 for name, t in (("flash", flash), ("math", math_), ("default", base)))
+    df = view.table_frame([SizeResult(64, 64, rows, "flash", "torch._fused_sdp_choice")]).set_index("label")
+    assert df.loc["flash (FLASH_ATTENTION)", "x_range"] == "1.3"
+    assert df.loc["math (MATH)", "x_range"] == "1.5–2.5"
+    assert df.loc["default dispatch", "x_range"] == "—"

@@ -134,6 +134,11 @@ TIME_RANGE_HELP = ("interval of the rounds' median: their fastest and slowest, o
 X_RANGE_HELP = "interval of the per-round ratios' median, by the same order statistics as the time's range"
 
 
+def _span(lo: str, hi: str) -> str:
+    """``lo–hi``, or one number where both ends print alike (as the claims write a ratio's interval)."""
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def _gib(n: float) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= (1 << 30) else f"{n / MIB:.3g} MiB"
 
@@ -173,7 +178,7 @@ def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
                 "time_range": short or trange,
                 "x_default": short or (DASH if math.isnan(x) else fmt_ratio(x)),
                 "x_range": short or (DASH if math.isnan(x) or row["x_lo"] == row["x_hi"]
-                                     else f"{fmt_ratio(row['x_lo'])}–{fmt_ratio(row['x_hi'])}"),
+                                     else _span(fmt_ratio(row["x_lo"]), fmt_ratio(row["x_hi"]))),
                 "gflop_s": short or (DASH if math.isnan(row["gflop_s"]) else fmt(row["gflop_s"])),
                 "peak_MiB": short or ("not measured" if r.peak_bytes is None else fmt(r.peak_bytes / MIB)),
                 "max_err": short or (DASH if r.max_err is None else fmt_err(r.max_err)),
