@@ -63,11 +63,11 @@ def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     return heads, groups, dim, mask, float(drop), lengths, bool(mem)
 
 
-def explain(spec: KernelSpec) -> None:
+def explain(spec: KernelSpec, device: str, lengths: tuple[int, ...]) -> None:
     """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
     st.markdown("`F.scaled_dot_product_attention` is one function with several kernels behind it: the plain "
                 "way writes the whole L × S score matrix to memory, the fused kernels never form it. "
-                + view.work_sentence(spec))
+                + view.work_sentence(spec, device, lengths))
     st.latex(view.SCORE_MATRICES)
 
 
@@ -175,12 +175,12 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
             "time_ms": st.column_config.TextColumn("time (ms)", alignment=right,
                                                    help="median of the interleaved rounds"),
             "time_range": st.column_config.TextColumn("range (ms)", alignment=right,
-                                                      help="the rounds' fastest and slowest"),
+                                                      help=view.TIME_RANGE_HELP),
             "x_default": st.column_config.TextColumn("× default", alignment=right,
                                                      help="median of the per-round ratios to the default "
                                                           "dispatch's time"),
             "x_range": st.column_config.TextColumn("× range", alignment=right,
-                                                   help="the per-round ratios' smallest and largest"),
+                                                   help=view.X_RANGE_HELP),
             "gflop_s": st.column_config.TextColumn("GFLOP/s", alignment=right,
                                                    help="this path's own flops over its median time"),
             "peak_MiB": st.column_config.TextColumn("peak extra (MiB)", alignment=right),
@@ -216,7 +216,7 @@ def body(ctx: PageContext) -> None:
     spec, lengths, mem = spec_from_controls(ctx)
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
-    explain(spec)
+    explain(spec, ctx.device, lengths)
     sizes, seconds = run_probes(spec, lengths, ctx.device)
     measured, memory_note, mem_seconds = charts_section(view.backend_frame(sizes), spec, lengths, mem,
                                                         ctx.device)

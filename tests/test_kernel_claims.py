@@ -84,6 +84,19 @@ def test_speed_verdict_follows_the_per_round_ratios(math_ms: float, device: str,
     assert (CPU_KERNEL in c.caveat) == (device == "cpu")
 
 
+def test_speed_sentence_names_its_ratio_the_median_of_the_per_round_ratios() -> None:
+    """The medians 30 ms and 10 ms sit beside "2.0× as long": 30 / 10 = 3, but the printed number is
+    the median of the per-round ratios (here 2.0). The sentence must say which ratio it gives."""
+    fused = [0.010, 0.010, 0.010, 0.015, 0.015]
+    math_ = [0.020, 0.020, 0.030, 0.030, 0.030]
+    sizes = [size(1024, fused=fused, math_=math_)]
+    per_round = sorted(m / f for m, f in zip(math_, fused, strict=True))  # 2, 2, 3, 2, 2
+    assert per_round[2] == 2.0 and spread(math_).median / spread(fused).median == pytest.approx(3.0)
+    c = claims(sizes, "cuda")["speed"]
+    assert "took 30 ms (20–30)" in c.measured and "10 ms (10–15)" in c.measured
+    assert "2.0× as long round by round (the per-round ratios' median, not the medians' ratio" in c.measured
+
+
 def test_speed_uses_paired_rounds_so_a_drift_that_hits_both_cancels() -> None:
     """Round k of both paths ran together: a machine slowing down 3x over the rounds leaves every
     per-round ratio at 3 (holds), where unpaired medians' ranges would overlap the claim's edges."""
@@ -91,7 +104,7 @@ def test_speed_uses_paired_rounds_so_a_drift_that_hits_both_cancels() -> None:
     fused = [0.010 * d for d in drift]
     sizes = [size(1024, fused=fused, math_=[3 * f for f in fused])]
     c = claims(sizes)["speed"]
-    assert c.verdict == "holds" and "per-round ratios 3.0×, min–max of 5" in c.measured
+    assert c.verdict == "holds" and "its interval 3.0×, min–max of 5" in c.measured
 
 
 def test_speed_needs_three_rounds_and_a_fused_default() -> None:

@@ -339,7 +339,8 @@ def speed_claim(sizes: Sequence[SizeResult], spec: KernelSpec, device: torch.dev
     measured = [f"at T = {size.L} {LABELS['math']} took {_ms(math_row.time.median)} ms "
                 f"({_ms_range(math_row.time)}), the default dispatch ({picked}) "
                 f"{_ms(fused.time.median)} ms ({_ms_range(fused.time)}): {fmt_ratio(ratio.median)}× as long "
-                f"(per-round ratios {_ratio_range(ratio)}×, {rounds})"]
+                f"round by round (the per-round ratios' median, not the medians' ratio; its interval "
+                f"{_ratio_range(ratio)}×, {rounds})"]
     others = []
     for name in ("notebook", "attncore"):
         r = _get(size, name)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import torch
 
 from attncore.kernels import (
     BACKENDS,
@@ -24,11 +25,12 @@ from attncore.kernels import (
     paired_ratio,
 )
 from attncore.kernels.claims import FIT_SIZES, SOURCE, fmt3
+from attncore.kernels.cost import call_flops, full_flops
 from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log_ticks
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
            "claims_frame", "fmt", "fmt_err", "guide_caption", "load_sentence", "memory_figure",
-           "table_caption", "table_frame", "time_figure", "work_sentence"]
+           "table_caption", "table_frame", "time_figure", "work_sentence", "TIME_RANGE_HELP", "X_RANGE_HELP"]
 
 MIB = float(1 << 20)
 COLORS: dict[str, str] = {"flash": PALETTE[0], "efficient": PALETTE[2], "cudnn": PALETTE[3],
@@ -65,7 +67,8 @@ def backend_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     Columns: ``T``, ``backend`` (the attncore.kernels name), ``label``, ``status``,
     ``accepted`` (yes / no / not tried), ``default`` (yes on the backend the default dispatch
     runs; ``→ name`` on the default row), ``time_ms`` (median of the rounds), ``time_lo_ms`` /
-    ``time_hi_ms`` (their range), ``rounds``, ``noise_of`` (the smaller T whose median time is at
+    ``time_hi_ms`` (the median's interval, :func:`attncore.kernels.results.spread`),
+    ``rounds``, ``noise_of`` (the smaller T whose median time is at
     least this one's, NaN when the time grew), ``x_default`` (median of the per-round ratios to the
     default dispatch's time) with ``x_lo`` / ``x_hi``, ``gflop`` (the flops this path does per
     call, in 1e9), ``gflop_s`` (``gflop`` / median time), ``peak_MiB``, ``max_err``,
@@ -124,6 +127,18 @@ TABLE_LEGEND = ("**refused**: torch would not run this backend for this call (it
                 "**noise**: the median time is not larger than at a smaller T (named), so it shows no trend.")
 
 
+# Column help: the ranges are the median's order-statistic interval (results.spread), min–max only
+# below 9 rounds; the table's caption says which and how often it holds the median.
+TIME_RANGE_HELP = ("interval of the rounds' median: their fastest and slowest, or from 9 rounds the 2nd "
+                   "fastest and the 2nd slowest (the caption says which, and its coverage)")
+X_RANGE_HELP = "interval of the per-round ratios' median, by the same order statistics as the time's range"
+
+
+def _span(lo: str, hi: str) -> str:
+    """``lo–hi``, or one number where both ends print alike (as the claims write a ratio's interval)."""
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def _gib(n: float) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= (1 << 30) else f"{n / MIB:.3g} MiB"
 
@@ -132,9 +147,11 @@ def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     """The backend table as shown: every cell a string, a word where there is no number.
 
     Same rows and numbers as :func:`backend_frame` (formatted: times, rates and memory to three
-    significant digits, ratios to two, errors as ``%.2e``); ``time_range`` is the rounds'
-    min–max (``· noise (≤ T = t)`` added where the time did not grow), ``x_range`` the per-round
-    ratios' min–max. A backend that did not run says ``refused``, ``skipped`` (the time column:
+    significant digits, ratios to two, errors as ``%.2e``); ``time_range`` is the interval of the
+    rounds' median (:func:`attncore.kernels.results.spread`: min–max below 9 rounds, then order
+    statistics; ``· noise (≤ T = t)`` added where the time did not grow), ``x_range`` the same
+    interval of the per-round ratios. A backend that did not run says ``refused``, ``skipped``
+    (the time column:
     ``skipped: needs ~X``, the budget estimate of its matrices), ``out of memory`` or ``failed``
     in each number column; ``not measured`` for memory when it was off; ``—`` where nothing
     applies (see :data:`TABLE_LEGEND`).
@@ -161,7 +178,7 @@ def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
                 "time_range": short or trange,
                 "x_default": short or (DASH if math.isnan(x) else fmt_ratio(x)),
                 "x_range": short or (DASH if math.isnan(x) or row["x_lo"] == row["x_hi"]
-                                     else f"{fmt_ratio(row['x_lo'])}–{fmt_ratio(row['x_hi'])}"),
+                                     else _span(fmt_ratio(row["x_lo"]), fmt_ratio(row["x_hi"]))),
                 "gflop_s": short or (DASH if math.isnan(row["gflop_s"]) else fmt(row["gflop_s"])),
                 "peak_MiB": short or ("not measured" if r.peak_bytes is None else fmt(r.peak_bytes / MIB)),
                 "max_err": short or (DASH if r.max_err is None else fmt_err(r.max_err)),
@@ -273,13 +290,36 @@ def guide_caption(time_fig: go.Figure, memory_fig: go.Figure) -> str:
             "approaches the T² slope; memory is what separates fused from materialised.")
 
 
-def work_sentence(spec: KernelSpec) -> str:
-    """What work each path does for this spec (the causal mask changes it)."""
-    if spec.mask == "causal":
-        return ("Under the causal mask they do not do the same work: the materialised paths compute all "
-                "4·B·H·L·S·E flops and then hide half, the fused kernels stop each block of queries at the "
-                "diagonal and do about half of them (the table's GFLOP/s counts each path's own work).")
-    return ("Both do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine.")
+def work_sentence(spec: KernelSpec, device: str = "cpu", lengths: Sequence[int] = ()) -> str:
+    """What work each path does for this spec (the causal mask changes it).
+
+    Under ``is_causal`` the fused kernel's share of the full flops comes from
+    :func:`attncore.kernels.cost.call_flops` at each of ``lengths`` on ``device``: torch's CPU
+    flash kernel skips only whole key blocks of 512 above a query block's diagonal, so it does
+    all the work up to T = 512; the CUDA kernels do about half at every T.
+    """
+    if spec.mask != "causal":
+        return "Both do the same 4·B·H·L·S·E flops; what changes is memory, below against T on this machine."
+    shares: dict[str, list[int]] = {}
+    for t in sorted({int(t) for t in lengths}):
+        share = call_flops("flash", spec, t, t, device) / full_flops(spec, t, t)
+        shares.setdefault(f"{100 * share:.3g}%", []).append(t)
+    where = "; ".join(f"{pct} at T = {_and(ts)}" for pct, ts in shares.items())
+    if torch.device(device).type == "cpu":
+        how = ("torch's CPU flash kernel skips only whole key blocks of 512 that lie above a query block's "
+               "diagonal, so of those flops it does " + (where or "all up to T = 512"))
+    else:
+        how = ("the fused kernels stop each block of queries at the diagonal and do about half of them"
+               + (f": {where}" if where else ""))
+    return ("Under the causal mask they do not do the same work: the materialised paths compute all "
+            f"4·B·H·L·S·E flops and then hide about half; {how}. The table's GFLOP/s counts each path's own "
+            "work.")
+
+
+def _and(ts: Sequence[int]) -> str:
+    """``128, 256 and 512``."""
+    names = [str(t) for t in ts]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def load_sentence(sizes: Sequence[SizeResult]) -> str:
@@ -303,6 +343,12 @@ def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
                         columns=["topic", "claim", "measured", "verdict", "caveat"])
 
 
+def _pct_floor(p: float) -> str:
+    """A lower bound as a percentage, rounded down to 0.1 % so "at least" stays true
+    (0.9375, the min–max of 5 rounds, is "93.7%", never "94%")."""
+    return f"{math.floor(p * 1000 + 1e-9) / 10:g}%"
+
+
 def table_caption(sizes: Sequence[SizeResult], spec: KernelSpec, memory_note: str, masked_rows: bool,
                   budget: float) -> str:
     """How the table's numbers were measured: one sentence per column group, from the results."""
@@ -316,7 +362,7 @@ def table_caption(sizes: Sequence[SizeResult], spec: KernelSpec, memory_note: st
     parts = [f"Time: median of {n} interleaved rounds after a warm-up call (a round calls every path once, "
              "in turn, so a drift in the machine's speed hits them alike)"
              + (f"; the range is the interval of the median, {ranges}, which holds it with at least "
-                f"{cover:.0%} probability for independent rounds." if kinds else "."),
+                f"{_pct_floor(cover)} probability for independent rounds." if kinds else "."),
              "× default: the median of the per-round ratios to the default dispatch's time; GFLOP/s: each "
              "path's own flops over its median time" + (" (under the causal mask the fused kernels skip the "
                                                         "blocks above the diagonal)." if spec.mask == "causal"
