@@ -105,7 +105,11 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
 
 def cells_table(name: str, d: dict[str, Any]) -> None:
     """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
-    st.dataframe(view.cells_frame(d), hide_index=True)
+    frame = view.cells_frame(d)
+    st.dataframe(frame, hide_index=True)
+    note = view.cells_note(frame)
+    if note:
+        st.caption(note)
     widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
                          key=f"dl_tr_{name}")
 

@@ -428,6 +428,15 @@ def test_cells_tables_have_one_type_per_column(cache) -> None:
             else:
                 assert row[f"{col} (sd)"] == pytest.approx(round(statistics.stdev(vals), 4), abs=1e-9)
     assert df["final train (sd)"].isna().sum() == 9 and df["final train (sd)"].notna().sum() == 6
+    # the empty sd cells are explained under the table, with counts from the runs; the fully seeded
+    # experiments (every setting 3 seeds) get no such line
+    seeds = [len(cell_runs(lr, variant=v, lr=x)) for v, x in {(r["variant"], r["lr"]) for r in lr["runs"]}]
+    one = sum(n == 1 for n in seeds)
+    want = (f"{one} of {len(seeds)} settings ran one seed, so their sd cells are empty (no spread from one run); "
+            "the others ran 3 seeds, and the verdicts compare only those.")
+    assert one == 9 and want in texts(at, "caption")
+    assert view.cells_note(view.cells_frame(shipped["scaling"])) is None
+    assert view.cells_note(view.cells_frame(shipped["sinks"])) is None
     # a run that diverged keeps its step a whole number in the CSV (nullable integers, not 120.0)
     d = copy.deepcopy(lr)
     d["runs"][0]["diverged_at"] = 120

@@ -40,6 +40,7 @@ __all__ = [
     "best_runs",
     "calibration_text",
     "cells_frame",
+    "cells_note",
     "entropy_page_sentence",
     "init_variance_sentence",
     "compare_figure",
@@ -178,6 +179,20 @@ def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
         row["diverged"] = len(runs) - len(done)
         rows.append(row)
     return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
+
+
+def cells_note(frame: pd.DataFrame) -> str | None:
+    """What an empty sd cell of :func:`cells_frame` means, where there is one: a setting run with one seed."""
+    one = int((frame["seeds"] == 1).sum()) if "seeds" in frame else 0
+    if not one:
+        return None
+    many = sorted({int(n) for n in frame["seeds"] if n > 1})
+    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells are empty (no spread from "
+            "one run)")
+    if not many:
+        return head + "; with one seed no comparison here has a spread."
+    return (f"{head}; the others ran {' or '.join(map(str, many))} seeds, and the verdicts compare only "
+            "those.")
 
 
 def runs_frame(d: dict[str, Any]) -> pd.DataFrame:
