@@ -270,3 +270,18 @@ def test_a_nonzero_standard_error_never_prints_as_zero(se: float) -> None:
         assert shown > 0 and abs(shown - se) <= 0.5 * se, text
         mean = float(text.split("±")[0])
         assert abs(abs(mean) - 2 * se) <= 0.5 * se + 1e-12, text
+
+
+def test_the_measured_box_prints_small_weights_with_their_digits() -> None:
+    """The tab's 'This run measured' box said 'softmax1 … (BOS weight 0.00 ± 0.00)' for 0.00034 ± 0.0001."""
+    from ui.views.learned_sinks import measured_text
+
+    def entry(mean: float, se: float) -> dict[str, Any]:
+        return {"n_sink": 0, "n_usable": 3, "bos_other": {"mean": mean, "se": se}}
+
+    text = measured_text({"softmax1": entry(3.4e-4, 1.0e-4), "sigmoid": entry(7.7e-6, 4e-6),
+                          "ReLU": entry(0.0, 0.0), "softmax": {**entry(0.904, 0.074), "n_sink": 3}})
+    assert "softmax1 0/3 seeds with a sink (BOS weight 0.0003 ± 0.0001)" in text
+    assert "sigmoid 0/3 seeds with a sink (BOS weight 7.7e-06 ± 4e-06)" in text
+    assert "ReLU 0/3 seeds with a sink (BOS weight 0.00 ± 0.00)" in text  # exactly zero in every seed
+    assert "softmax 3/3 seeds with a sink (BOS weight 0.90 ± 0.07)" in text

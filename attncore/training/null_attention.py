@@ -57,6 +57,7 @@ __all__ = [
     "Z",
     "check_sizes",
     "mean_se",
+    "mean_se_text",
     "models_dir",
     "shipped_model",
     "shipped_task",
@@ -307,6 +308,11 @@ def _pm(s: dict[str, Any], digits: int = 2) -> str:
     if s["se"] is None:
         return f"{m:.{d}f}"
     return f"{m:.{d}f} ± {s['se']:.{d}f}"
+
+
+def mean_se_text(s: dict[str, Any], digits: int = 2) -> str:
+    """A summary entry as the verdicts print it: '0.90 ± 0.07', '0.0003 ± 0.0001', '7.7e-06 ± 4e-06'."""
+    return _pm(s, digits)
 
 
 def _se_too_small(s: dict[str, Any], digits: int) -> bool:

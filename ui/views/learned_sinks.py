@@ -17,7 +17,14 @@ import plotly.graph_objects as go
 
 from attncore.training.bbm import BIGRAM, COPY, SINK_THRESHOLD
 from attncore.training.inspect import char_label
-from attncore.training.null_attention import RUN_COLUMNS, run_rows, summarise, table_rows, verdicts
+from attncore.training.null_attention import (
+    RUN_COLUMNS,
+    mean_se_text,
+    run_rows,
+    summarise,
+    table_rows,
+    verdicts,
+)
 from ui import figures
 from ui.figures import PALETTE, Band, Curve, Panel
 from ui.views.sinks import bars_with_theory
@@ -236,11 +243,10 @@ def measured_text(summary: dict[str, dict[str, Any]]) -> str:
     """One clause per variant: seeds with a sink at the end, and the BOS weight from non-trigger positions."""
     parts = []
     for label, s in summary.items():
-        m, se = s["bos_other"]["mean"], s["bos_other"]["se"]
-        if m is None:
+        if s["bos_other"]["mean"] is None:
             parts.append(f"{label}: no finished run")
             continue
-        w = f"{m:.2f}" + (f" ± {se:.2f}" if se is not None else "")
+        w = mean_se_text(s["bos_other"])  # the verdicts' digits: no '0.00 ± 0.00' for a small non-zero weight
         parts.append(f"{label} {s['n_sink']}/{s['n_usable']} seeds with a sink (BOS weight {w})")
     return ("; ".join(parts) + f". A sink: non-trigger positions put more than {SINK_THRESHOLD:g} of their "
             "weight on BOS at the end of training; ± is one standard error over seeds.")
