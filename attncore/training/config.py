@@ -20,6 +20,7 @@ __all__ = [
     "EXPERIMENT_MEMORY_SHARE",
     "MAX_TRAIN_BYTES",
     "MAX_VOCAB",
+    "POSITIONS",
     "VARIANTS",
     "VARIANT_INFO",
     "TrainConfig",
@@ -87,6 +88,7 @@ VARIANT_INFO: dict[str, dict[str, str]] = {
     },
 }
 VARIANTS: tuple[str, ...] = tuple(VARIANT_INFO)
+POSITIONS: tuple[str, ...] = ("rotary", "learned")  # how the model knows where a token is
 
 MAX_VOCAB = 1000  # distinct characters; the embedding is V x D
 # Parameters, gradients, AdamW moments and the activations kept for backward: the budget of
@@ -133,6 +135,10 @@ class TrainConfig:
             field existed are reproduced bit for bit.
         sink_init: the initial value of the ``sink_logit`` variant's per-head logit b
             (0: it starts as softmax1); ignored by the other variants.
+        positions: ``"rotary"`` (the default: q and k rotated by their positions, so the
+            model runs past its context) or ``"learned"`` (a learned absolute position
+            embedding of ``context`` rows added to the token embedding, Guo et al.'s setting;
+            the model then reads at most ``context`` positions).
     """
 
     variant: str = "standard"
@@ -149,6 +155,7 @@ class TrainConfig:
     eval_every: int = 100
     dropout: float = 0.0
     sink_init: float = 0.0
+    positions: str = "rotary"
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -183,6 +190,8 @@ class TrainConfig:
         if (isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float)
                 or not 0.0 <= self.dropout <= MAX_DROPOUT):
             raise AttnInputError(f"dropout must be a number in [0, {MAX_DROPOUT}]; got {self.dropout!r}.")
+        if self.positions not in POSITIONS:
+            raise AttnInputError(f"positions must be one of {', '.join(POSITIONS)}; got {self.positions!r}.")
         b = self.sink_init
         if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or abs(b) > 20.0:
             raise AttnInputError(f"the initial sink logit must be a number in [-20, 20]; got {b!r}.")
@@ -218,7 +227,8 @@ def n_params(config: TrainConfig, vocab: int) -> int:
         per_layer += D * D
     if config.variant in ("ssmax", "sink_logit"):
         per_layer += H
-    return vocab * D + N * per_layer + 2 * D
+    pos = config.context * D if config.positions == "learned" else 0
+    return vocab * D + pos + N * per_layer + 2 * D
 
 
 def estimate_train_bytes(config: TrainConfig, vocab: int) -> int:

@@ -90,6 +90,9 @@ def stream_nll(model: CharTransformer, ids: Tensor, policy: str, window: int, si
     0..n-1 by their place in the cache (as StreamingLLM assigns them), the query n-1.
     ``full`` therefore uses the true positions and runs past the training context.
     """
+    if model.config.positions != "rotary":
+        raise AttnInputError("the streaming test places cached keys by rotary position; this model learned "
+                             "absolute positions.")
     single = ids.dim() == 1
     batch = ids[None] if single else ids  # (B, L)
     B, L = (int(s) for s in batch.shape)

@@ -194,6 +194,8 @@ class CharTransformer(nn.Module):
         self.tok = nn.Embedding(len(vocab), config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)
+        if config.positions == "learned":  # after ln_f: a rotary model's initial draws are unchanged
+            self.pos = nn.Embedding(config.context, config.d_model)
 
     @classmethod
     def create(cls, config: TrainConfig, vocab: str, generator: torch.Generator) -> CharTransformer:
@@ -231,6 +233,18 @@ class CharTransformer(nn.Module):
         """Where the weights live."""
         return self.tok.weight.device
 
+    def angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin (T, E/2) that q and k are rotated by at ``positions`` (T,): the rotary angles,
+        or no rotation (cos 1, sin 0) for a model with learned absolute positions, whose
+        ``positions`` must lie in 0..context-1 (:class:`AttnInputError` otherwise)."""
+        if self.config.positions == "rotary":
+            return rotary_angles(positions, self.config.d_head)
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= self.config.context):
+            raise AttnInputError(f"this model learned positions 0..{self.config.context - 1} only; got "
+                                 f"{int(positions.min())}..{int(positions.max())}.")
+        shape = (positions.shape[0], self.config.d_head // 2)
+        return (torch.ones(shape, device=positions.device), torch.zeros(shape, device=positions.device))
+
     def set_fused(self, fused: bool) -> None:
         """Use torch's fused SDPA where it is the same function (True) or attncore's
         materialised attention everywhere (False, a reference for tests)."""
@@ -250,8 +264,11 @@ class CharTransformer(nn.Module):
         B, T = idx.shape
         if positions is None:
             positions = torch.arange(T, device=idx.device)
-        cos, sin = rotary_angles(positions, self.config.d_head)  # (T, E/2)
-        x = _drop(self.tok(idx), self.config.dropout, self.training)  # (B, T, D)
+        cos, sin = self.angles(positions)  # (T, E/2)
+        x = self.tok(idx)  # (B, T, D)
+        if self.config.positions == "learned":
+            x = x + self.pos(positions)
+        x = _drop(x, self.config.dropout, self.training)
         maps: list[Tensor] = []
         for blk in self.blocks:
             x, w = blk(x, cos, sin, allowed, return_attn)
