@@ -24,7 +24,7 @@ from attncore.kernels import (
     noise_flags,
     paired_ratio,
 )
-from attncore.kernels.claims import CPU_KERNEL, VERDICTS
+from attncore.kernels.claims import CPU_UNTESTABLE, VERDICTS
 from attncore.kernels.results import spread
 
 SPEC = KernelSpec(heads=4, head_dim=64)
@@ -69,7 +69,7 @@ def claims(sizes: list[SizeResult], device: str = "cuda", spec: KernelSpec = SPE
 
 @pytest.mark.parametrize(("math_ms", "device", "verdict"), [
     (30.0, "cuda", "holds"),                  # 3x, every round inside 2-4x
-    (30.0, "cpu", "holds with a caveat"),     # the same numbers, but a CPU's "flash" is another kernel
+    (30.0, "cpu", "not testable here"),       # the same numbers, but a CPU's "flash" is another kernel
     (100.0, "cuda", "does not hold here"),    # 10x: above the claim
     (12.0, "cuda", "does not hold here"),     # 1.2x: below
     (21.0, "cuda", "holds with a caveat"),    # 2.1x, but the rounds reach below 2x
@@ -81,7 +81,7 @@ def test_speed_verdict_follows_the_per_round_ratios(math_ms: float, device: str,
     assert c.verdict == verdict, c
     ratio = paired_ratio(sizes[-1].row("math"), sizes[-1].row("default"))
     assert f"{fmt_ratio(ratio.median)}× as long" in c.measured and "T = 1024" in c.measured
-    assert (CPU_KERNEL in c.caveat) == (device == "cpu")
+    assert (CPU_UNTESTABLE in c.caveat) == (device == "cpu")
 
 
 def test_speed_sentence_names_its_ratio_the_median_of_the_per_round_ratios() -> None:
@@ -189,7 +189,7 @@ def mem_sizes(fused_power: float, math_power: float, ts: tuple[int, ...] = (128,
 
 @pytest.mark.parametrize(("fused_power", "math_power", "device", "verdict"), [
     (1.0, 2.0, "cuda", "holds"),
-    (1.0, 2.0, "cpu", "holds with a caveat"),
+    (1.0, 2.0, "cpu", "not testable here"),
     (2.0, 2.0, "cuda", "does not hold here"),
     (1.5, 2.0, "cuda", "holds with a caveat"),
     (1.0, 1.2, "cuda", "not testable here"),
@@ -342,3 +342,25 @@ def test_default_backend_names_how_it_was_told_and_the_refusal_at_the_size_it_ha
     assert "math (MATH) ran because flash refused this call: Flash attention does not support dropout" in c.caveat
     # hand-built rows carry no bitwise comparison: the sentence names its source and claims no agreement
     assert c.measured.endswith("at T = 1024 (torch._fused_sdp_choice).")
+
+
+def test_a_cpu_shows_the_cuda_kernels_speed_and_memory_numbers_but_does_not_judge_them() -> None:
+    """The speed and memory claims are about Dao et al.'s CUDA kernel: on a CPU the verdict is "not
+    testable here" whatever the numbers (inside the claim, below it, O(T²)), the measured sentence is
+    the one a GPU gets, and the caveat passes no judgement on the claimed range; on CUDA the same numbers
+    are judged."""
+    for math_ms in (30.0, 12.0, 100.0):
+        sizes = [size(512, fused=rounds(2.5), math_=rounds(math_ms / 4)),
+                 size(1024, fused=rounds(10.0), math_=rounds(math_ms, spread_=0.1))]
+        cpu, gpu = claims(sizes, "cpu")["speed"], claims(sizes, "cuda")["speed"]
+        assert cpu.verdict == "not testable here" and gpu.verdict != "not testable here"
+        assert cpu.measured == gpu.measured
+        assert cpu.caveat.startswith(CPU_UNTESTABLE) and "claimed 2–4×" not in cpu.caveat
+    for fused_power in (1.0, 1.5, 2.0):
+        cpu, gpu = (claims(mem_sizes(fused_power, 2.0), d)["memory"] for d in ("cpu", "cuda"))
+        assert cpu.verdict == "not testable here" and gpu.verdict != "not testable here"
+        assert cpu.measured == gpu.measured and cpu.caveat.startswith(CPU_UNTESTABLE)
+        assert "slope lies between" not in cpu.caveat
+    # the default-backend claim is about torch's dispatch: a CPU still answers it, with its caveat
+    flash = [size(t, fused=rounds(t / 100), math_=rounds(t / 30)) for t in (512, 1024)]
+    assert claims(flash, "cpu")["default backend"].verdict == "holds with a caveat"

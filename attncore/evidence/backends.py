@@ -5,7 +5,9 @@ judged by the Kernels page's own rules (:func:`attncore.kernels.check_claims`, s
 :data:`attncore.kernels.RULES`) on the Kernels page's default call: batch 1, 4 heads, head dim 64, no
 mask, T = L = S from 128 to 1024, in the page's dtype, interleaved timed rounds and the peak memory of
 every path. The Evidence row and that page's table apply the same rule. On a CPU torch's "flash"
-backend is its own blocked CPU kernel, not Dao et al.'s CUDA FlashAttention; the rule says so.
+backend is its own blocked CPU kernel, not Dao et al.'s CUDA FlashAttention: the speed and memory rows
+are then "not testable here" and show what the CPU kernel measured; the default-backend row says which
+kernel ran.
 """
 
 from __future__ import annotations

@@ -239,27 +239,30 @@ def _bias_judge(m: Measurement) -> Judgement:
         # row sum there is context, not a caveat against the claim
         return Judgement(
             HOLDS,
-            f"with b = 0 a row spends {fmt(m.num('softmax1_low'))} at c = {m.num('content'):g}; near b "
-            f"(c = 0) it still spends {m.num('softmax1_mid'):.2f}, as the condition “all small relative to "
-            "b” implies.",
+            f"with the text's fixed bias b = 1 (“+1”) a row spends {fmt(m.num('softmax1_low'))} at c = "
+            f"{m.num('content'):g}; at c = 0, where each e^(xᵢ) is about b, it still spends "
+            f"{m.num('softmax1_mid'):.2f}, as the condition “all small relative to b” implies.",
         )
     return Judgement(
         FAILS,
-        f"softmax1 still spends {fmt(m.num('softmax1_low'))} of the weight at c = {m.num('content'):g}.",
+        f"softmax-plus-one (b = 1) still spends {fmt(m.num('softmax1_low'))} of the weight at c = "
+        f"{m.num('content'):g}.",
     )
 
 
 DENOMINATOR_BIAS = Claim(
     key="denominator_bias",
     source="notes",
-    quote="Denominator bias … If all [xᵢ] are small relative to [b], the weights can become very small, "
-    "approaching zero, allowing for true “null attention”.",
-    test="Mean row sum of softmax1 (b = 0, “softmax-plus-one”) on the same head at content c = −10 and c = "
-    "0.",
+    quote="Denominator Bias: Introduce an additive bias term (could be fixed, e.g., +1 as in "
+    "“Softmax-plus-one” …) into the softmax denominator … If all [e^(xᵢ)] are small relative to [b], the "
+    "weights can become very small, approaching zero, allowing for true “null attention”",
+    test="Mean row sum of softmax-plus-one, e^(xᵢ) / (1 + Σⱼ e^(xⱼ)): the text's fixed bias b = 1 "
+    "(attncore's softmax1; the bracketed symbols are lost from the text), on the same head at content c = "
+    "−10 and c = 0.",
     tolerance=f"“approaching zero”: a row spends at most {NULL_TOTAL:g}",
     measure=_zoo_rows,
     describe=lambda m: (
-        f"softmax1 spends {fmt(m.num('softmax1_low'))} per row at c = {m.num('content'):g}, "
+        f"softmax-plus-one (b = 1) spends {fmt(m.num('softmax1_low'))} per row at c = {m.num('content'):g}, "
         f"{m.num('softmax1_mid'):.3f} at c = 0."
     ),
     judge=_bias_judge,

@@ -16,10 +16,13 @@ Import from the package (``from attncore import theory``; ``theory.peak_weight(.
 from __future__ import annotations
 
 from attncore.theory.dot_products import (
+    INITS,
     dot_product_density,
     dot_product_kurtosis,
     dot_product_std,
     dot_product_variance,
+    init_score_ratio,
+    init_weight_variance,
     normal_density,
     sample_std_error,
     scaled_logit_std,
@@ -50,6 +53,7 @@ from attncore.theory.saturation import (
     jacobian_norm_small_scale,
     max_weight_large_scale,
     max_weight_small_scale,
+    saturated_jacobian_bound,
     saturation_jacobian_norm,
     saturation_other_weight,
     saturation_threshold,
@@ -75,6 +79,7 @@ from attncore.theory.sinks import (
 )
 
 __all__ = [
+    "INITS",
     "asymptote_valid_from",
     "dot_product_density",
     "dot_product_kurtosis",
@@ -93,6 +98,8 @@ __all__ = [
     "gate_rms_theory",
     "gaussian_expectation",
     "gaussian_max_moment",
+    "init_score_ratio",
+    "init_weight_variance",
     "inverse_chi_mean",
     "jacobian_norm_large_scale",
     "jacobian_norm_small_scale",
@@ -109,6 +116,7 @@ __all__ = [
     "relu_mass_theory",
     "relu_output_rms_theory",
     "sample_std_error",
+    "saturated_jacobian_bound",
     "saturation_jacobian_norm",
     "saturation_other_weight",
     "saturation_threshold",

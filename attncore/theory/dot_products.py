@@ -11,10 +11,13 @@ from numpy.typing import ArrayLike, NDArray
 from attncore.theory._common import scalar as _scalar
 
 __all__ = [
+    "INITS",
     "dot_product_density",
     "dot_product_kurtosis",
     "dot_product_std",
     "dot_product_variance",
+    "init_score_ratio",
+    "init_weight_variance",
     "normal_density",
     "sample_std_error",
     "scaled_logit_std",
@@ -26,6 +29,37 @@ def dot_product_variance(d: ArrayLike, var_q: float = 1.0, var_k: float = 1.0) -
     """``Var(q·k) = d · var_q · var_k`` for independent zero-mean q, k with d coordinates."""
     out = np.asarray(d, dtype=np.float64) * var_q * var_k
     return _scalar(out)
+
+
+# Common initialisations of a projection weight (d_out, d_in), by their names in init_weight_variance.
+INITS: tuple[str, ...] = ("xavier", "torch_linear", "normal_0.02")
+
+
+def init_weight_variance(init: str, d_in: int, d_out: int) -> float:
+    """Variance of one weight entry of a (d_out, d_in) projection under a common initialisation.
+
+    ``"xavier"`` (Glorot): 2 / (d_in + d_out), uniform or normal alike. ``"torch_linear"``: torch's
+    default ``nn.Linear`` (``kaiming_uniform_(a=√5)``, U(−1/√d_in, 1/√d_in)): 1 / (3 d_in).
+    ``"normal_0.02"``: GPT-2's N(0, 0.02²): 0.0004.
+    """
+    if init == "xavier":
+        return 2.0 / (d_in + d_out)
+    if init == "torch_linear":
+        return 1.0 / (3.0 * d_in)
+    if init == "normal_0.02":
+        return 0.02**2
+    raise ValueError(f"unknown initialisation {init!r}; known: {', '.join(INITS)}.")
+
+
+def init_score_ratio(weight_var: float, d_in: int, input_var: float = 1.0) -> float:
+    """``Var(q·k) / E`` for q = W_q x, k = W_k x' at initialisation: ``(d_in · weight_var · input_var)²``.
+
+    x, x' are different tokens with independent zero-mean entries of variance ``input_var`` (a
+    LayerNorm's output at initialisation has 1), W_q, W_k independent with entries of variance
+    ``weight_var``: each q and k entry then has variance d_in · weight_var · input_var, and
+    Var(q·k) = E · Var(q_j) · Var(k_j) over a head's E coordinates.
+    """
+    return float((d_in * weight_var * input_var) ** 2)
 
 
 def dot_product_std(d: ArrayLike, var_q: float = 1.0, var_k: float = 1.0) -> NDArray[np.float64] | float:

@@ -22,6 +22,7 @@ __all__ = [
     "jacobian_norm_small_scale",
     "max_weight_large_scale",
     "max_weight_small_scale",
+    "saturated_jacobian_bound",
     "saturation_jacobian_norm",
     "saturation_other_weight",
     "saturation_threshold",
@@ -174,3 +175,13 @@ def exp_overflow_logit(dtype: str) -> float:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}.")
     return math.log(float(torch.finfo(DTYPES[dtype]).max))
+
+
+def saturated_jacobian_bound(level: float) -> float:
+    """Largest ‖J‖_F of any softmax row whose top weight is at least ``level``: at most 2(1 − level).
+
+    With J = diag(p) − ppᵀ, ‖J‖_F² = Σᵢ pᵢ²((1 − pᵢ)² + Σ_{j≠i} pⱼ²) ≤ 2 Σᵢ pᵢ²(1 − pᵢ)²; the top
+    entry adds at most ε² (ε = 1 − level), the others at most Σ_{i>1} pᵢ² ≤ ε²: ‖J‖_F ≤ 2ε, whatever
+    the number of keys.
+    """
+    return 2.0 * (1.0 - float(level))

@@ -387,6 +387,7 @@ def claims_caption(device: str) -> str:
             "(Dao et al., 2022), measured on GPUs.")
     if device.startswith("cpu"):
         text += (" This is a CPU: its “flash” backend is torch's blocked CPU kernel with the same online "
-                 "softmax, not Dao et al.'s CUDA FlashAttention, so no verdict here says more than “holds "
-                 "with a caveat” about it.")
+                 "softmax, not Dao et al.'s CUDA FlashAttention, so the speed and memory claims are “not "
+                 "testable here” (the CPU kernel's numbers are shown, not judged) and the default-backend "
+                 "verdict says no more than “holds with a caveat”.")
     return text
