@@ -13,11 +13,9 @@ from attncore.training.sink_verdicts import (
     FIXES,
     RULE_TEXT,
     Setting,
-    fix_verdict,
     grid_cells,
     interval_text,
     sink_claims,
-    softmax_verdict,
 )
 
 VARIANTS = [dict(variant="standard"), dict(variant="softmax1"), dict(variant="sink_logit", sink_init=0.0)]
