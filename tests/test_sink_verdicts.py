@@ -10,6 +10,7 @@ import pytest
 
 from attncore.training.sink_grid import load_grid
 from attncore.training.sink_verdicts import (
+    DENOMINATOR,
     FIXES,
     RULE_TEXT,
     Setting,
@@ -102,8 +103,7 @@ def test_fix_verdict_every_some_none_untested() -> None:
     some = sink_claims(HEADER, full_grid(
         fix_curve=lambda lr, pos, s: SINK if (lr, pos, s) == (1e-3, "rotary", 0) else NONE)).fixes
     assert some.kind == "some"
-    assert ("it kept a sink at softmax1 at rotary, lr 0.001, 200 steps (a sink in 1 of 3 seeds; end weight"
-            in some.text)
+    assert "Kept: softmax1 at rotary, lr 0.001, 200 steps (a sink in 1 of 3 seeds; end weight" in some.text
     assert set(some.failed) == {(f, Setting("rotary", 1e-3, 200)) for f in FIXES} and len(some.held) == 6
     none = sink_claims(HEADER, full_grid(fix_curve=SINK)).fixes
     assert none.kind == "none" and none.text.startswith(
@@ -149,9 +149,9 @@ def test_partial_grids_say_what_ran() -> None:
     v = sink_claims(HEADER, runs)
     assert v.fixes.kind == "every" and len(v.fixes.held) == 3
     assert "(no sink in 1 of 1 seed, 1 of 3 seeds run; end weight 0.01, one seed: no interval)" in v.fixes.text
-    assert v.fixes.text.endswith("The grid is partial: 5 of its 36 runs so far, 5 cells with fewer seeds than "
+    assert v.fixes.text.endswith("The grid is partial: 5 of the 36 runs of softmax, softmax1, sink logit b₀=0 so far, 5 cells with fewer seeds than "
                                  "planned, 7 of 12 cells not run yet; a verdict covers only what was run.")
-    assert "The grid is partial: 2 of its 12 runs so far" in v.sinks.text
+    assert "The grid is partial: 2 of the 12 runs of softmax so far" in v.sinks.text
     # a cell with 2 of 3 seeds: its interval uses t at 1 degree of freedom
     two = [r for r in full_grid() if r["config"]["seed"] < 2]
     cell = next(c for c in grid_cells(HEADER, two) if c.label == "softmax")
@@ -178,13 +178,14 @@ def test_the_shipped_snapshot_verdict_is_true_of_its_cells() -> None:
     shipped = Setting("rotary", 0.01, 600)
     assert by[("softmax", shipped)].status == "sink" and by[("gated", shipped)].n_sink == 0
     for label, s in claims.fixes.held:
-        assert label in FIXES and by[(label, s)].n_sink == 0 and by[("softmax", s)].status == "sink"
+        assert by[(label, s)].variant in DENOMINATOR and by[(label, s)].n_sink == 0 and by[("softmax", s)].status == "sink"
     for label, s in claims.fixes.failed:
         assert by[(label, s)].n_sink > 0 and by[(label, s)].learned
     assert (FIXES[0], shipped) in claims.fixes.held
     ran = sum(c.n_run for c in claims.cells if c.source == "grid")
     if ran < 54:
-        assert f"The grid is partial: {ran} of its 54 runs so far" in claims.fixes.text
+        assert f"The grid is partial: {ran} of the 54 runs of softmax, softmax1, sink logit b₀=0 so far" \
+            in claims.fixes.text
     kinds = {"every": not claims.fixes.failed, "none": not claims.fixes.held,
              "some": bool(claims.fixes.held and claims.fixes.failed)}
     assert kinds[claims.fixes.kind]

@@ -10,7 +10,8 @@ seeds. The rules of this module, in order:
 
 * a cell whose usable seeds did not all learn the task says "not learned" and enters no verdict;
 * softmax forms a sink at a setting when every usable seed of its cell has a sink, none when no seed has;
-* a fix (softmax1, a sink logit starting at 0: :data:`FIXES`) keeps the sink at a setting when any of its
+* a fix (a denominator-bias variant: softmax1, a sink logit at any start b₀; the grid runs :data:`FIXES`,
+  the shipped experiment a sink logit starting at -5 too) keeps the sink at a setting when any of its
   seeds ends with one; it removes the sink there when no seed does *and* softmax forms one at that
   setting (otherwise there was nothing to remove, and the setting does not test the claim);
 * the claim's verdict: "every" when the fixes removed the sink at every (fix, setting) pair that tested it,
@@ -32,6 +33,7 @@ from attncore.training.sink_stats import LAST_POINTS, run_facts, t_interval
 from attncore.training.verdicts import t_critical
 
 __all__ = [
+    "DENOMINATOR",
     "FIXES",
     "RULE_TEXT",
     "SOFTMAX",
@@ -42,12 +44,14 @@ __all__ = [
     "fix_verdict",
     "grid_cells",
     "interval_text",
+    "judge_cells",
     "sink_claims",
     "softmax_verdict",
 ]
 
 SOFTMAX = "softmax"
-FIXES = ("softmax1", "sink logit b₀=0")  # a denominator term with no value behind it, starting as softmax1
+FIXES = ("softmax1", "sink logit b₀=0")  # the grid's fixes: a denominator term with no value behind it
+DENOMINATOR = ("softmax1", "sink_logit")  # every variant with such a term (a sink logit at any start)
 
 
 @dataclass(frozen=True, order=True)
@@ -267,7 +271,7 @@ def _partial(cells: tuple[Cell, ...] | list[Cell], labels: tuple[str, ...]) -> s
         return ""
     unrun = sum(1 for c in grid if not c.seeds)
     short = sum(1 for c in grid if 0 < c.n_run < c.planned)
-    parts = [f"{runs} of its {planned} runs so far"]
+    parts = [f"{runs} of the {planned} runs of {', '.join(dict.fromkeys(c.label for c in grid))} so far"]
     if short:
         parts.append(f"{short} cell{'s' if short != 1 else ''} with fewer seeds than planned")
     if unrun:
@@ -331,9 +335,12 @@ def softmax_verdict(cells: tuple[Cell, ...] | list[Cell]) -> ClaimVerdict:
                         tuple((SOFTMAX, c.setting) for c in failed + mixed), tuple(skipped))
 
 
-def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] = FIXES) -> ClaimVerdict:
-    """Does a denominator bias (:data:`FIXES`) remove the sink at every setting tried, at some, or at none
-    (rules: module docstring)."""
+def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] | None = None) -> ClaimVerdict:
+    """Does a denominator bias remove the sink at every setting tried, at some, or at none (rules: module
+    docstring)? ``fixes``: the labels judged (default: every :data:`DENOMINATOR` variant in the cells, a
+    sink logit's start b₀ being part of its setting)."""
+    if fixes is None:
+        fixes = tuple(dict.fromkeys(c.label for c in cells if c.variant in DENOMINATOR))
     soft = _by(cells, SOFTMAX)
     removed: list[Cell] = []
     kept: list[Cell] = []
@@ -369,7 +376,7 @@ def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] = F
         text = f"{name} removes the sink at none of the settings tried: it kept one at {items(kept)}."
     else:
         kind = "some"
-        text = (f"{name} removes the sink at some settings only: at {items(removed)}; it kept a sink at "
+        text = (f"{name} removes the sink at some settings only. Removed: {items(removed)}. Kept: "
                 f"{items(kept)}.")
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX, *fixes))
     return ClaimVerdict(kind, text, tuple((c.label, c.setting) for c in removed),
@@ -380,8 +387,12 @@ def sink_claims(header: dict[str, Any], runs: list[dict[str, Any]],
                 shipped: dict[str, Any] | None = None) -> SinkClaims:
     """Both sink claims judged from the grid (its header and runs) and the shipped null-attention result:
     the one verdict the Training lab, the Attention sinks page and the Evidence page read."""
-    cells = grid_cells(header, runs, shipped)
-    return SinkClaims(softmax_verdict(cells), fix_verdict(cells), cells)
+    return judge_cells(grid_cells(header, runs, shipped))
+
+
+def judge_cells(cells: tuple[Cell, ...]) -> SinkClaims:
+    """Both sink claims judged from these cells (:func:`grid_cells`; a test may change them)."""
+    return SinkClaims(softmax_verdict(cells), fix_verdict(cells), tuple(cells))
 
 
 RULE_TEXT = (
