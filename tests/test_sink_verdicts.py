@@ -189,3 +189,24 @@ def test_the_shipped_snapshot_verdict_is_true_of_its_cells() -> None:
     kinds = {"every": not claims.fixes.failed, "none": not claims.fixes.held,
              "some": bool(claims.fixes.held and claims.fixes.failed)}
     assert kinds[claims.fixes.kind]
+
+
+def test_streaming_sentence_says_plainly_when_the_toy_does_not_reproduce_the_claim() -> None:
+    from attncore.training.io import load_result
+    from attncore.training.null_attention import summarise
+    from attncore.training.sink_stats import mean_se
+    from attncore.training.sink_verdicts import streaming_claim_sentence
+
+    d = load_result("null_attention")
+    soft = summarise(d["runs"])["softmax"]
+    text = streaming_claim_sentence(soft, 16)
+    e, a = soft["evict_bigram"]["mean"], soft["ablation_bigram"]["mean"]
+    assert text.startswith("The toy does not reproduce StreamingLLM's claim that a window fails once the sink is "
+                           "evicted: for softmax, evicting BOS from a sliding window of 16 tokens changes the loss")
+    assert f"by {e:+.4f} nats (95% t interval" in text and f"every query by {a:+.4f} nats" in text
+    assert f"{e:+.4f}" == "+0.0007" and f"{a:+.4f}" == "+0.0039"  # the shipped numbers the issue quotes
+    hurts = {**soft, "evict_bigram": mean_se([0.20, 0.25, 0.22])}
+    assert streaming_claim_sentence(hurts).startswith("The toy reproduces StreamingLLM's claim: for softmax")
+    big_but_unsure = {**soft, "evict_bigram": mean_se([0.5, -0.4, 0.1])}
+    assert streaming_claim_sentence(big_but_unsure).startswith("The toy does not reproduce")
+    assert "No streaming test ran" in streaming_claim_sentence({**soft, "evict_bigram": mean_se([])})

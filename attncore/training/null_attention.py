@@ -110,7 +110,8 @@ CLAIM = (
     'whose value shrinks (a value-state drain). Guo et al. 2024 ("Active-Dormant Attention Heads: '
     'Mechanistically Demystifying Extreme-Token Phenomena in LLMs") show it on their Bigram-Backcopy '
     "task: in a 1-layer, 1-head, width-256 model the weight non-trigger positions put on BOS goes from "
-    "0.03 at step 100 to 0.56 at step 300 and 0.78 at step 1,000. A denominator term with no value behind"
+    "0.03 at step 100 to 0.56 at step 300 and 0.78 at step 1,000 (numbers read from a figure-data file in "
+    "their repository, not from the paper's text). A denominator term with no value behind"
     ' it (softmax1, Evan Miller 2023, "Attention Is Off By One"; a learned sink logit as in gpt-oss), an '
     "elementwise normaliser (sigmoid attention, Ramapuram et al. 2024; ReLU attention, Guo et al.) or an "
     'output gate (Qiu et al. 2025, "Gated Attention for Large Language Models") should remove the need '
@@ -327,14 +328,17 @@ def gate_sentence(s: dict[str, Any]) -> str:
 
 
 def value_sentence(s: dict[str, Any]) -> str:
-    """The value-state drain: BOS's value norm over the mean value norm, against 1."""
+    """The value-state drain: BOS's value norm over the mean value norm, against 1; called a drain only
+    where the variant has a sink to drain (in some seed), else just smaller."""
     v = s["value_ratio"]
     c = _above(v, 1.0)
     head = f"BOS's value norm is {_pm(v)} times the mean value norm: "
     if c is None:
         return head + f"{ONE_SEED}."
-    return head + {-1: "a value-state drain (BOS writes less than a typical token).",
-                   1: "larger than a typical token's.", 0: "not distinguishable from a typical token's."}[c]
+    low = ("a value-state drain (BOS writes less than a typical token)." if s.get("n_sink") else
+           "smaller than a typical token's, but with no sink there is nothing for it to drain.")
+    return head + {-1: low, 1: "larger than a typical token's.",
+                   0: "not distinguishable from a typical token's."}[c]
 
 
 def _effect(s: dict[str, Any], big: str, small_word: str, none: str, neg: str) -> str:
@@ -464,7 +468,8 @@ def guo_sentence(soft: dict[str, Any]) -> str:
     end = f"{last_m:.2f} at its last step ({last})" if last_m is not None and last not in GUO_STEPS else ""
     theirs = ", ".join(f"{v:g} at step {st:,}" for st, v in GUO_STEPS.items())
     return (f"Softmax's mean weight on BOS from non-trigger positions here: "
-            f"{', '.join(x for x in (ours, end) if x)}; Guo et al. report {theirs} (width 256, sequences of "
+            f"{', '.join(x for x in (ours, end) if x)}; Guo et al.'s figure data (a file in their repository, "
+            f"not the paper's text) give {theirs} (width 256, sequences of "
             "256, batch 512, learning rate 3e-4; here a smaller model, batch and sequence with a larger "
             "learning rate, so steps are not comparable one for one).")
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attncore.training.bbm import SINK_THRESHOLD, bbm_label
+from attncore.training.null_attention import MATTERS
 from attncore.training.sink_stats import LAST_POINTS, run_facts, t_interval
 from attncore.training.verdicts import t_critical
 
@@ -47,6 +48,8 @@ __all__ = [
     "judge_cells",
     "sink_claims",
     "softmax_verdict",
+    "streaming_claim_sentence",
+    "t_interval_of",
 ]
 
 SOFTMAX = "softmax"
@@ -66,6 +69,10 @@ class Setting:
     def text(self) -> str:
         """'rotary, lr 0.01, 600 steps'."""
         return f"{self.positions}, lr {self.lr:g}, {self.steps:,} steps"
+
+    def key(self) -> str:
+        """'rotary_0.01_600': a name for URLs."""
+        return f"{self.positions}_{self.lr:g}_{self.steps}"
 
 
 @dataclass(frozen=True)
@@ -403,3 +410,44 @@ RULE_TEXT = (
     f"its n seeds (t = {t_critical(2):.2f} at 3 seeds, {t_critical(1):.2f} at 2; none from 1 seed)."
 )
 """The rules in one paragraph, for the pages (numbers from the constants)."""
+
+
+# ---------------------------------------------------------------------------- StreamingLLM in the toy
+
+
+def streaming_claim_sentence(soft: dict[str, Any], window: int | None = None) -> str:
+    """Does the toy reproduce StreamingLLM's claim (a sliding window fails once the sink is evicted)?
+    From softmax's summary (:func:`~attncore.training.sink_stats.summarise`): the loss change at
+    non-trigger positions when BOS is evicted from the window (``evict_bigram``) and when it is hidden from
+    every query (``ablation_bigram``). Rule: reproduced when evicting costs more than :data:`MATTERS` nats
+    and its 95% t interval lies above 0; else the sentence says plainly that the toy does not reproduce it."""
+    e, a = soft.get("evict_bigram") or {}, soft.get("ablation_bigram") or {}
+    if e.get("mean") is None:
+        return "No streaming test ran for softmax here, so the toy says nothing about StreamingLLM's claim."
+    ei, ai = t_interval_of(e), t_interval_of(a)
+    w = f" of {window} tokens" if window else ""
+
+    def num(s: dict[str, Any]) -> str:
+        if s.get("mean") is None:
+            return "not measured"
+        iv = f" (95% t interval {s['lo']:+.4f} to {s['hi']:+.4f}, {s['n']} seeds)" if s.get("half") else ""
+        return f"{s['mean']:+.4f} nats{iv}"
+
+    nums = (f"for softmax, evicting BOS from a sliding window{w} changes the loss at non-trigger "
+            "positions by "
+            f"{num(ei)}, and hiding BOS from every query by {num(ai)}")
+    if ei["mean"] > MATTERS and ei.get("lo") is not None and ei["lo"] > 0:
+        return f"The toy reproduces StreamingLLM's claim: {nums}."
+    return (f"The toy does not reproduce StreamingLLM's claim that a window fails once the sink is evicted: "
+            f"{nums}; this page counts a change as mattering from {MATTERS:g} nats. The claim is about large "
+            "language models, and a test on one is where it lives.")
+
+
+def t_interval_of(s: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`~attncore.training.sink_stats.mean_se` entry with its 95% t interval added (none from one
+    value)."""
+    n, se = s.get("n") or 0, s.get("se")
+    if s.get("mean") is None or n < 2 or se is None:
+        return {**s, "t": None, "half": None, "lo": None, "hi": None}
+    t = t_critical(n - 1)
+    return {**s, "t": t, "half": t * se, "lo": s["mean"] - t * se, "hi": s["mean"] + t * se}
