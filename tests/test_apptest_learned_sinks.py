@@ -118,7 +118,7 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     # the verdicts and the table are the attncore functions' own output
     judged = verdicts(sm, results["sizes"]["window"])
     md = markdown_text(at)
-    assert "**Verdict.** " + judged["overall"][0] in md
+    assert "**At the shipped setting** (rotary, lr 0.01, 6 steps). " + judged["overall"][0] in md
     assert view.measured_text(sm) in md
     for label, lines in judged.items():
         if label != "overall":

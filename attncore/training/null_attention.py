@@ -468,8 +468,8 @@ def guo_sentence(soft: dict[str, Any]) -> str:
     end = f"{last_m:.2f} at its last step ({last})" if last_m is not None and last not in GUO_STEPS else ""
     theirs = ", ".join(f"{v:g} at step {st:,}" for st, v in GUO_STEPS.items())
     return (f"Softmax's mean weight on BOS from non-trigger positions here: "
-            f"{', '.join(x for x in (ours, end) if x)}; Guo et al.'s figure data (a file in their repository, "
-            f"not the paper's text) give {theirs} (width 256, sequences of "
+            f"{', '.join(x for x in (ours, end) if x)}; Guo et al.'s figure data (a file in their "
+            f"repository, not the paper's text) give {theirs} (width 256, sequences of "
             "256, batch 512, learning rate 3e-4; here a smaller model, batch and sequence with a larger "
             "learning rate, so steps are not comparable one for one).")
 
