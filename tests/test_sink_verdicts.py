@@ -210,3 +210,14 @@ def test_streaming_sentence_says_plainly_when_the_toy_does_not_reproduce_the_cla
     big_but_unsure = {**soft, "evict_bigram": mean_se([0.5, -0.4, 0.1])}
     assert streaming_claim_sentence(big_but_unsure).startswith("The toy does not reproduce")
     assert "No streaming test ran" in streaming_claim_sentence({**soft, "evict_bigram": mean_se([])})
+
+
+def test_the_real_level_of_two_standard_errors() -> None:
+    """Mean ± 2 standard errors over 3 seeds is an ~82% interval (t with 2 df: P(|T| < z) = z / sqrt(2 + z²)), over 2
+    seeds ~70% (Cauchy: 2 atan(z) / π); the t quantiles give 95%."""
+    from attncore.training.sink_stats import t_level
+
+    assert t_level(2.0, 2) == pytest.approx(2 / math.sqrt(6), abs=1e-9)
+    assert t_level(2.0, 1) == pytest.approx(2 * math.atan(2.0) / math.pi, abs=1e-9)
+    assert t_level(4.303, 2) == pytest.approx(0.95, abs=1e-4) and t_level(12.706, 1) == pytest.approx(0.95, abs=1e-4)
+    assert t_level(1.96, 10_000) == pytest.approx(0.95, abs=1e-3)

@@ -41,7 +41,7 @@ from attncore.training.null_attention import (
     train_and_test,
 )
 from attncore.training.sink_stats import LAST_POINTS, t_level
-from attncore.training.sink_verdicts import streaming_claim_sentence
+from attncore.training.sink_verdicts import SinkClaims, streaming_claim_sentence
 from ui import cached, sink_grid, widgets
 from ui.corpus import Corpus
 from ui.job_panel import job_panel, run_button, time_estimate
@@ -401,6 +401,7 @@ def learned_part(ctx: Any) -> None:
                 "elsewhere it has nothing to read, yet softmax must still spend a weight of 1 on some token. "
                 "The variant beside it has another way out: a slot that no value stands behind, weights that "
                 "need not sum to 1, or a gate on what the head writes.")
+    st.markdown(settings_note(cached.sink_claims()[0]))
     ids, note = _sequence(c, task, ctx.seed)
     if note:
         st.caption(plain(note))
@@ -422,6 +423,14 @@ def learned_part(ctx: Any) -> None:
                             f"{_task_sentence(task.to_dict())}")
     widgets.csv_download(lambda: view.position_frame(chars, roles, series), "learned_sink_positions.csv",
                          label="Download the weights on BOS (CSV)", key="dl_snk_learned")
+
+
+def settings_note(claims: SinkClaims) -> str:
+    """Where these models were trained, and the verdict over settings (the Training lab's, word for word)."""
+    shipped = next((c.setting for c in claims.cells if c.source == "shipped"), None)
+    where = f" ({shipped.text()})" if shipped is not None else ""
+    return (f"Both are seed 0 of the shipped run{where}: one setting. **Over settings** (the Training lab's "
+            f"sink grid): {plain(claims.fixes.text)}")
 
 
 def metrics(names: tuple[str, str], views: tuple[Any, Any], roles: np.ndarray) -> None:
