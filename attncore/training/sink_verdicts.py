@@ -46,6 +46,7 @@ __all__ = [
     "grid_cells",
     "interval_text",
     "judge_cells",
+    "num_text",
     "sink_claims",
     "softmax_verdict",
     "streaming_claim_sentence",
@@ -152,7 +153,7 @@ class Cell:
         return head
 
 
-def _num(x: float, digits: int = 2) -> str:
+def num_text(x: float, digits: int = 2) -> str:
     """'0.42', or '3.3e-04' where two decimals would print a non-zero number as 0.00."""
     return f"{x:.{digits}f}" if x == 0 or abs(x) >= 0.5 * 10 ** -digits else f"{x:.1e}"
 
@@ -162,10 +163,11 @@ def interval_text(end: dict[str, Any], digits: int = 2) -> str:
     seed: no interval', 'no run'."""
     if end.get("mean") is None:
         return "no run"
-    m = _num(end["mean"], digits)
+    m = num_text(end["mean"], digits)
     if end.get("half") is None:
         return f"{m}, one seed: no interval"
-    return f"{m} ± {_num(end['half'], digits)}, a 95% t interval over {end['n']} seeds (t = {end['t']:.2f})"
+    half = num_text(end['half'], digits)
+    return f"{m} ± {half}, a 95% t interval over {end['n']} seeds (t = {end['t']:.2f})"
 
 
 def _seed_facts(run: dict[str, Any]) -> dict[str, Any]:

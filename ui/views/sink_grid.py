@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.training.bbm import SINK_THRESHOLD
-from attncore.training.sink_verdicts import Cell, Setting, interval_text
+from attncore.training.sink_verdicts import Cell, Setting, interval_text, num_text
 from ui import figures
 from ui.figures import PALETTE, SEQUENTIAL, Curve
 from ui.views.realtext import pick_points
@@ -24,9 +24,11 @@ __all__ = ["axes", "cell_curves_figure", "cell_text", "grid_figure", "grid_frame
 
 
 def axes(cells: Sequence[Cell]) -> tuple[list[str], list[Setting]]:
-    """The map's rows (variant labels, in the cells' order) and columns (settings, sorted)."""
+    """The map's rows (variant labels, in the cells' order) and columns (the grid's settings sorted, then
+    the shipped run's)."""
     rows = list(dict.fromkeys(c.label for c in cells))
-    cols = sorted({c.setting for c in cells})
+    shipped = {c.setting for c in cells if c.source == "shipped"}
+    cols = sorted({c.setting for c in cells}, key=lambda s: (s in shipped, s))
     return rows, cols
 
 
@@ -42,7 +44,7 @@ def cell_text(c: Cell) -> str:
     if c.status in ("diverged", "not learned"):
         return f"{c.status}<br>{c.n_run} of {c.planned}"
     m = c.end["mean"]
-    head = f"{m:.2f}" + (f" ± {c.end['half']:.2f}" if c.end.get("half") is not None else "")
+    head = num_text(m) + (f" ± {num_text(c.end['half'])}" if c.end.get("half") is not None else "")
     tail = f"<br>{c.n_sink}/{c.n_usable} sink" + (f", {c.n_transient} transient" if c.n_transient else "")
     seeds = f"<br>{c.n_run} of {c.planned} seeds" if c.n_run < c.planned else ""
     return head + tail + seeds
@@ -75,7 +77,8 @@ def grid_figure(cells: Sequence[Cell], selected: tuple[str, Setting] | None = No
             hover[i][j] = (f"{html.escape(r)} · {s.text()}<br>end weight {interval_text(c.end)}<br>"
                            f"{html.escape(c.sinks_text()) if c.n_usable else c.status}; "
                            f"{c.seeds_text()}<br>click: this cell's curves")
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=text, texttemplate="%{text}", customdata=hover,
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=text, texttemplate="%{text}", textfont={"size": 11},
+                               customdata=hover,
                                hovertemplate="%{customdata}<extra></extra>", colorscale=SEQUENTIAL, zmin=0.0,
                                zmax=1.0, hoverongaps=True, xgap=2, ygap=2,
                                colorbar={"thickness": 12,
