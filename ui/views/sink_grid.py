@@ -37,6 +37,11 @@ def setting_label(s: Setting, shipped: bool = False) -> str:
     return f"{s.positions}<br>lr {s.lr:g}<br>{s.steps:,} steps" + ("<br>(shipped)" if shipped else "")
 
 
+def _short(x: float) -> str:
+    """'0.42', or '3e-04' where two decimals would print a non-zero weight as 0.00 (a map cell is narrow)."""
+    return num_text(x) if x == 0 or abs(x) >= 0.005 else f"{x:.0e}"
+
+
 def cell_text(c: Cell) -> str:
     """What a map cell prints: the end weight, ± the interval's half-width, the sinks, the seeds run."""
     if not c.seeds:
@@ -44,8 +49,8 @@ def cell_text(c: Cell) -> str:
     if c.status in ("diverged", "not learned"):
         return f"{c.status}<br>{c.n_run} of {c.planned}"
     m = c.end["mean"]
-    head = num_text(m) + (f" ± {num_text(c.end['half'])}" if c.end.get("half") is not None else "")
-    tail = f"<br>{c.n_sink}/{c.n_usable} sink" + (f", {c.n_transient} transient" if c.n_transient else "")
+    head = _short(m) + (f" ± {_short(c.end['half'])}" if c.end.get("half") is not None else "")
+    tail = f"<br>{c.n_sink}/{c.n_usable} sink" + (f"<br>{c.n_transient} transient" if c.n_transient else "")
     seeds = f"<br>{c.n_run} of {c.planned} seeds" if c.n_run < c.planned else ""
     return head + tail + seeds
 
@@ -96,9 +101,10 @@ def grid_figure(cells: Sequence[Cell], selected: tuple[str, Setting] | None = No
         i, j = rows.index(selected[0]), cols.index(selected[1])
         fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5,
                       line={"color": PALETTE[5], "width": 3})
-    fig.update_xaxes(side="top", showgrid=False, zeroline=False)
+    fig.update_xaxes(side="bottom", showgrid=False, zeroline=False, tickangle=0)
     fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
-    figures.style(fig, height=int(150 + 62 * len(rows)))
+    figures.style(fig, title="End weight on BOS from non-trigger positions, per variant and setting",
+                  height=int(170 + 52 * len(rows)))
     fig.update_layout(meta={"view": "sk-grid", "rows": rows, "cols": [s.key() for s in cols],
                             "z": [[None if np.isnan(v) else float(v) for v in row] for row in z]})
     return fig
