@@ -221,3 +221,11 @@ def test_the_real_level_of_two_standard_errors() -> None:
     assert t_level(2.0, 1) == pytest.approx(2 * math.atan(2.0) / math.pi, abs=1e-9)
     assert t_level(4.303, 2) == pytest.approx(0.95, abs=1e-4) and t_level(12.706, 1) == pytest.approx(0.95, abs=1e-4)
     assert t_level(1.96, 10_000) == pytest.approx(0.95, abs=1e-3)
+
+
+def test_a_repeated_seed_counts_once_in_a_cell() -> None:
+    runs = full_grid(seeds=2)
+    twice = runs + [grun("standard", 0, 1e-3, "rotary", NONE)]  # seed 0 again, another curve
+    cell = next(c for c in grid_cells(HEADER, twice) if c.label == "softmax" and c.setting.lr == 1e-3
+                and c.setting.positions == "rotary")
+    assert cell.seeds == (0, 1) and cell.n_sink == 2 and cell.end["mean"] == pytest.approx(0.8)

@@ -181,7 +181,8 @@ def _seed_facts(run: dict[str, Any]) -> dict[str, Any]:
 
 def _cell(label: str, variant: str, setting: Setting, source: str, planned: int,
           runs: list[dict[str, Any]]) -> Cell:
-    facts = sorted((_seed_facts(r) for r in runs), key=lambda f: f["seed"])
+    first = {int(r["config"]["seed"]): r for r in reversed(runs)}  # a seed counts once: its first run
+    facts = sorted((_seed_facts(r) for r in first.values()), key=lambda f: f["seed"])
     ok = [f for f in facts if f["usable"]]
     ends = max((f["end_steps"] for f in ok), key=lambda s: s[-1] if s else -1, default=[])
     return Cell(label=label, variant=variant, setting=setting, source=source, planned=planned,
