@@ -302,7 +302,8 @@ def _skip_reason(c: Cell) -> str | None:
     if c.status == "diverged":
         return f"every seed diverged, {c.seeds_text()}"
     if c.status == "not learned":
-        return f"not learned: {c.n_learned} of {c.n_usable} seeds learned the task"
+        seeds = f"seed{'s' if c.n_usable != 1 else ''}"
+        return f"not learned: {c.n_learned} of {c.n_usable} {seeds} learned the task"
     return None
 
 
