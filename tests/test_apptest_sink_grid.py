@@ -37,7 +37,7 @@ def check_grid(at: Any, claims: Any) -> None:
     rows, cols = view.axes(claims.cells)
     assert fig["layout"]["meta"]["rows"] == rows and fig["layout"]["meta"]["cols"] == [s.key() for s in cols]
     by = {(c.label, c.setting): c for c in claims.cells}
-    z = decode(fig["data"][0]["z"]).reshape(len(rows), len(cols))
+    z = np.array(decode(fig["data"][0]["z"]), dtype=float).reshape(len(rows), len(cols))  # blanks: None
     text = fig["data"][0]["text"]
     for i, r in enumerate(rows):
         for j, s in enumerate(cols):

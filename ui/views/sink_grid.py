@@ -82,7 +82,9 @@ def grid_figure(cells: Sequence[Cell], selected: tuple[str, Setting] | None = No
             hover[i][j] = (f"{html.escape(r)} · {s.text()}<br>end weight {interval_text(c.end)}<br>"
                            f"{html.escape(c.sinks_text()) if c.n_usable else c.status}; "
                            f"{c.seeds_text()}<br>click: this cell's curves")
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=text, texttemplate="%{text}", textfont={"size": 11},
+    # blanks as None, not NaN: a chart's numbers are all finite (tests/chart_data.all_data)
+    zs = [[None if np.isnan(v) else float(v) for v in row] for row in z]
+    fig = go.Figure(go.Heatmap(z=zs, x=x, y=y, text=text, texttemplate="%{text}", textfont={"size": 11},
                                customdata=hover,
                                hovertemplate="%{customdata}<extra></extra>", colorscale=SEQUENTIAL, zmin=0.0,
                                zmax=1.0, hoverongaps=True, xgap=2, ygap=2,
@@ -106,7 +108,7 @@ def grid_figure(cells: Sequence[Cell], selected: tuple[str, Setting] | None = No
     figures.style(fig, title="End weight on BOS from non-trigger positions, per variant and setting",
                   height=int(170 + 52 * len(rows)))
     fig.update_layout(meta={"view": "sk-grid", "rows": rows, "cols": [s.key() for s in cols],
-                            "z": [[None if np.isnan(v) else float(v) for v in row] for row in z]})
+                            "z": zs})
     return fig
 
 
