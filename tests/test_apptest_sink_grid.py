@@ -48,7 +48,7 @@ def check_grid(at: Any, claims: Any) -> None:
                 assert z[i, j] == pytest.approx(c.end["mean"], rel=1e-9)
             if c is not None:
                 assert text[i][j] == view.cell_text(c)
-    assert section.verdict_text(claims) in md(at)
+    assert section.verdict_text(claims) in md(at) and section.details_text(claims) in md(at)
 
 
 def check_cell(at: Any, claims: Any, label: str, setting: Setting) -> None:

@@ -95,6 +95,7 @@ def test_cells_list_every_planned_setting_and_say_what_ran() -> None:
 def test_fix_verdict_every_some_none_untested() -> None:
     every = sink_claims(HEADER, full_grid()).fixes
     assert every.kind == "every" and len(every.held) == 8 and not every.failed
+    assert every.headline == "A denominator bias (softmax1, sink logit b₀=0) removes the sink at every setting tried."
     assert every.text.startswith("A denominator bias (softmax1, sink logit b₀=0) removes the sink at every setting "
                                  "tried: softmax1 at learned, lr 0.001, 200 steps (no sink in 3 of 3 seeds; end "
                                  "weight 0.01 ± 0.00, a 95% t interval over 3 seeds (t = 4.30))")
@@ -102,7 +103,7 @@ def test_fix_verdict_every_some_none_untested() -> None:
     # one seed of softmax1 at lr 1e-3 with rotary positions keeps its sink: "some", and the setting is named
     some = sink_claims(HEADER, full_grid(
         fix_curve=lambda lr, pos, s: SINK if (lr, pos, s) == (1e-3, "rotary", 0) else NONE)).fixes
-    assert some.kind == "some"
+    assert some.kind == "some" and some.headline.endswith("removes the sink at some settings only.")
     assert "Kept: softmax1 at rotary, lr 0.001, 200 steps (a sink in 1 of 3 seeds; end weight" in some.text
     assert set(some.failed) == {(f, Setting("rotary", 1e-3, 200)) for f in FIXES} and len(some.held) == 6
     none = sink_claims(HEADER, full_grid(fix_curve=SINK)).fixes
@@ -140,6 +141,8 @@ def test_softmax_verdict_every_some_none() -> None:
     mixed = sink_claims(HEADER, full_grid(soft_curve=lambda lr, pos, s: NONE if s == 2 else SINK)).sinks
     assert mixed.kind == "some" and "in some seeds at learned, lr 0.001, 200 steps (a sink in 2 of 3 seeds" in mixed.text
     assert sink_claims(HEADER, full_grid(soft_curve=NONE)).sinks.kind == "none"
+    assert sink_claims(HEADER, full_grid(soft_curve=NONE)).sinks.headline == \
+        "Softmax forms a sink at none of the settings tried."
     assert sink_claims(HEADER, full_grid(soft_curve=NONE, copy_loss=1.0)).sinks.kind == "none"
     assert sink_claims(HEADER, []).sinks.kind == "untested"
 

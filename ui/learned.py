@@ -430,7 +430,7 @@ def settings_note(claims: SinkClaims) -> str:
     shipped = next((c.setting for c in claims.cells if c.source == "shipped"), None)
     where = f" ({shipped.text()})" if shipped is not None else ""
     return (f"Both are seed 0 of the shipped run{where}: one setting. **Over settings** (the Training lab's "
-            f"sink grid): {plain(claims.fixes.text)}")
+            f"sink grid, tab *A sink forms*, where each setting is listed): {plain(claims.fixes.headline)}")
 
 
 def metrics(names: tuple[str, str], views: tuple[Any, Any], roles: np.ndarray) -> None:

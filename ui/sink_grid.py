@@ -22,7 +22,7 @@ from ui.text import plain
 from ui.views import sink_grid as view
 from ui.views.realtext import picked
 
-__all__ = ["GRID_PARAMS", "grid_controls", "grid_section", "verdict_text"]
+__all__ = ["GRID_PARAMS", "details_text", "grid_controls", "grid_section", "verdict_text"]
 
 _CPU = NULL_SIZES["cpu"]["config"]
 _SHIPPED_SETTING = Setting("rotary", float(_CPU["lr"]), int(_CPU["steps"]))
@@ -65,8 +65,13 @@ def _on_pick() -> None:
 
 
 def verdict_text(claims: SinkClaims) -> str:
-    """The verdict over settings, both claims, as markdown-safe text."""
-    return f"**Verdict over settings.** {plain(claims.fixes.text)}\n\n{plain(claims.sinks.text)}"
+    """The verdict over settings, both claims in one sentence each, as markdown-safe text."""
+    return f"**Verdict over settings.** {plain(claims.fixes.headline)} {plain(claims.sinks.headline)}"
+
+
+def details_text(claims: SinkClaims) -> str:
+    """Both verdicts with every setting they name and their numbers, as markdown-safe text."""
+    return f"- {plain(claims.fixes.text)}\n- {plain(claims.sinks.text)}"
 
 
 def _provenance(header: dict[str, Any], claims: SinkClaims) -> str:
@@ -92,6 +97,8 @@ def grid_section(ctx: Any) -> None:
                 "setting. Each cell: the weight non-trigger positions put on BOS at the end, its 95% "
                 "interval, and the seeds with a sink.")
     st.markdown(verdict_text(claims))
+    with st.expander("The settings behind the verdict, with their numbers", icon=":material/gavel:"):
+        st.markdown(details_text(claims))
     label = SHIPPED.get(var, "")
     setting = next((s for s in SETTINGS if s.key() == key), None)
     selected = (label, setting) if setting is not None else None

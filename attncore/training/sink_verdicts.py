@@ -250,6 +250,7 @@ class ClaimVerdict:
         text: the verdict as a sentence, with the settings named and their numbers.
         held: the (label, setting) pairs where the claim held; ``failed``: where it did not;
         skipped: (label, setting, why) of the cells that entered no verdict.
+        headline: the verdict alone, one sentence ('… removes the sink at some settings only.').
     """
 
     kind: str
@@ -257,6 +258,7 @@ class ClaimVerdict:
     held: tuple[tuple[str, Setting], ...]
     failed: tuple[tuple[str, Setting], ...]
     skipped: tuple[tuple[str, Setting, str], ...]
+    headline: str = ""
 
 
 @dataclass(frozen=True)
@@ -341,9 +343,12 @@ def softmax_verdict(cells: tuple[Cell, ...] | list[Cell]) -> ClaimVerdict:
         if failed:
             parts.append(f"in none at {items(failed)}")
         text = "; ".join(parts) + "."
+    headline = {"every": "Softmax forms a sink at every setting tried.",
+                "none": "Softmax forms a sink at none of the settings tried.",
+                "some": "Softmax forms a sink at some settings only."}.get(kind, text)
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX,))
     return ClaimVerdict(kind, text, tuple((SOFTMAX, c.setting) for c in held),
-                        tuple((SOFTMAX, c.setting) for c in failed + mixed), tuple(skipped))
+                        tuple((SOFTMAX, c.setting) for c in failed + mixed), tuple(skipped), headline)
 
 
 def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] | None = None) -> ClaimVerdict:
@@ -389,9 +394,12 @@ def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] | N
         kind = "some"
         text = (f"{name} removes the sink at some settings only. Removed: {items(removed)}. Kept: "
                 f"{items(kept)}.")
+    headline = {"every": f"{name} removes the sink at every setting tried.",
+                "none": f"{name} removes the sink at none of the settings tried.",
+                "some": f"{name} removes the sink at some settings only."}.get(kind, text)
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX, *fixes))
     return ClaimVerdict(kind, text, tuple((c.label, c.setting) for c in removed),
-                        tuple((c.label, c.setting) for c in kept), tuple(skipped))
+                        tuple((c.label, c.setting) for c in kept), tuple(skipped), headline)
 
 
 def sink_claims(header: dict[str, Any], runs: list[dict[str, Any]],
