@@ -155,6 +155,8 @@ def test_partial_grids_say_what_ran() -> None:
     assert v.fixes.text.endswith("The grid is partial: 5 of the 36 runs of softmax, softmax1, sink logit b₀=0 so far, 5 cells with fewer seeds than "
                                  "planned, 7 of 12 cells not run yet; a verdict covers only what was run.")
     assert "The grid is partial: 2 of the 12 runs of softmax so far" in v.sinks.text
+    assert v.fixes.headline == ("A denominator bias (softmax1, sink logit b₀=0) removes the sink at every setting "
+                                "tried (the grid so far: 5 of its 36 runs).")
     # a cell with 2 of 3 seeds: its interval uses t at 1 degree of freedom
     two = [r for r in full_grid() if r["config"]["seed"] < 2]
     cell = next(c for c in grid_cells(HEADER, two) if c.label == "softmax")

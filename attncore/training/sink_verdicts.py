@@ -291,6 +291,13 @@ def _partial(cells: tuple[Cell, ...] | list[Cell], labels: tuple[str, ...]) -> s
     return " The grid is partial: " + ", ".join(parts) + "; a verdict covers only what was run."
 
 
+def _so_far(cells: tuple[Cell, ...] | list[Cell], labels: tuple[str, ...]) -> str:
+    """' (the grid so far: 12 of its 54 runs)' for a headline ('' when the grid is complete)."""
+    grid = [c for c in cells if c.source == "grid" and c.label in labels]
+    runs, planned = sum(c.n_run for c in grid), sum(c.planned for c in grid)
+    return f" (the grid so far: {runs} of its {planned} runs)" if grid and runs < planned else ""
+
+
 def _skipped_text(skipped: list[tuple[str, Setting, str]]) -> str:
     if not skipped:
         return ""
@@ -346,6 +353,7 @@ def softmax_verdict(cells: tuple[Cell, ...] | list[Cell]) -> ClaimVerdict:
     headline = {"every": "Softmax forms a sink at every setting tried.",
                 "none": "Softmax forms a sink at none of the settings tried.",
                 "some": "Softmax forms a sink at some settings only."}.get(kind, text)
+    headline = headline[:-1] + _so_far(cells, (SOFTMAX,)) + "." if kind != "untested" else headline
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX,))
     return ClaimVerdict(kind, text, tuple((SOFTMAX, c.setting) for c in held),
                         tuple((SOFTMAX, c.setting) for c in failed + mixed), tuple(skipped), headline)
@@ -397,6 +405,7 @@ def fix_verdict(cells: tuple[Cell, ...] | list[Cell], fixes: tuple[str, ...] | N
     headline = {"every": f"{name} removes the sink at every setting tried.",
                 "none": f"{name} removes the sink at none of the settings tried.",
                 "some": f"{name} removes the sink at some settings only."}.get(kind, text)
+    headline = headline[:-1] + _so_far(cells, (SOFTMAX, *fixes)) + "." if kind != "untested" else headline
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX, *fixes))
     return ClaimVerdict(kind, text, tuple((c.label, c.setting) for c in removed),
                         tuple((c.label, c.setting) for c in kept), tuple(skipped), headline)
