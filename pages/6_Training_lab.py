@@ -11,7 +11,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
-from ui import cached, learned, widgets
+from ui import cached, learned, sink_grid, widgets
 from ui import corpus as corpora
 from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
@@ -36,7 +36,8 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS,
+          *sink_grid.GRID_PARAMS)
 
 JOB_KEY = "_tr_job"  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
@@ -169,7 +170,7 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
 
 
 def null_attention_section(d: dict[str, Any], ctx: PageContext) -> None:
-    learned.shipped_section(d)
+    learned.shipped_section(d, ctx)
 
 
 SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": sinks_section,

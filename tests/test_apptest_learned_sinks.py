@@ -118,7 +118,7 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     # the verdicts and the table are the attncore functions' own output
     judged = verdicts(sm, results["sizes"]["window"])
     md = markdown_text(at)
-    assert "**Verdict.** " + judged["overall"][0] in md
+    assert "**At the shipped setting** (rotary, lr 0.01, 6 steps). " + judged["overall"][0] in md
     assert view.measured_text(sm) in md
     for label, lines in judged.items():
         if label != "overall":
@@ -287,6 +287,13 @@ def test_learned_part_equals_the_models_on_the_sequence(results) -> None:
         assert trig and all(lab.endswith("▸") for lab in trig)
         (t,) = [t for t in traces_named(figure(at, "sk-bospos"), name)]
         np.testing.assert_allclose(decode(t["y"]), v.bos[0, 0].numpy()[1:], rtol=1e-5, atol=1e-7)
+    # the verdict over settings is the Training lab's (the same function of the same files)
+    from attncore.training.sink_grid import load_grid
+    from attncore.training.sink_verdicts import sink_claims
+
+    claims = sink_claims(*load_grid(), results)
+    assert learned.settings_note(claims) in markdown_text(at)
+    assert "Both are seed 0 of the shipped run (rotary, lr 0.01, 6 steps): one setting." in markdown_text(at)
     metrics = {m.label: m.value for m in at.metric}
     v = sequence_view(shipped_model("softmax"), task, ids)
     other = v.roles.numpy() == 1

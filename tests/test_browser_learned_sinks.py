@@ -41,7 +41,8 @@ def test_sink_tab_shows_the_result_and_a_live_run(page: Page, app_url: str) -> N
     panel = page.get_by_role("tabpanel", name=TAB)
     if shipped_complete():
         expect(panel.get_by_text("This run measured")).to_be_visible()
-        expect(panel.get_by_text("Verdict.").first).to_be_visible()
+        expect(panel.get_by_text("Verdict over settings.").first).to_be_visible()
+        expect(panel.get_by_text("At the shipped setting").first).to_be_visible()
         for view in ("sk-curves", "sk-maps", "sk-nowhere", "sk-value"):
             page.wait_for_function(VIEW_JS, arg=view, timeout=60_000)
     else:

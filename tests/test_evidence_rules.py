@@ -38,6 +38,7 @@ from attncore.evidence import (
 from attncore.evidence.records import fmt, printed_half_unit, z_score
 from attncore.evidence.scores import SOURCE_SCALED
 from attncore.kernels import BackendResult, SizeResult
+from attncore.training.sink_verdicts import DENOMINATOR
 from tests.chart_data import page_device
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -81,6 +82,13 @@ def peaks(m: Measurement, slope: float) -> tuple[SizeResult, ...]:
     return tuple(_rows(s, lambda r, t=s.L: change(r, t)) for s in m["sizes"])
 
 
+def sink_cells(m: Measurement, variants: tuple[str, ...], **fields: Any) -> dict[str, Any]:
+    """The sink rows' cells (every variant x setting of the sink grid and the shipped run) with these counts
+    changed in every run cell of these variants (a field's value may be a function of the cell)."""
+    return {"cells": tuple(replace(c, **{k: v(c) if callable(v) else v for k, v in fields.items()})
+                           if c.variant in variants and c.seeds else c for c in m["cells"])}
+
+
 # Per claim: (the numbers to replace, the verdict they call for). Callables see the real measurement.
 COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "entropy_grows": [(lambda m: {"h_rises": m.num("steps")}, HOLDS), (lambda m: {"h_rises": 3}, FAILS),
@@ -88,15 +96,17 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "sharp_needs_log_n": [({"slope": 1.0, "rises": True}, CAVEAT), ({"slope": 2.0, "rises": True}, HOLDS),
                           ({"rises": False}, FAILS)],
     "no_null_attention": [({"softmax_dev": 1e-7}, HOLDS), ({"softmax_dev": 0.01}, FAILS)],
-    "sinks_learned": [({}, CAVEAT), ({"sinks:softmax": 0}, FAILS), ({"learned:softmax": 1}, UNTESTABLE),
-                      ({"sinks:softmax": 2}, CAVEAT)],
+    "sinks_learned": [({}, CAVEAT), (lambda m: sink_cells(m, ("standard",), n_sink=0, n_transient=0), FAILS),
+                      (lambda m: sink_cells(m, ("standard",), n_learned=0), UNTESTABLE),
+                      (lambda m: sink_cells(m, ("standard",), n_sink=lambda c: c.n_usable - 1), CAVEAT)],
     "sink_dummy": [(lambda m: {"rms_sink": 0.1 * m.num("rms_plain"), "row_dev": 0.0}, HOLDS),
                    (lambda m: {"rms_sink": m.num("rms_plain")}, FAILS), ({"row_dev": 0.1}, FAILS)],
     "length_scaling": [(lambda m: {"ssmax_hi": m.num("ssmax_lo") + 0.1}, CAVEAT),
                        (lambda m: {"ssmax_hi": m.num("ssmax_lo") + m.num("plain_hi") - m.num("plain_lo")}, FAILS)],
     "denominator_bias": [({"softmax1_low": 0.001}, HOLDS), ({"softmax1_low": 0.5}, FAILS)],
-    "bias_removes_sinks": [({}, CAVEAT), ({"sinks:sink logit b₀=-5": 0}, HOLDS),
-                           ({"sinks:softmax1": 3, "sinks:sink logit b₀=0": 3}, FAILS), ({"sinks:softmax": 0}, UNTESTABLE)],
+    "bias_removes_sinks": [({}, CAVEAT), (lambda m: sink_cells(m, DENOMINATOR, n_sink=0), HOLDS),
+                           (lambda m: sink_cells(m, DENOMINATOR, n_sink=lambda c: c.n_usable), FAILS),
+                           (lambda m: sink_cells(m, ("standard", *DENOMINATOR), n_sink=0), UNTESTABLE)],
     "xy_variance": [({"var": 1.0}, HOLDS), (se_off("var", 10), FAILS)],
     "dot_variance": [({"var": 64.0}, HOLDS), (lambda m: {"var": 64.0 + 10 * m.err("var")}, FAILS)],
     "std_64": [({"std": 8.0}, HOLDS), (lambda m: {"std": 8.0 - 5 * m.err("std")}, FAILS)],
@@ -328,12 +338,17 @@ def test_sinks_rules_read_the_null_attention_runs(monkeypatch: pytest.MonkeyPatc
     def not_learned(p: dict[str, Any]) -> None:
         p["copy_loss"] = 2.0
 
+    monkeypatch.setattr(shipped, "load_grid", lambda: ({}, []))  # the shipped run's setting alone
     _fake(monkeypatch, {"null_attention": with_softmax(no_sink)})
     assert _verdict("sinks_learned").verdict == FAILS
-    assert _verdict("bias_removes_sinks").verdict == UNTESTABLE
+    # softmax formed no sink: softmax1 and b₀=0 removed nothing, but the sink logit from -5 formed one itself
+    j = _verdict("bias_removes_sinks")
+    assert j.verdict == FAILS and "it kept one at sink logit b₀=-5 at rotary, lr 0.01, 600 steps" in j.caveat
+    assert "softmax1 at rotary, lr 0.01, 600 steps (no sink, but nothing to remove: softmax no sink in 3" in j.caveat
     _fake(monkeypatch, {"null_attention": with_softmax(not_learned)})
     j = _verdict("sinks_learned")
-    assert j.verdict == UNTESTABLE and "learned the task in 0/3 seeds" in j.caveat
+    assert j.verdict == UNTESTABLE and "No softmax cell learned the task yet" in j.caveat
+    assert "softmax at rotary, lr 0.01, 600 steps (not learned: 0 of 3 seeds learned the task)" in j.caveat
 
 
 def test_decide_is_the_training_verdicts_rule() -> None:
@@ -426,6 +441,6 @@ def test_bias_removes_sinks_names_each_fix_s_weight_on_nothing(measured: dict[st
     """The 'weight on nothing' figures are the runs' means, and 0.99969 is not rounded up to a full 1."""
     c, base = claim("bias_removes_sinks"), measured["bias_removes_sinks"]
     j = c.judge(base.with_values(**{"sinks:sink logit b₀=-5": 0, "nowhere:softmax1": 0.99969,
-                                    "nowhere:sink logit b₀=0": 0.25}))
+                                    "nowhere:sink logit b₀=0": 0.25}, **sink_cells(base, DENOMINATOR, n_sink=0)))
     assert j.verdict == HOLDS
     assert "softmax1: weight 0.9997 on nothing" in j.caveat and "sink logit b₀=0: weight 0.2500" in j.caveat

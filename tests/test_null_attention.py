@@ -16,6 +16,7 @@ from attncore.training.null_attention import (
     SIZES,
     check_sizes,
     mean_se,
+    run_facts,
     shipped_model,
     shipped_task,
     slug,
@@ -29,9 +30,10 @@ def fake_run(variant: str = "standard", seed: int = 0, *, bos_other: float = 0.9
              gate_trigger: float | None = None, value_ratio: float = 0.2, copy_loss: float = 0.01,
              excess: float = 0.02, ablation: float = 0.3, evict: float = 0.2, curve: list[float] | None = None,
              diverged_at: int | None = None, sink_init: float = 0.0) -> dict[str, Any]:
-    """A result-file run record with chosen final numbers (1 layer, 1 head)."""
-    curve = curve or [0.05, 0.5 * bos_other, bos_other]
-    steps = [0, 50, 100][: len(curve)]
+    """A result-file run record with chosen final numbers (1 layer, 1 head); the default BOS-weight curve
+    holds its final value over the last 3 evaluation points (the sink rule's end weight)."""
+    curve = curve or [0.05, 0.5 * bos_other, bos_other, bos_other, bos_other]
+    steps = [0, 50, 100, 150, 200][: len(curve)]
     probes = [{"bos_other": [[v]], "bos_trigger": [[bos_trigger]], "nowhere_other": [[nowhere_other]],
                "nowhere_trigger": [[nowhere_trigger]], "gate_other": [None if gate_other is None else [gate_other]],
                "gate_trigger": [None if gate_trigger is None else [gate_trigger]], "alpha0": [[0.8 * v]],
@@ -80,7 +82,7 @@ def test_summary_numbers_and_curves() -> None:
     assert s["n"] == 3 and s["n_sink"] == 3 and s["n_learned"] == 3 and s["crossings"] == [50, 50, 50]
     assert s["bos_other"]["mean"] == pytest.approx(0.9)
     c = s["curves"]["bos_other_curve"]
-    assert c["steps"] == [0, 50, 100] and c["max"][-1] == pytest.approx(0.91) and c["min"][-1] == pytest.approx(0.89)
+    assert c["steps"] == [0, 50, 100, 150, 200] and c["max"][-1] == pytest.approx(0.91) and c["min"][-1] == pytest.approx(0.89)
     one = sm["softmax1"]
     assert one["n_sink"] == 0 and one["n_crossed"] == 3  # crossed 0.3 at step 50, gone by the end
 
@@ -91,7 +93,7 @@ def test_sink_verdict_flips_with_the_numbers() -> None:
     weak = lines_for(base_runs(bos_other=0.1, curve=[0.05, 0.1, 0.1]), "softmax")[1]
     assert weak.startswith("softmax does not form a sink (0 of 3 seeds above 0.3 at the end)")
     transient = lines_for(base_runs(), "softmax1")[1]
-    assert "3 seeds crossed 0.3 on the way (step 50) and left it again: a transient sink" in transient
+    assert "3 seeds crossed 0.3 on the way (step 50) and ended at or below it: a transient sink" in transient
     mixed = base_runs()
     mixed[0] = fake_run("standard", 0, bos_other=0.1, curve=[0.05, 0.1, 0.1])
     assert "forms a sink in 2 of 3 seeds only" in lines_for(mixed, "softmax")[1]
@@ -100,8 +102,8 @@ def test_sink_verdict_flips_with_the_numbers() -> None:
 def test_overall_sentence_and_guo_et_al() -> None:
     overall = verdicts(summarise(base_runs()))["overall"][0]
     assert overall.startswith("Softmax forms a sink in 3/3 seeds. Without a sink at the end in any seed: softmax1.")
-    assert "non-trigger positions here: 0.90 at step 100; Guo et al. report 0.03 at step 100, 0.56 at step 300" \
-        in overall
+    assert ("non-trigger positions here: 0.90 at step 100, 0.90 at its last step (200); Guo et al.'s figure data "
+            "(a file in their repository, not the paper's text) give 0.03 at step 100, 0.56 at step 300") in overall
     runs = base_runs(bos_other=0.1, curve=[0.05, 0.1, 0.1])
     assert verdicts(summarise(runs))["overall"][0].startswith("Softmax does not form a sink here (0/3 seeds)")
     runs = base_runs() + [fake_run("gated", k, bos_other=0.8) for k in range(3)]
@@ -147,6 +149,10 @@ def test_nowhere_and_gate_verdicts_flip() -> None:
 def test_value_ablation_and_streaming_verdicts_flip() -> None:
     soft = lines_for(base_runs(), "softmax")
     assert "a value-state drain" in soft[2]
+    # no sink, no drain: the same small value norm in a variant without a sink is only "smaller"
+    assert "a value-state drain" not in lines_for(base_runs(), "softmax1")[4]
+    assert "0.900 ± 0.006 times the mean value norm: smaller than a typical token's, but with no sink there is " \
+        "nothing for it to drain" in lines_for(base_runs(), "softmax1")[4]
     assert "the model needs its BOS" in soft[3] and "+0.300" in soft[3]
     assert "evicting the sink hurts" in soft[4]
     flat = lines_for(base_runs(value_ratio=1.0, ablation=0.0, evict=0.0), "softmax")
@@ -236,9 +242,11 @@ def check_null_attention_verdicts(d: dict[str, Any]) -> None:
             shown = re.search(r"non-trigger positions put (\d+(?:\.\d+)?(?:e[-+]\d+)?)", lines[1]).group(1)
             mant, _, exp = shown.partition("e")
             last = 10 ** (-len(mant.partition(".")[2]) + int(exp or 0))  # the last digit printed
-            assert abs(float(shown) - s["bos_other"]["mean"]) <= 0.5 * last, shown
-            finals = [p["bos_other"] for p in s["per_seed"] if p["diverged_at"] is None]
-            assert k == sum(v > 0.3 for v in finals)
+            assert abs(float(shown) - s["bos_end"]["mean"]) <= 0.5 * last, shown
+            # the rule: the mean of the last 3 evaluation points, read off the curves here
+            ends = [sum(c[-3:]) / 3 for c in (run_facts(r)["bos_other_curve"] for r in d["runs"]
+                                              if r["label"] == label and r.get("diverged_at") is None)]
+            assert k == sum(v > 0.3 for v in ends)
 
 
 def test_shipped_verdicts_are_true_of_the_numbers() -> None:
@@ -285,3 +293,25 @@ def test_the_measured_box_prints_small_weights_with_their_digits() -> None:
     assert "sigmoid 0/3 seeds with a sink (BOS weight 7.7e-06 ± 4e-06)" in text
     assert "ReLU 0/3 seeds with a sink (BOS weight 0.00 ± 0.00)" in text  # exactly zero in every seed
     assert "softmax 3/3 seeds with a sink (BOS weight 0.90 ± 0.07)" in text
+
+
+def test_the_sink_verdict_reads_the_mean_of_the_last_three_points() -> None:
+    """The sink count was read from one evaluation point: a seed at 0.35, 0.34, 0.29 over steps 100-200 counted
+    as no sink; the rule now averages the last 3 (0.327: a sink), and the shipped gated seed 2 (0.322, 0.296,
+    0.282) is a transient sink that ends at 0.300, not above it."""
+    soft = [fake_run("standard", k, curve=[0.05, 0.2, 0.35, 0.34, 0.29]) for k in range(3)]
+    s = summarise(soft)["softmax"]
+    assert s["n_sink"] == 3 and s["n_transient"] == 0 and s["end_steps"] == [100, 150, 200]
+    assert s["bos_end"]["mean"] == pytest.approx((0.35 + 0.34 + 0.29) / 3)
+    assert s["bos_other"]["mean"] == pytest.approx(0.29)  # the last point alone would say: no sink
+    line = lines_for(soft, "softmax")[1]
+    assert line.startswith("softmax forms a sink in 3 of 3 seeds by step 100") and "0.33" in line
+    assert "over the last 3 evaluation points (steps 100–200)" in line
+    fell = [fake_run("gated", k, curve=[0.05, 0.34, 0.322, 0.296, 0.282]) for k in range(3)]
+    g = summarise(fell)["gated"]
+    assert g["n_sink"] == 0 and g["n_transient"] == 3
+    assert "3 seeds crossed 0.3 on the way (step 50) and ended at or below it: a transient sink" in \
+        lines_for(fell, "gated")[1]
+    shipped_gated = summarise(shipped()["runs"])["gated"]
+    assert shipped_gated["n_sink"] == 0 and shipped_gated["n_transient"] == 1
+    assert [p["transient"] for p in shipped_gated["per_seed"]] == [False, False, True]

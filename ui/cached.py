@@ -32,6 +32,7 @@ from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
+from attncore.errors import AttnInputError
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
@@ -40,6 +41,8 @@ from attncore.synthetic import QKV
 from attncore.training import bbm as _bbm
 from attncore.training import io as _training_io
 from attncore.training import null_attention as _null
+from attncore.training import sink_grid as _sink_grid
+from attncore.training import sink_verdicts as _sink_verdicts
 
 __all__ = [
     "SWEEP_POINTS",
@@ -70,6 +73,7 @@ __all__ = [
     "sat_scale_sweep",
     "sat_std_sweep",
     "sat_temperature_rows",
+    "sink_claims",
     "sink_content_sweep",
     "sink_strength_sweep",
     "sink_zoo",
@@ -432,3 +436,24 @@ def evidence_measurement(key: str, device: str, seed: int, dtype: str,
     shipped results' latest modification time) makes a rewritten result file count as new input."""
     c = _evidence.claim(key)
     return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)
+
+
+
+def sink_claims() -> tuple[_sink_verdicts.SinkClaims, dict]:
+    """The sink claims judged over settings (the shipped sink grid and null_attention.json) and the grid
+    file's header (the command, machine and commit that made it; {} without one), read again when either
+    file changes."""
+    grid = Path(_training_io.RESULTS_DIR) / _sink_grid.FILE
+    null = Path(_training_io.RESULTS_DIR) / "null_attention.json"
+    return _sink_claims(str(grid), grid.stat().st_mtime if grid.is_file() else 0.0,
+                        null.stat().st_mtime if null.is_file() else 0.0)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _sink_claims(grid: str, grid_mtime: float, null_mtime: float) -> tuple[_sink_verdicts.SinkClaims, dict]:
+    header, runs = _sink_grid.load_grid(grid)
+    try:
+        shipped = _training_io.load_result("null_attention")
+    except AttnInputError:
+        shipped = None
+    return _sink_verdicts.sink_claims(header, runs, shipped), header

@@ -40,7 +40,9 @@ from attncore.training.null_attention import (
     live_test_sizes,
     train_and_test,
 )
-from ui import cached, widgets
+from attncore.training.sink_stats import LAST_POINTS, t_level
+from attncore.training.sink_verdicts import SinkClaims, streaming_claim_sentence
+from ui import cached, sink_grid, widgets
 from ui.corpus import Corpus
 from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
@@ -96,8 +98,9 @@ def _task_sentence(task: dict[str, Any]) -> str:
             f"are {trig}, and the vocabulary has {task['vocab_size']} tokens.")
 
 
-def shipped_section(d: dict[str, Any]) -> None:
-    """The shipped ``null_attention`` result: curves, maps, where the weight goes, the tests, verdicts."""
+def shipped_section(d: dict[str, Any], ctx: Any = None) -> None:
+    """The shipped ``null_attention`` result: curves, the verdict over settings (the sink grid, with its
+    controls in ``ctx.controls``), maps, where the weight goes, the tests, verdicts."""
     st.markdown("Does a head that must *sometimes* do nothing learn to park its weight on the first token "
                 f"(a sink), and which fix removes the need? The Bigram-Backcopy task of {PAPER}:")
     st.latex(TASK_LATEX)
@@ -119,15 +122,23 @@ def shipped_section(d: dict[str, Any]) -> None:
     with right.container(border=True):
         st.markdown("**This run measured**")
         st.markdown(view.measured_text(summary))
-    st.markdown("**Verdict.** " + judged["overall"][0])
-    with st.expander("Every variant's verdict, with the numbers it is drawn from", expanded=False,
-                     icon=":material/gavel:"):
+    if ctx is not None:
+        sink_grid.grid_section(ctx)
+    cfg = sizes.get("config") or {}
+    shipped_at = (f"rotary, lr {cfg['lr']:g}, {cfg['steps']:,} steps" if "lr" in cfg and "steps" in cfg else
+                  "as shipped")
+    st.markdown(f"**At the shipped setting** ({shipped_at}). " + judged["overall"][0])
+    with st.expander("Every variant's verdict at the shipped setting, with the numbers it is drawn from",
+                     expanded=False, icon=":material/gavel:"):
         st.caption(f"Rules: a run has learned the task when its copy loss is at most {COPY_TOL:g} nats and "
                    f"its loss at non-trigger positions is within {KL_TOL:g} nats of the bigram entropy "
                    "(measured as the mean KL divergence from the true bigram rows); a sink when non-trigger "
-                   "positions put more than 0.3 of their weight on BOS at the end; two means differ when "
-                   f"they are more than {Z:g} standard errors apart (standard error over seeds); a test "
-                   "matters when it moves the loss by more than that and 0.01 nats.")
+                   "positions put more than 0.3 of their weight on BOS, averaged over the last "
+                   f"{LAST_POINTS} evaluation points; two means differ when they are more than {Z:g} "
+                   "standard errors apart "
+                   f"(standard error over seeds: with {seeds} seeds that is about a "
+                   f"{100 * t_level(Z, seeds - 1):.0f}% interval, not 95%); a test matters when it moves the "
+                   "loss by more than that and 0.01 nats.")
         for label, lines in judged.items():
             if label != "overall":
                 st.markdown(f"**{label}**\n" + "\n".join(f"- {plain(line)}" for line in lines))
@@ -140,7 +151,10 @@ def shipped_section(d: dict[str, Any]) -> None:
     right.plotly_chart(view.value_figure(summary), key="chart_sk_value")
     st.caption("Nowhere: softmax1's and the sink logit's extra slot, what sigmoid and ReLU leave unspent; 0 "
                "for softmax and gated by construction (the gate scales the output instead: middle). Value "
-               "ratio: below 1, BOS writes less than a typical token (Guo et al.'s value-state drain).")
+               "ratio: below 1, BOS writes less than a typical token (Guo et al.'s value-state drain, where "
+               "there is a sink to drain).")
+    if "softmax" in summary:
+        st.markdown("**StreamingLLM in this toy.** " + streaming_claim_sentence(summary["softmax"], window))
     table = view.summary_frame(summary)
     st.dataframe(table, hide_index=True)
     st.caption(f"Sink share: the share of heads whose mean weight on the first token, over every query "
@@ -387,6 +401,7 @@ def learned_part(ctx: Any) -> None:
                 "elsewhere it has nothing to read, yet softmax must still spend a weight of 1 on some token. "
                 "The variant beside it has another way out: a slot that no value stands behind, weights that "
                 "need not sum to 1, or a gate on what the head writes.")
+    st.markdown(settings_note(cached.sink_claims()[0]))
     ids, note = _sequence(c, task, ctx.seed)
     if note:
         st.caption(plain(note))
@@ -408,6 +423,14 @@ def learned_part(ctx: Any) -> None:
                             f"{_task_sentence(task.to_dict())}")
     widgets.csv_download(lambda: view.position_frame(chars, roles, series), "learned_sink_positions.csv",
                          label="Download the weights on BOS (CSV)", key="dl_snk_learned")
+
+
+def settings_note(claims: SinkClaims) -> str:
+    """Where these models were trained, and the verdict over settings (the Training lab's, word for word)."""
+    shipped = next((c.setting for c in claims.cells if c.source == "shipped"), None)
+    where = f" ({shipped.text()})" if shipped is not None else ""
+    return (f"Both are seed 0 of the shipped run{where}: one setting. **Over settings** (the Training lab's "
+            f"sink grid, tab *A sink forms*, where each setting is listed): {plain(claims.fixes.headline)}")
 
 
 def metrics(names: tuple[str, str], views: tuple[Any, Any], roles: np.ndarray) -> None:

@@ -34,6 +34,8 @@ from attncore.evidence.records import (
 from attncore.training.bbm import SINK_THRESHOLD
 from attncore.training.io import load_result
 from attncore.training.null_attention import summarise
+from attncore.training.sink_grid import load_grid
+from attncore.training.sink_verdicts import ClaimVerdict, grid_cells, judge_cells
 from attncore.training.verdicts import (
     MIN_SEEDS,
     NOT_DISTINGUISHABLE,
@@ -52,7 +54,6 @@ __all__ = ["CLAIMS", "decide"]
 
 SPIKE = 0.1  # nats: a training loss that rises by more than this between evaluations is a spike
 MIN_LRS = 3  # learning rates an instability test needs before "no instability" is a finding
-Z_SE = 2.0  # a sink's mean weight must clear ε by this many standard errors over seeds
 
 
 def decide(diff: float, margin: float, seeds: int) -> int | None:
@@ -418,8 +419,10 @@ UNSTABLE_16 = Claim(
 # --------------------------------------------------------------------------- sinks in trained models
 # The null-attention experiment trains a task that needs a head to do nothing at most positions (Guo et
 # al.'s Bigram-Backcopy); :func:`attncore.training.null_attention.summarise` gives each variant's numbers
-# over seeds, read at each run's sink head. The character model of sinks.json (tiny Shakespeare) is quoted
-# beside it.
+# over seeds, read at each run's sink head. Both sink rows are judged by one verdict over settings,
+# :func:`sink_verdict` (the sink grid and the shipped run as cells: attncore.training.sink_verdicts), the one
+# the Training lab and the Attention sinks page show. The character model of sinks.json (tiny Shakespeare)
+# is quoted beside it.
 
 DENOMINATOR = ("softmax1", "sink_logit")  # the variants with a denominator term and no value behind it
 
@@ -463,7 +466,14 @@ def _sinks(d: dict[str, Any]) -> Measurement | str:
         {k: v for k, v in ((d.get("sizes") or {}).get("config") or {}).items() if k != "steps"}
     )
     se = {f"bos:{label}": s["bos_other"]["se"] or 0.0 for label, s in summary.items()}
+    header, grid = load_grid()
+    vals["cells"] = grid_cells(header, grid, d)  # every (variant, setting) cell, read whole by sink_verdict
     return Measurement(vals, se, basis=SHIPPED, scale=_scale(d) + " (the Bigram-Backcopy task)")
+
+
+def sink_verdict(m: Measurement, claim: str) -> ClaimVerdict:
+    """The one sink verdict over settings (``claim``: "sinks" or "fixes") from a row's cells."""
+    return getattr(judge_cells(m["cells"]), claim)  # type: ignore[arg-type]
 
 
 def _labels(m: Measurement, *variants: str) -> list[str]:
@@ -489,30 +499,14 @@ def _lm_text(m: Measurement) -> str:
 
 
 def _learned_judge(m: Measurement) -> Judgement:
-    soft = _labels(m, "standard")[0]
-    n, learned, sinks = (int(m.num(f"{k}:{soft}")) for k in ("n", "learned", "sinks"))
-    bos, se, eps = m.num(f"bos:{soft}"), m.err(f"bos:{soft}"), m.num("eps")
-    if not n or learned < n:
-        return Judgement(
-            UNTESTABLE,
-            f"softmax learned the task in {learned}/{n} seeds: a sink means nothing in a model that has not "
-            "learned it.",
-        )
-    if sinks == n and bos - Z_SE * se > eps:
-        return Judgement(
-            CAVEAT,
-            f"on a task built to need null attention ({m['size']}): BOS weight {bos:.2f} ± "
-            f"{se:.2f} from positions with nothing to read, against ε = {eps:g}" + _lm_text(m) + ".",
-        )
-    if sinks == 0:
-        return Judgement(
-            FAILS,
-            f"no seed formed a sink (BOS weight {bos:.2f} ± {se:.2f}), even where the task "
-            "needs null attention" + _lm_text(m) + ".",
-        )
-    return Judgement(
-        CAVEAT, f"a sink in {sinks}/{n} seeds only (BOS weight {bos:.2f} ± {se:.2f})" + _lm_text(m) + "."
-    )
+    v = sink_verdict(m, "sinks")
+    if v.kind == "untested":
+        return Judgement(UNTESTABLE, v.text)
+    lm = _lm_text(m).removeprefix("; the ")
+    lm = f" The {lm}." if lm else ""
+    if v.kind == "none":
+        return Judgement(FAILS, v.text + lm)
+    return Judgement(CAVEAT, f"on a task built to need null attention ({m['size']}): {v.text}{lm}")
 
 
 SINKS_LEARNED = Claim(
@@ -520,11 +514,12 @@ SINKS_LEARNED = Claim(
     source="notes",
     quote="As a maladaptive workaround for the lack of true null attention, models often learn to dump large "
     "amounts of attention weight onto semantically meaningless tokens (like BOS …)",
-    test="The shipped null-attention experiment (Guo et al.'s Bigram-Backcopy task: a head is needed only "
-    "after a trigger): the softmax model's mean weight on BOS from the other positions, over seeds, at its "
-    "sink head.",
-    tolerance=f"a sink: BOS weight above ε = {SINK_THRESHOLD:g} (Gu et al.'s metric) in every seed, the mean "
-    f"more than {Z_SE:g} standard errors above it",
+    test="The shipped null-attention experiment and the sink grid over learning rate x positions (Guo et "
+    "al.'s Bigram-Backcopy task: a head is needed only after a trigger): the softmax model's mean weight on "
+    "BOS from the other positions, over seeds, at its sink head.",
+    tolerance=f"a sink: the weight non-trigger positions put on BOS, averaged over the last evaluation "
+    f"points, above ε = {SINK_THRESHOLD:g} (not Gu et al.'s metric, which averages over every query) in "
+    "every seed, at every setting of the sink grid and the shipped run",
     measure=_sinks,
     describe=lambda m: _sink_text(m, _labels(m)) + ".",
     judge=_learned_judge,
@@ -532,34 +527,13 @@ SINKS_LEARNED = Claim(
 
 
 def _fix_judge(m: Measurement) -> Judgement:
-    soft = _labels(m, "standard")[0]
-    fixes = _labels(m, *DENOMINATOR)
-    if int(m.num(f"sinks:{soft}")) == 0 or int(m.num(f"learned:{soft}")) < int(m.num(f"n:{soft}")):
-        return Judgement(
-            UNTESTABLE, "softmax formed no sink here, so there is nothing for a denominator bias to remove."
-        )
-    if not fixes:
-        return Judgement(UNTESTABLE, "no softmax1 or sink-logit model was trained.")
-    kept = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) > 0]
-    gone = [lab for lab in fixes if int(m.num(f"sinks:{lab}")) == 0]
+    v = sink_verdict(m, "fixes")
+    kind = {"every": HOLDS, "some": CAVEAT, "none": FAILS, "untested": UNTESTABLE}[v.kind]
+    gone = [lab for lab in _labels(m, *DENOMINATOR) if int(m.num(f"sinks:{lab}")) == 0]
     where = ", ".join(f"{lab}: weight {m.num(f'nowhere:{lab}'):.4f} on nothing" for lab in gone)
-    if not kept:
-        return Judgement(
-            HOLDS,
-            f"no seed of {', '.join(gone)} formed a sink; the head spends its weight on nothing instead "
-            f"({where}).",
-        )
-    if not gone:
-        return Judgement(
-            FAILS,
-            "every denominator-bias model kept its sink: " + _sink_text(m, kept) + ".",
-        )
-    return Judgement(
-        CAVEAT,
-        f"{', '.join(gone)} formed no sink ({where}), but "
-        + _sink_text(m, kept)
-        + ": a learned bias that starts low can still settle on a sink.",
-    )
+    tail = (f" At the shipped setting the head without a sink spends its weight on nothing instead ({where})."
+            if where and kind in (HOLDS, CAVEAT) else "")
+    return Judgement(kind, v.text + tail)
 
 
 BIAS_REMOVES_SINKS = Claim(
@@ -567,9 +541,11 @@ BIAS_REMOVES_SINKS = Claim(
     source="notes",
     quote="Denominator Bias … allowing for true “null attention” or partial attention … This removes the "
     "need for attention sinks.",
-    test="The same experiment's softmax1 and learned-sink-logit models (the logit starting at 0 and at −5): "
-    "seeds with a sink, and the weight they put on nothing.",
-    tolerance="every denominator-bias model free of sinks in every seed",
+    test="The same experiment's softmax1 and learned-sink-logit models (the logit starting at 0 and at −5), "
+    "and the sink grid's softmax1 and sink logit at 0 over learning rate x positions: seeds with a sink per "
+    "setting, and the weight they put on nothing.",
+    tolerance="every denominator-bias model free of sinks in every seed, at every setting where softmax "
+    "forms one (the sink grid and the shipped run)",
     measure=_sinks,
     describe=lambda m: _sink_text(m, _labels(m, "standard", *DENOMINATOR)) + ".",
     judge=_fix_judge,

@@ -29,7 +29,6 @@ from attncore.errors import AttnInputError
 from attncore.training import io as _io
 from attncore.training.bbm import (
     EVAL_SEED,
-    SINK_THRESHOLD,
     BBMResult,
     BigramBackcopy,
     Cancel,
@@ -38,13 +37,19 @@ from attncore.training.bbm import (
     bbm_streaming,
     bos_ablation,
     eval_sequences,
-    first_crossing,
     train_bbm,
 )
 from attncore.training.config import TrainConfig
 from attncore.training.io import load_model, save_model
 from attncore.training.model import CharTransformer
 from attncore.training.record import Recorder, format_table
+from attncore.training.sink_stats import (  # the statistics live there; these names stay importable here
+    COPY_TOL,
+    KL_TOL,
+    mean_se,
+    run_facts,
+    summarise,
+)
 
 __all__ = [
     "CLAIM",
@@ -72,8 +77,6 @@ __all__ = [
 ]
 
 MODELS_DIR = "null_attention_models"  # next to null_attention.json: the seed-0 model of every variant
-COPY_TOL = 0.05  # nats: a copy loss below this counts as "learned the copy"
-KL_TOL = 0.05  # nats: a mean KL divergence from the true bigram rows below this = "learned the bigrams"
 Z = 2.0  # a difference counts when it exceeds Z standard errors
 MATTERS = 0.01  # nats: ... and this much loss
 
@@ -107,7 +110,8 @@ CLAIM = (
     'whose value shrinks (a value-state drain). Guo et al. 2024 ("Active-Dormant Attention Heads: '
     'Mechanistically Demystifying Extreme-Token Phenomena in LLMs") show it on their Bigram-Backcopy '
     "task: in a 1-layer, 1-head, width-256 model the weight non-trigger positions put on BOS goes from "
-    "0.03 at step 100 to 0.56 at step 300 and 0.78 at step 1,000. A denominator term with no value behind"
+    "0.03 at step 100 to 0.56 at step 300 and 0.78 at step 1,000 (numbers read from a figure-data file in "
+    "their repository, not from the paper's text). A denominator term with no value behind"
     ' it (softmax1, Evan Miller 2023, "Attention Is Off By One"; a learned sink logit as in gpt-oss), an '
     "elementwise normaliser (sigmoid attention, Ramapuram et al. 2024; ReLU attention, Guo et al.) or an "
     'output gate (Qiu et al. 2025, "Gated Attention for Large Language Models") should remove the need '
@@ -158,131 +162,6 @@ def shipped_model(name: str, device: str | torch.device = "cpu",
     if name not in SHIPPED:
         raise AttnInputError(f"no shipped model {name!r}; choose one of {', '.join(SHIPPED)}.")
     return load_model(models_dir(directory) / name, device)
-
-
-# ---------------------------------------------------------------------------- statistics
-
-
-def mean_se(values: list[float | None]) -> dict[str, Any]:
-    """Mean, standard error of the mean (sample std / sqrt(n); None for n < 2), n, min and max of
-    the values that are numbers."""
-    xs = [float(v) for v in values if v is not None and math.isfinite(v)]
-    n = len(xs)
-    if not n:
-        return {"mean": None, "se": None, "n": 0, "min": None, "max": None}
-    m = sum(xs) / n
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else None
-    return {"mean": m, "se": se, "n": n, "min": min(xs), "max": max(xs)}
-
-
-def _sink_head(probe: dict[str, Any]) -> tuple[int, int] | None:
-    """(layer, head) with the largest BOS weight from non-trigger positions."""
-    best, where = -1.0, None
-    for li, row in enumerate(probe["bos_other"]):
-        for h, v in enumerate(row or []):
-            if v is not None and v > best:
-                best, where = v, (li, h)
-    return where
-
-
-def _at(probe: dict[str, Any], key: str, where: tuple[int, int] | None) -> float | None:
-    if where is None or probe.get(key) is None:
-        return None
-    row = probe[key][where[0]]
-    return None if row is None else row[where[1]]
-
-
-def _minus(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def run_facts(run: dict[str, Any]) -> dict[str, Any]:
-    """One run's final numbers and curves, read at its sink head (the layer and head whose BOS weight
-    from non-trigger positions is largest at the last evaluation point)."""
-    probes = run.get("probes") or []
-    if not probes:
-        return {"usable": False}
-    last = probes[-1]
-    where = _sink_head(last)
-    ab, stream = run.get("ablation") or {}, run.get("streaming") or {}
-    learned = (last.get("copy_loss") is not None and last["copy_loss"] <= COPY_TOL
-               and last.get("bigram_excess") is not None and last["bigram_excess"] <= KL_TOL)
-    other = [_at(p, "bos_other", where) for p in probes]
-    share = [sum(p["sink_share"]) / len(p["sink_share"]) for p in probes]
-    return {
-        "usable": run.get("diverged_at") is None, "learned": learned, "where": where,
-        "steps": run["steps"], "bos_other_curve": other,
-        "bos_trigger_curve": [_at(p, "bos_trigger", where) for p in probes],
-        "sink_share_curve": share,
-        "bos_other": other[-1], "bos_trigger": _at(last, "bos_trigger", where),
-        "nowhere_other": _at(last, "nowhere_other", where),
-        "nowhere_trigger": _at(last, "nowhere_trigger", where),
-        "gate_other": _at(last, "gate_other", where), "gate_trigger": _at(last, "gate_trigger", where),
-        "value_ratio": _at(last, "value_ratio", where), "sink_share": share[-1],
-        "crossing": first_crossing(run["steps"], other), "copy_loss": last.get("copy_loss"),
-        "bigram_loss": last.get("bigram_loss"), "bigram_excess": last.get("bigram_excess"),
-        "bigram_entropy": last.get("bigram_entropy"),
-        "ablation_copy": ab.get("copy_delta"), "ablation_bigram": ab.get("bigram_delta"),
-        "window": stream.get("window_bigram"), "window_bos": stream.get("window_bos_bigram"),
-        "full": stream.get("full_bigram"),
-        "window_copy": stream.get("window_copy"), "window_bos_copy": stream.get("window_bos_copy"),
-        "evict_bigram": _minus(stream.get("window_bigram"), stream.get("window_bos_bigram")),
-        "evict_copy": _minus(stream.get("window_copy"), stream.get("window_bos_copy")),
-    }
-
-
-STAT_KEYS = ("bos_other", "bos_trigger", "nowhere_other", "nowhere_trigger", "gate_other", "gate_trigger",
-             "value_ratio", "sink_share", "copy_loss", "bigram_loss", "bigram_excess", "bigram_entropy",
-             "ablation_copy", "ablation_bigram", "window", "window_bos", "full", "evict_bigram", "evict_copy")
-
-
-def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per variant (``label`` of the runs, in order of first appearance): over its seeds, the mean,
-    standard error, min and max of every final number (:data:`STAT_KEYS`, read at each run's sink
-    head), the seeds that learned the task, formed a sink (> 0.3 at the end), crossed 0.3 at some
-    point (and when), diverged; and the BOS-weight curves (mean, min, max per step over the seeds
-    that reached it)."""
-    out: dict[str, dict[str, Any]] = {}
-    for run in runs:
-        label = bbm_label(run["config"], with_seed=False)
-        entry = out.setdefault(label, {"label": label, "variant": run["config"]["variant"], "runs": []})
-        entry["runs"].append(run)
-    for s in out.values():
-        facts = [run_facts(r) for r in s["runs"]]
-        ok = [f for f in facts if f.get("usable")]
-        s["seeds"] = [r["config"]["seed"] for r in s["runs"]]
-        s["n"] = len(facts)
-        s["diverged"] = [(r["config"]["seed"], r["diverged_at"]) for r in s["runs"] if r.get("diverged_at")]
-        s["n_usable"] = len(ok)
-        s["n_learned"] = sum(1 for f in ok if f["learned"])
-        s["n_sink"] = sum(1 for f in ok if f["bos_other"] is not None and f["bos_other"] > SINK_THRESHOLD)
-        s["crossings"] = [f["crossing"] for f in ok]
-        s["n_crossed"] = sum(1 for c in s["crossings"] if c is not None)
-        for k in STAT_KEYS:
-            s[k] = mean_se([f.get(k) for f in ok])
-        s["curves"] = {k: _band([f["steps"] for f in facts if f.get("steps")],
-                                [f[k] for f in facts if f.get("steps")])
-                       for k in ("bos_other_curve", "bos_trigger_curve", "sink_share_curve")}
-        keep = ("bos_other", "bos_trigger", "crossing", "learned", "nowhere_other", "value_ratio",
-                "copy_loss", "bigram_excess")
-        s["per_seed"] = [{"seed": r["config"]["seed"], **{k: f.get(k) for k in keep},
-                          "diverged_at": r.get("diverged_at")} for r, f in zip(s["runs"], facts, strict=True)]
-        del s["runs"]
-    return out
-
-
-def _band(steps: list[list[int]], curves: list[list[float | None]]) -> dict[str, list[Any]]:
-    """Mean, min and max over the seeds at every step any of them reached (a diverged seed's curve stops)."""
-    all_steps = sorted({s for ss in steps for s in ss})
-    mean, lo, hi, n = [], [], [], []
-    for st in all_steps:
-        vals = [c[ss.index(st)] for ss, c in zip(steps, curves, strict=True) if st in ss]
-        vals = [v for v in vals if v is not None]
-        mean.append(sum(vals) / len(vals) if vals else None)
-        lo.append(min(vals) if vals else None)
-        hi.append(max(vals) if vals else None)
-        n.append(len(vals))
-    return {"steps": all_steps, "mean": mean, "min": lo, "max": hi, "n": n}
 
 
 # ---------------------------------------------------------------------------- verdicts
@@ -354,12 +233,22 @@ def _steps(crossings: list[int | None]) -> str:
     return f"step {got[0]}" if len(set(got)) == 1 else f"steps {got[0]}–{got[-1]}"
 
 
+def _end_words(s: dict[str, Any]) -> str:
+    """'over the last 3 evaluation points (steps 500–600)' for a summary's end weight."""
+    st = s.get("end_steps") or []
+    if len(st) > 1:
+        return f"over the last {len(st)} evaluation points (steps {st[0]}–{st[-1]})"
+    return f"at the last evaluation point (step {st[0]})" if st else "at the end"
+
+
 def sink_sentence(s: dict[str, Any]) -> str:
-    """Whether this variant formed a sink (rule: the BOS weight from non-trigger positions at the end of
-    training above 0.3 in every usable seed = forms; in none = does not; else in k of n)."""
-    n, k, bo, bt = s["n_usable"], s["n_sink"], s["bos_other"], s["bos_trigger"]
-    where = (f"non-trigger positions put {_pm(bo)} of their weight on BOS at the end, trigger positions "
-             f"{_pm(bt, 3)}")
+    """Whether this variant formed a sink (rule: the BOS weight from non-trigger positions, averaged over
+    the last :data:`~attncore.training.sink_stats.LAST_POINTS` evaluation points, above 0.3 in every
+    usable seed = forms; in none = does not; else in k of n; a seed whose weight crossed 0.3 earlier and
+    ended at or below it had a transient sink)."""
+    n, k, bo, bt = s["n_usable"], s["n_sink"], s.get("bos_end", s["bos_other"]), s["bos_trigger"]
+    where = (f"non-trigger positions put {_pm(bo)} of their weight on BOS {_end_words(s)}, trigger "
+             f"positions {_pm(bt, 3)} at the last")
     seeds = f"{n} seed" if n == 1 else f"{n} seeds"
     if n == 0:
         return f"{s['label']}: no run finished without diverging, so there is nothing to judge."
@@ -367,11 +256,11 @@ def sink_sentence(s: dict[str, Any]) -> str:
         first = [c for c in s["crossings"] if c is not None]
         when = f" by {_steps(first)}" if first else ""
         return f"{s['label']} forms a sink in {k} of {seeds}{when}: {where}."
-    transient = s["n_crossed"] - k
+    transient = s.get("n_transient", s["n_crossed"] - k)
     tail = ""
     if transient > 0:
         tail = (f" {transient} seed{'s' if transient != 1 else ''} crossed 0.3 on the way "
-                f"({_steps(s['crossings'])}) and left it again: a transient sink.")
+                f"({_steps(s['crossings'])}) and ended at or below it: a transient sink.")
     if k == 0:
         return f"{s['label']} does not form a sink (0 of {seeds} above 0.3 at the end): {where}.{tail}"
     return f"{s['label']} forms a sink in {k} of {seeds} only: {where}.{tail}"
@@ -439,14 +328,17 @@ def gate_sentence(s: dict[str, Any]) -> str:
 
 
 def value_sentence(s: dict[str, Any]) -> str:
-    """The value-state drain: BOS's value norm over the mean value norm, against 1."""
+    """The value-state drain: BOS's value norm over the mean value norm, against 1; called a drain only
+    where the variant has a sink to drain (in some seed), else just smaller."""
     v = s["value_ratio"]
     c = _above(v, 1.0)
     head = f"BOS's value norm is {_pm(v)} times the mean value norm: "
     if c is None:
         return head + f"{ONE_SEED}."
-    return head + {-1: "a value-state drain (BOS writes less than a typical token).",
-                   1: "larger than a typical token's.", 0: "not distinguishable from a typical token's."}[c]
+    low = ("a value-state drain (BOS writes less than a typical token)." if s.get("n_sink") else
+           "smaller than a typical token's, but with no sink there is nothing for it to drain.")
+    return head + {-1: low, 1: "larger than a typical token's.",
+                   0: "not distinguishable from a typical token's."}[c]
 
 
 def _effect(s: dict[str, Any], big: str, small_word: str, none: str, neg: str) -> str:
@@ -576,7 +468,8 @@ def guo_sentence(soft: dict[str, Any]) -> str:
     end = f"{last_m:.2f} at its last step ({last})" if last_m is not None and last not in GUO_STEPS else ""
     theirs = ", ".join(f"{v:g} at step {st:,}" for st, v in GUO_STEPS.items())
     return (f"Softmax's mean weight on BOS from non-trigger positions here: "
-            f"{', '.join(x for x in (ours, end) if x)}; Guo et al. report {theirs} (width 256, sequences of "
+            f"{', '.join(x for x in (ours, end) if x)}; Guo et al.'s figure data (a file in their "
+            f"repository, not the paper's text) give {theirs} (width 256, sequences of "
             "256, batch 512, learning rate 3e-4; here a smaller model, batch and sequence with a larger "
             "learning rate, so steps are not comparable one for one).")
 

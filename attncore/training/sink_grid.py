@@ -44,7 +44,8 @@ GRID: dict[str, Any] = {
     # ... over these settings: the audit's lr 1e-3 kept a softmax1 sink; the shipped runs used 1e-2
     "lrs": [1e-3, 3e-3, 1e-2],
     "positions": ["rotary", "learned"],
-    "variants": [dict(variant="standard"), dict(variant="softmax1"), dict(variant="sink_logit", sink_init=0.0)],
+    "variants": [dict(variant="standard"), dict(variant="softmax1"),
+                 dict(variant="sink_logit", sink_init=0.0)],
     "seeds": [0, 1, 2],
 }
 """The grid's settings. Steps: 1,200 at every rate (the audit's lr 1e-3 learned the task by then)."""
@@ -104,7 +105,8 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} thread(s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,11 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             f.write(json.dumps(header) + "\n")
     configs = grid_configs()
     todo = [c for i, c in enumerate(configs) if run_key(c.to_dict()) not in done and i % shards == shard]
-    print(f"sink grid: {len(configs)} runs, {len(done)} already in {path}, {len(todo)} for shard {shard}/{shards}",
-          file=sys.stderr)
+    print(f"sink grid: {len(configs)} runs, {len(done)} already in {path}, {len(todo)} for shard "
+          f"{shard}/{shards}", file=sys.stderr)
     held_out = held_out_sets(task, int(GRID["base"]["context"]), sizes)
-    trained = 0
-    for cfg in todo:
+    for trained, cfg in enumerate(todo):
         if args.limit and trained >= args.limit:
             break
         t0 = time.perf_counter()
@@ -164,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
         rec["machine_load"] = os.getloadavg()[0]
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
-        trained += 1
         last = rec["probes"][-1] if rec.get("probes") else {}
         print(f"  {rec['name']} {cfg.positions} lr {cfg.lr:g}: BOS w {last.get('bos_other')} copy "
               f"{last.get('copy_loss')} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
