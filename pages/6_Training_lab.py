@@ -15,7 +15,6 @@ from ui import cached, learned, widgets
 from ui import corpus as corpora
 from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
-    MAX_JOB_TOKENS,
     QUEUE,
     SIZES,
     cache_dir,
@@ -268,11 +267,10 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
     if not variants or not lrs:
         problem = "Pick at least one variant and one learning rate in the sidebar."
     else:
-        configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
-        tokens = job_tokens(configs)
-        if tokens > MAX_JOB_TOKENS:
-            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train at "
-                       f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
+        try:  # the job's size is checked before its configs are built
+            configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
+        except AttnInputError as exc:
+            problem = str(exc)
     if corpus is not None and problem is None:
         try:
             vocab = build_vocab(corpus.text)
@@ -323,10 +321,10 @@ def compare(ctx: PageContext) -> None:
     st.header("Compare kept runs")
     runs = list_runs()
     by_id = {r["id"]: r for r in runs}
-    chosen = [i for i in st.session_state.get(P_CMP.key, []) if i in by_id]
+    chosen = [i for i in st.session_state.get(P_CMP.key, []) if i in by_id][: P_CMP.limit]
     st.session_state[P_CMP.key] = chosen
     ctx.controls.markdown("#### Compare")
-    ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key,
+    ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key, max_selections=P_CMP.limit,
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:

