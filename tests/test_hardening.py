@@ -8,9 +8,15 @@ run as formulas, and the worker's shutdown. Page-level tests (AppTest) live besi
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from attncore.errors import AttnInputError
+from tests.chart_data import run_app
 from ui import jobs
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
 
@@ -110,3 +116,37 @@ def test_make_configs_builds_each_distinct_pair_once(monkeypatch: pytest.MonkeyP
     assert [(c["variant"], c["lr"]) for c in configs] == [("relu", 1.0), ("relu", 0.003), ("standard", 1.0),
                                                           ("standard", 0.003)]
     assert counter.built == 4
+
+
+# ---------------------------------------------------------------------------- F1: memory one URL can make
+
+
+def _peak_mib(script: str, **query: str) -> tuple[float, Any]:
+    """Peak Python memory (tracemalloc, MiB) while ``script`` runs once in AppTest with ``query``."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        at = run_app(script, timeout=300, **query)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / 2**20, at
+
+
+HOSTILE_MIB = 8.0  # what a hostile URL may add to the plain one's peak before admission
+
+
+def test_one_url_cannot_make_the_training_lab_allocate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32's F1 URL (scaled to 600 x 200 entries: the old code built their 120,000 configs on every
+    run, measured here as a peak of 25.8 MiB against 2.8 MiB for the plain URL; the issue's 3,000 x 1,000
+    took 650 MB) adds less than :data:`HOSTILE_MIB` to the page's peak Python memory: the repeats are
+    dropped in the URL parser and the job's size is checked before anything is built."""
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "runs"))
+    page = "pages/6_Training_lab.py"
+    run_app(page, timeout=300, tr_var="relu", tr_lr="1")  # warm the caches (shipped results, corpus)
+    plain, _ = _peak_mib(page, tr_var="relu", tr_lr="1")
+    hostile, at = _peak_mib(page, tr_var=",".join(["relu"] * 600), tr_lr=",".join(["1"] * 200))
+    print(f"peak Python memory: plain URL {plain:.1f} MiB, hostile URL {hostile:.1f} MiB")
+    assert hostile - plain < HOSTILE_MIB, (plain, hostile)
+    assert not at.exception
+    assert at.query_params["tr_var"] == "relu" and at.query_params["tr_lr"] == "1"
