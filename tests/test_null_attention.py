@@ -285,3 +285,13 @@ def test_the_measured_box_prints_small_weights_with_their_digits() -> None:
     assert "sigmoid 0/3 seeds with a sink (BOS weight 7.7e-06 ± 4e-06)" in text
     assert "ReLU 0/3 seeds with a sink (BOS weight 0.00 ± 0.00)" in text  # exactly zero in every seed
     assert "softmax 3/3 seeds with a sink (BOS weight 0.90 ± 0.07)" in text
+
+
+def test_a_repeated_seed_counts_once() -> None:
+    """Issue 32 F2: ``sk_vars=standard,standard`` trained each seed twice and counted the copies as seeds
+    ('0 of 4 seeds', a standard error too small); a seed counts once, with the numbers of its first run."""
+    runs = [fake_run("standard", k, bos_other=0.9 + jitter(k)) for k in range(2)]
+    twice = runs + [fake_run("standard", k, bos_other=0.2) for k in range(2)]
+    once, doubled = summarise(runs)["softmax"], summarise(twice)["softmax"]
+    assert doubled["n"] == 2 and doubled["seeds"] == [0, 1]
+    assert doubled["bos_other"] == once["bos_other"]

@@ -215,7 +215,7 @@ def live_configs(c: dict[str, Any], seed: int) -> list[TrainConfig]:
                         batch=BATCH, steps=c["steps"], warmup=min(50, c["steps"] // 10), lr=c["lr"],
                         eval_every=max(5, c["steps"] // 12), seed=seed + k,
                         sink_init=c["b0"] if v == "sink_logit" else 0.0)
-            for k in range(c["seeds"]) for v in c["variants"]]
+            for k in range(c["seeds"]) for v in dict.fromkeys(c["variants"])]  # a repeat would train twice
 
 
 def job_flops(configs: list[TrainConfig], vocab: int) -> float:

@@ -237,16 +237,17 @@ STAT_KEYS = ("bos_other", "bos_trigger", "nowhere_other", "nowhere_trigger", "ga
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per variant (``label`` of the runs, in order of first appearance): over its seeds, the mean,
-    standard error, min and max of every final number (:data:`STAT_KEYS`, read at each run's sink
-    head), the seeds that learned the task, formed a sink (> 0.3 at the end), crossed 0.3 at some
-    point (and when), diverged; and the BOS-weight curves (mean, min, max per step over the seeds
-    that reached it)."""
+    """Per variant (``label`` of the runs, in order of first appearance): over its distinct seeds (a
+    seed's first run counts, a repeat of it is left out), the mean, standard error, min and max of
+    every final number (:data:`STAT_KEYS`, read at each run's sink head), the seeds that learned the
+    task, formed a sink (> 0.3 at the end), crossed 0.3 at some point (and when), diverged; and the
+    BOS-weight curves (mean, min, max per step over the seeds that reached it)."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         label = bbm_label(run["config"], with_seed=False)
         entry = out.setdefault(label, {"label": label, "variant": run["config"]["variant"], "runs": []})
-        entry["runs"].append(run)
+        if all(r["config"]["seed"] != run["config"]["seed"] for r in entry["runs"]):
+            entry["runs"].append(run)  # a seed counts once: a repeat of the same run is no extra evidence
     for s in out.values():
         facts = [run_facts(r) for r in s["runs"]]
         ok = [f for f in facts if f.get("usable")]
