@@ -8,17 +8,21 @@ run as formulas, and the worker's shutdown. Page-level tests (AppTest) live besi
 
 from __future__ import annotations
 
+import csv
 import gc
+import io
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from attncore.errors import AttnInputError
 from tests.chart_data import run_app
-from ui import jobs
+from ui import jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
+from ui.widgets import FORMULA_START, safe_csv_frame
 
 VARIANTS = ("standard", "fully_scaled", "relu")
 
@@ -150,3 +154,42 @@ def test_one_url_cannot_make_the_training_lab_allocate(tmp_path: Path, monkeypat
     assert hostile - plain < HOSTILE_MIB, (plain, hostile)
     assert not at.exception
     assert at.query_params["tr_var"] == "relu" and at.query_params["tr_lr"] == "1"
+
+
+# ---------------------------------------------------------------------------- F5: CSV cells are never formulas
+
+
+def test_csv_cells_that_start_a_formula_are_text() -> None:
+    df = pd.DataFrame({"corpus": ['=HYPERLINK("http://x","y").txt', "+1", "-x", "@SUM(A1)", "\tx", "\rx", "a=b"],
+                       "loss": [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]})
+    out = safe_csv_frame(df)
+    assert list(out["corpus"]) == ['\'=HYPERLINK("http://x","y").txt', "'+1", "'-x", "'@SUM(A1)", "'\tx", "'\rx",
+                                   "a=b"]
+    assert list(out["loss"]) == [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # numbers stay numbers
+    assert list(df["corpus"])[0].startswith("=")  # the page's own frame is not changed
+    rows = list(csv.reader(io.StringIO(out.to_csv(index=False), newline="")))
+    assert all(not cell.startswith(FORMULA_START) for row in rows[1:] for cell in row[:1])
+
+
+def test_csv_download_writes_the_safe_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one CSV helper every page uses (checked below) hands the download the neutralised bytes."""
+    got: dict[str, Any] = {}
+
+    class Where:
+        def download_button(self, label: str, *, data: Any, **kw: Any) -> None:
+            got["data"] = data() if callable(data) else data
+
+    df = pd.DataFrame({"corpus": ["=1+1"], "n": [1]})
+    widgets.csv_download(df, "x.csv", where=Where())
+    assert got["data"].decode() == "corpus,n\n'=1+1,1\n"
+    widgets.csv_download(lambda: df, "x.csv", where=Where())
+    assert got["data"].decode() == "corpus,n\n'=1+1,1\n"
+
+
+def test_every_csv_goes_through_csv_download() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for path in [*root.glob("pages/*.py"), *root.glob("ui/**/*.py"), root / "app.py"]:
+        if path.name == "widgets.py" and path.parent.name == "ui":
+            continue
+        src = path.read_text(encoding="utf-8")
+        assert "download_button(" not in src and ".to_csv(" not in src, path
