@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import gc
 import io
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 
 from attncore.errors import AttnInputError
+from attncore.training import TrainConfig
 from tests.chart_data import run_app
 from ui import jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
@@ -193,3 +195,131 @@ def test_every_csv_goes_through_csv_download() -> None:
             continue
         src = path.read_text(encoding="utf-8")
         assert "download_button(" not in src and ".to_csv(" not in src, path
+
+
+# ---------------------------------------------------------------------------- F3, F4, F9: the job queue
+
+
+class _Result:
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.config = cfg
+
+    def curves(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "batch_loss": [1.0], "cancelled": False}
+
+
+def _until_cancelled(cfg: TrainConfig, text: str, *, device: str, progress: Any, cancel: Any) -> _Result:
+    """Stands in for train(): one 'step' every 10 ms until the queue says stop."""
+    step = 0
+    while not cancel():
+        step += 1
+        progress(step, cfg.steps, 1.0, None)
+        time.sleep(0.01)
+    return _Result(cfg)
+
+
+def _quick(cfg: TrainConfig, text: str, *, device: str, progress: Any, cancel: Any) -> _Result:
+    progress(1, cfg.steps, 1.0, 1.0)
+    return _Result(cfg)
+
+
+CFG = TrainConfig(steps=10, warmup=0, eval_every=5, **jobs.SIZES["tiny"])
+TEXT = "abc" * 10_000
+
+
+def _running(q: jobs.JobQueue, job: jobs.Job) -> None:
+    deadline = time.monotonic() + 30
+    while job.state != "running" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert job.state == "running"
+
+
+def test_one_active_job_per_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = jobs.JobQueue(train_fn=_until_cancelled, store=tmp_path)
+    a = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    with pytest.raises(AttnInputError, match="already has 1 training job queued or running"):
+        q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    b = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s2")  # another session may
+    monkeypatch.setenv(jobs.JOBS_PER_SESSION_ENV, "2")
+    c = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")  # configurable
+    for j in (a, b, c):
+        q.cancel(j)
+        assert q.wait(j, 30)
+    q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")  # its jobs ended: it may run again
+    assert q.shutdown(30)
+
+
+def test_a_closed_sessions_jobs_are_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone: set[str] = set()
+    monkeypatch.setattr(jobs, "ENDED_GRACE_S", 0.0)
+    monkeypatch.setattr(jobs, "ALIVE_CHECK_S", 0.0)
+    q = jobs.JobQueue(train_fn=_until_cancelled, store=tmp_path, alive=lambda sid: sid not in gone)
+    running = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    _running(q, running)
+    queued = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s2")
+    gone.update({"s1", "s2"})
+    q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s3")  # a new submission prunes the queue
+    assert queued.state == "cancelled" and queued.stop_reason == "the page that started it was closed"
+    assert q.wait(running, 30) and running.state == "cancelled"
+    assert running.stop_reason == "the page that started it was closed"
+    assert q.shutdown(30)
+
+
+def test_a_reloaded_page_keeps_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone: set[str] = set()
+    monkeypatch.setattr(jobs, "ENDED_GRACE_S", 0.2)
+    monkeypatch.setattr(jobs, "ALIVE_CHECK_S", 0.0)
+    q = jobs.JobQueue(train_fn=_until_cancelled, store=tmp_path, alive=lambda sid: sid not in gone)
+    job = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="old-tab")
+    _running(q, job)
+    gone.add("old-tab")
+    q.adopt(job, "reloaded-tab")  # the reloaded page found its job in the URL
+    time.sleep(0.5)  # longer than the grace: the job still runs
+    assert job.state == "running" and q.owned("reloaded-tab") == [job]
+    assert q.shutdown(30)
+
+
+def test_a_job_stops_at_its_time_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "job_seconds", lambda: 0.2)
+    q = jobs.JobQueue(train_fn=_until_cancelled, store=tmp_path)
+    job = q.submit([CFG, CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    assert q.wait(job, 30) and job.state == "cancelled"
+    assert job.stop_reason == "it reached the time limit of 0 s per job on this server"
+    assert len(job.records) == 1  # the run it was in is kept; the next one never starts
+
+
+def test_job_seconds_and_jobs_per_session_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (jobs.jobs_per_session(), jobs.job_seconds()) == (1, 900.0)
+    monkeypatch.setenv(jobs.JOBS_PER_SESSION_ENV, "3")
+    monkeypatch.setenv(jobs.JOB_SECONDS_ENV, "60")
+    assert (jobs.jobs_per_session(), jobs.job_seconds()) == (3, 60.0)
+    monkeypatch.setenv(jobs.JOBS_PER_SESSION_ENV, "zero")
+    monkeypatch.setenv(jobs.JOB_SECONDS_ENV, "-5")
+    assert (jobs.jobs_per_session(), jobs.job_seconds()) == (1, 1.0)
+
+
+def test_a_finished_job_drops_its_corpus_text(tmp_path: Path) -> None:
+    q = jobs.JobQueue(train_fn=_quick, store=tmp_path)
+    done = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1", upload=True)
+    assert q.wait(done, 30) and done.state == "done"
+    assert done.text == "" and done.records[0]["corpus_chars"] == len(TEXT)
+    assert done.records[0]["corpus_kind"] == "upload"
+    stopped = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    q.cancel(stopped)
+    assert q.wait(stopped, 30) and stopped.text == ""
+    assert q.shutdown(30)
+
+
+def test_shutdown_stops_and_joins_the_worker(tmp_path: Path) -> None:
+    q = jobs.JobQueue(train_fn=_until_cancelled, store=tmp_path)
+    running = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s1")
+    queued = q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s2")
+    _running(q, running)
+    thread = q._thread
+    assert q.shutdown(30)
+    assert thread is not None and not thread.is_alive()
+    assert running.state == "cancelled" and running.stop_reason == "the server stopped"
+    assert queued.state == "cancelled" and queued.records == []
+    with pytest.raises(AttnInputError, match="shutting down"):
+        q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s3")
+
