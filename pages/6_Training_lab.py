@@ -13,14 +13,16 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import cached, learned, widgets
 from ui import corpus as corpora
-from ui.job_panel import job_panel, run_button, time_estimate
+from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
 from ui.jobs import (
+    JOB_ID_PATTERN,
     QUEUE,
     SIZES,
     cache_dir,
     job_tokens,
     list_runs,
     make_configs,
+    session_id,
 )
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -35,9 +37,10 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS)
+P_JOB = Param("tr_job", "", pattern=JOB_ID_PATTERN)  # this page's job: a reloaded page finds it again
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS)
 
-JOB_KEY = "_tr_job"  # this session's job id
+JOB_KEY = P_JOB.key  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
          "models (MiniLM and the character model trained here). This page is about *training* itself: a "
          "small character transformer learns with attention in one of several variants. Four experiments "
@@ -288,13 +291,10 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
-    other = QUEUE.running()
-    if other is not None and other is not QUEUE.get(st.session_state.get(JOB_KEY)):
-        snap = other.snapshot()
-        st.caption(f"Another session's job is training on this server ({snap['label']}, step {snap['step']} "
-                   f"of {snap['total']}); a Run now waits for it.")
+    other_job_caption(QUEUE, (JOB_KEY, learned.JOB_KEY), POLL_S)
     run_button(QUEUE, job_key=JOB_KEY, label="Run", key="tr_run", disabled=bool(problem) or corpus is None,
-               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device),
+               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
+                                           upload=corpus.uploaded),
                status=job_status, poll_s=POLL_S)
     return corpus
 
@@ -335,7 +335,9 @@ def compare(ctx: PageContext) -> None:
         return
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
-    table = view.runs_table(recs)
+    me = session_id()
+    own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in (JOB_KEY, learned.JOB_KEY)}
+    table = view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
     st.dataframe(table, hide_index=True)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 

@@ -670,7 +670,7 @@ def test_stdlib_corpus_is_deterministic_source_text() -> None:
 def start(at: AppTest) -> Any:
     at.button(key="tr_run").click().run()
     no_errors(at)
-    job = QUEUE.get(at.session_state["_tr_job"])
+    job = QUEUE.get(at.session_state["tr_job"])
     assert job is not None
     return job
 

@@ -67,6 +67,9 @@ def value_at(p: Param, where: str, rng: random.Random | None = None) -> tuple[st
         raw = rng.choice(JUNK)
         ok, _ = _parses(p, raw)
         return raw, ok
+    if p.pattern is not None:  # an id kept in the URL (a job's): the default, one that matches, or junk
+        return {"lo": (p.default, True), "hi": ("0" * 32, True), "valid": ("f" * 32, True),
+                "above": ("zz", False), "below": ("-", False)}[where]
     if p.multi:
         opts = [str(o) for o in p.options] if p.options is not None else ["a", "b"]
         if where == "valid":
@@ -141,7 +144,7 @@ def state_for(script: str, plan: dict[str, str], rng: random.Random | None = Non
 
 
 def free_text(p: Param) -> bool:
-    return p.options is None and p.kind is str
+    return p.options is None and p.kind is str and p.pattern is None
 
 
 def fixed_plans(script: str) -> list[tuple[str, dict[str, str]]]:

@@ -323,3 +323,21 @@ def test_shutdown_stops_and_joins_the_worker(tmp_path: Path) -> None:
     with pytest.raises(AttnInputError, match="shutting down"):
         q.submit([CFG], TEXT, corpus="c", device="cpu", owner="s3")
 
+
+def test_a_kept_runs_corpus_name_is_its_owners() -> None:
+    """F5: an upload's name is shown to the session whose job made the run, never to another one."""
+    from ui.views import training as view
+
+    up = {"job": "j1", "corpus": "=secret.txt", "corpus_kind": "upload"}
+    server = {"job": "j2", "corpus": "Python standard library source (x.py)", "corpus_kind": "server"}
+    old = {"job": "j3", "corpus": "notes.txt"}
+    assert view.shown_corpus(up, {"j1"}) == "=secret.txt"
+    assert view.shown_corpus(up, {"j2"}) == view.OTHER_UPLOAD
+    assert view.shown_corpus(server, set()) == server["corpus"]
+    assert view.shown_corpus(old, set()) == view.UNMARKED and view.shown_corpus(old, {"j3"}) == "notes.txt"
+    assert view.shown_corpus(up, None) == "=secret.txt"  # a script, no session
+    rec = {"id": "r", "label": "standard · lr 0.003", "batch_loss": [1.0], "created_utc": "", "steps": [],
+           "val_loss": [], "config": {"variant": "standard", "lr": 0.003, "n_layer": 1, "n_head": 2,
+                                      "d_model": 32, "context": 32, "batch": 8, "steps": 1}, **up}
+    assert list(view.runs_table([rec], own_jobs={"other"})["corpus"]) == [view.OTHER_UPLOAD]
+

@@ -12,6 +12,7 @@ a copied URL reproduces the view.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,8 @@ class Param:
         options: allowed values (str params, or each item of a list param).
         multi: the value is a tuple of options (comma-separated in the URL): distinct entries, in
             the order given, at most :attr:`limit` of them.
+        pattern: a str param's allowed values, as a regular expression the whole value must match
+            (an id kept in the URL); the default is always allowed.
         max_items: the most entries a multi-value parameter takes (default: the number of its
             options, else :data:`MAX_FREE_ITEMS`).
     """
@@ -53,6 +56,7 @@ class Param:
     options: tuple[Any, ...] | None = None
     multi: bool = False
     max_items: int | None = None
+    pattern: str | None = None
 
     @property
     def limit(self) -> int:
@@ -86,6 +90,8 @@ class Param:
                 v, note = self.clamp(float(raw))
             else:
                 v, note = raw, None
+                if self.pattern is not None and raw != self.default and not re.fullmatch(self.pattern, raw):
+                    raise ValueError(raw)
             return (v, note) if note else self._check_option(v)
         except (ValueError, OverflowError):
             return self.default, f"URL value {self.key}={quote(raw)} is not valid; using {self.default!r}."
