@@ -11,8 +11,10 @@ from __future__ import annotations
 import csv
 import gc
 import io
+import threading
 import time
 import tracemalloc
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import pytest
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig
 from tests.chart_data import run_app
-from ui import jobs, widgets
+from ui import admission, cached, job_panel, jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
 from ui.widgets import FORMULA_START, safe_csv_frame
 
@@ -341,3 +343,82 @@ def test_a_kept_runs_corpus_name_is_its_owners() -> None:
                                       "d_model": 32, "context": 32, "batch": 8, "steps": 1}, **up}
     assert list(view.runs_table([rec], own_jobs={"other"})["corpus"]) == [view.OTHER_UPLOAD]
 
+
+# ---------------------------------------------------------------------------- F11: slow work queues for admission
+
+
+@pytest.fixture()
+def fresh_limiter(monkeypatch: pytest.MonkeyPatch) -> admission.Limiter:
+    lim = admission.Limiter(capacity_bytes=8 * 1024**3, slots=4)
+    monkeypatch.setattr(admission, "_LIMITER", lim)
+    return lim
+
+
+def test_the_time_estimates_calibration_runs_inside_admission(fresh_limiter: admission.Limiter,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[admission.Snapshot] = []
+
+    def calibrations(configs: Any, text: str, device: str, train_fn: Any) -> list[Any]:
+        seen.append(fresh_limiter.snapshot())
+        return []
+
+    monkeypatch.setattr(job_panel, "calibrations_for", calibrations)
+    q = jobs.JobQueue(store=None)
+    line = job_panel.time_estimate(q, [CFG], TEXT, "cpu", _quick, timing="a few steps")
+    assert line == ""  # the fake measured nothing: no estimate
+    (snap,) = seen
+    assert snap.running == 1 and snap.bytes_running == jobs.TRAINING_BYTES
+
+
+def test_a_slow_evidence_measurement_runs_inside_admission(fresh_limiter: admission.Limiter,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore import evidence
+
+    seen: list[tuple[str, int]] = []
+
+    def evaluate(claim: Any, setting: Any) -> Any:
+        seen.append((claim.key, fresh_limiter.snapshot().running))
+        return types.SimpleNamespace(measurement=claim.key)
+
+    monkeypatch.setattr(evidence, "evaluate", evaluate)
+    slow = next(c for c in evidence.CLAIMS if c.slow)
+    fast = next(c for c in evidence.CLAIMS if not c.slow)
+    cached.evidence_measurement.clear()
+    try:
+        for c in (slow, fast):
+            assert cached.evidence_measurement(c.key, "cpu", 12345, "float32", 0.0).value == c.key
+    finally:
+        cached.evidence_measurement.clear()
+    assert seen == [(slow.key, 1), (fast.key, 0)]  # light work does not queue
+
+
+def test_a_calibration_is_measured_once_per_what_it_depends_on() -> None:
+    """F11: the estimate timed new steps for every new corpus; its time depends on the model, the path and
+    the vocabulary's band (d_model x vocab), not on the corpus's text or size; and two sessions asking
+    at once measured twice."""
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def timed(cfg: TrainConfig, text: str, *, device: str, progress: Any) -> None:
+        calls.append(len(set(text)))
+        gate.wait(10)
+        for step in range(1, cfg.steps + 1):
+            progress(step, cfg.steps, 1.0, None)
+
+    cfg = TrainConfig(steps=10, warmup=0, eval_every=5, d_model=24, **{k: v for k, v in jobs.SIZES["tiny"].items()
+                                                                      if k != "d_model"})
+    a = "".join(chr(65 + i) for i in range(40)) * 50  # 40 distinct characters
+    b = "".join(chr(65 + i) for i in range(50)) * 900  # 50, a longer corpus: the same band (64)
+    out: list[Any] = []
+    threads = [threading.Thread(target=lambda t=t: out.append(jobs.calibrate(cfg, t, "cpu", train_fn=timed)))
+               for t in (a, b)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert len(calls) == 1 and out[0] is out[1]
+    assert jobs.vocab_band(40) == jobs.vocab_band(64) == 64 and jobs.vocab_band(65) == 128
+    jobs.calibrate(cfg, "".join(chr(65 + i) for i in range(100)), "cpu", train_fn=timed)  # another band
+    assert len(calls) == 2

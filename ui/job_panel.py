@@ -22,7 +22,9 @@ import streamlit as st
 
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig, train
+from ui.admission import heavy
 from ui.jobs import (
+    TRAINING_BYTES,
     Job,
     JobQueue,
     calibration_cached,
@@ -34,6 +36,8 @@ from ui.text import plain
 from ui.views.training import calibration_text, duration
 
 __all__ = ["job_panel", "other_job_caption", "run_button", "time_estimate"]
+
+CALIBRATION_SECONDS = 5.0  # the admission estimate of measuring one job's calibrations (0.8 to 52 s seen)
 
 
 def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device: str,
@@ -54,7 +58,9 @@ def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device
         if est is None:
             if queue.running() is not None:
                 return " The time estimate is measured when no training job is running."
-            with st.spinner(f"Timing {timing} on this server for the estimate…"):
+            # a few real training steps (up to tens of seconds): they queue in the admission control
+            with st.spinner(f"Timing {timing} on this server for the estimate…"), \
+                    heavy(TRAINING_BYTES, CALIBRATION_SECONDS, label="the time estimate"):
                 cals = calibrations_for(configs, text, device, train_fn)
                 est = estimate_seconds(configs, cals, vocab, device, train_fn)
     except (AttnInputError, MemoryError) as exc:

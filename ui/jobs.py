@@ -72,6 +72,7 @@ __all__ = [
     "session_alive",
     "session_id",
     "job_tokens",
+    "vocab_band",
     "make_configs",
     "list_runs",
     "load_run",
@@ -234,16 +235,28 @@ class Estimate:
 CALIBRATION_STEPS = 6
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
 _CAL_LOCK = threading.Lock()
+_MEASURING: dict[tuple[Any, ...], threading.Lock] = {}
 
 
 def calibration_key(config: TrainConfig, vocab: int, device: str,
                     train_fn: Callable[..., Any] = train) -> tuple[Any, ...]:
-    """What a calibration stands for: device, model shape, vocabulary size, the attention path
-    (torch's fused kernel or attncore's materialised one, the two speeds a variant can have) and
-    the training function (the character model's ``train`` or another task's runner)."""
+    """What a calibration stands for: device, model shape, vocabulary size (its :func:`vocab_band`), the
+    attention path (torch's fused kernel or attncore's materialised one, the two speeds a variant can
+    have) and the training function (the character model's ``train`` or another task's runner)."""
     c = config
-    return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab, c.variant in FUSED_VARIANTS,
-            c.variant == "gated", f"{train_fn.__module__}.{train_fn.__qualname__}")
+    fn = f"{train_fn.__module__}.{train_fn.__qualname__}"
+    return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab_band(vocab),
+            c.variant in FUSED_VARIANTS, c.variant == "gated", fn)
+
+
+def vocab_band(vocab: int) -> int:
+    """The power of two at or above ``vocab`` (at least 32): a step's time depends on the vocabulary only
+    through the embedding and output layer (d_model x vocab), so corpora whose vocabularies fall in one
+    band share a calibration instead of timing new steps for every upload (issue 32 F11)."""
+    band = 32
+    while band < vocab:
+        band *= 2
+    return band
 
 
 def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRATION_STEPS,
@@ -253,14 +266,25 @@ def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRAT
 
     The step time is the median interval between progress calls after the first step; the
     evaluation time is the last interval less one step; the setup time is what remains of
-    the call's wall time. Cached for the process by :func:`calibration_key`.
+    the call's wall time. Cached for the process by :func:`calibration_key`; a second caller of the
+    same key while it is measured waits for that measurement instead of timing steps of its own.
     """
     vocab = len(set(text))
     key = calibration_key(config, vocab, device, train_fn)
     with _CAL_LOCK:
         hit = _CALIBRATIONS.get(key)
+        measuring = _MEASURING.setdefault(key, threading.Lock())
     if hit is not None:
         return hit
+    with measuring:  # two sessions asking for the same calibration at once: one measures, one waits
+        with _CAL_LOCK:
+            hit = _CALIBRATIONS.get(key)
+        return hit if hit is not None else _measure(config, text, device, steps, train_fn, key)
+
+
+def _measure(config: TrainConfig, text: str, device: str, steps: int, train_fn: Callable[..., TrainResult],
+             key: tuple[Any, ...]) -> Calibration:
+    """One calibration measured (see :func:`calibrate`) and cached under ``key``."""
     n = max(3, int(steps))
     cfg = config.replace(steps=n, warmup=0, eval_every=n)
     marks: list[float] = []
