@@ -23,7 +23,7 @@ import pytest
 
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig
-from tests.chart_data import run_app
+from tests.chart_data import figures, run_app
 from ui import admission, cached, job_panel, jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
 from ui.widgets import FORMULA_START, safe_csv_frame
@@ -422,3 +422,19 @@ def test_a_calibration_is_measured_once_per_what_it_depends_on() -> None:
     assert jobs.vocab_band(40) == jobs.vocab_band(64) == 64 and jobs.vocab_band(65) == 128
     jobs.calibrate(cfg, "".join(chr(65 + i) for i in range(100)), "cpu", train_fn=timed)  # another band
     assert len(calls) == 2
+
+
+# ---------------------------------------------------------------------------- F2 on a page: a repeat draws nothing more
+
+
+def test_repeated_temperatures_draw_the_curves_of_the_distinct_ones() -> None:
+    """F2: 200 repeated ``ent_taus`` drew 2,416 traces; now the page draws what the distinct list draws and
+    writes the distinct list back to the URL."""
+    page = "pages/2_Entropy_vs_length.py"
+    small = {"ent_vary": "temperature", "ent_hi": "8", "ent_q": "4"}
+    plain = run_app(page, timeout=300, **small, ent_taus="0.5,2")
+    repeated = run_app(page, timeout=300, **small, ent_taus=",".join(["0.5", "2"] * 200))
+    assert not plain.exception and not repeated.exception
+    count = lambda at: [(f["layout"]["meta"]["view"], len(f["data"])) for f in figures(at)]  # noqa: E731
+    assert count(repeated) == count(plain) and count(plain)
+    assert repeated.query_params["ent_taus"] == "0.5,2"
