@@ -9,7 +9,9 @@ real-text visitor for transformers' model code (about 3 s) inside their page loa
 starts the Kernels page's memory-measuring helper
 (:func:`attncore.kernels.warm_memory_measurement`). Nothing here touches Streamlit's caches:
 modules that define cached functions (``ui.cached``) are imported by the first script run,
-inside the server's runtime.
+inside the server's runtime. When the server stops, the training queue's worker is stopped and
+joined (:func:`stop_workers`) before the interpreter exits: a daemon thread still inside torch at
+exit can abort the process ("terminate called without an active exception").
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def warm() -> float:
     return time.perf_counter() - t0
 
 
+def stop_workers(timeout: float = 10.0) -> None:
+    """Stop and join the training queue's worker if a page started it (``ui.jobs`` is imported by the
+    first script run, inside the runtime; it is looked up, never imported, here)."""
+    jobs = sys.modules.get("ui.jobs")
+    queue = getattr(jobs, "QUEUE", None)
+    if queue is not None:
+        queue.shutdown(timeout)
+
+
 def main(argv: list[str]) -> int:
     """Warm up, then hand over to ``streamlit run app.py <argv>`` in this process."""
     from streamlit.web import cli
@@ -54,6 +65,8 @@ def main(argv: list[str]) -> int:
         cli.main()
     except SystemExit as exc:  # click ends the process through SystemExit
         return int(exc.code or 0)
+    finally:
+        stop_workers()
     return 0
 
 

@@ -20,7 +20,14 @@ Phases:
 3. interference: one session presses "Run sweep" on a long Entropy sweep (``--sweep``) while
    another redraws the Heatmaps page; its redraw alone against during the sweep;
 4. ``--browsers K`` real Chromium pages (Playwright) during the N=10 phase: time until a
-   chart is visible (skipped when Playwright or Chromium is missing).
+   chart is visible (skipped when Playwright or Chromium is missing);
+5. hostile client (issue 32): ``--hostile N`` ordinary sessions (default 20; 0 skips the phase)
+   tour the pages while one hostile client, again and again, opens the Training lab from issue
+   32's F1 URL (``tr_var``/``tr_lr`` entries repeated thousands of times), presses Run
+   ``--presses`` times in a row, reloads the page (a new session, the same URL) and presses again,
+   then closes the tab mid-job. The ordinary sessions' redraw p50/p95 are compared with idle (the
+   issue asks for p95 within 2x), and the hostile client's presses are counted: accepted, refused
+   with the per-session limit or the full queue.
 
 The server's peak RSS (its whole process tree) is sampled every 0.2 s. Only loopback
 addresses; every phase is bounded in time (``--phase-timeout``) and count.
@@ -137,6 +144,8 @@ class Run:
     chart_s: float | None
     redraw_s: float | None
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    query: str | None = None  # the URL's query the page wrote during this run, if it changed it
 
 
 @dataclass
@@ -245,6 +254,8 @@ class Session:
                     kind = fm.WhichOneof("type")
                     if kind == "new_session":
                         started = True
+                    elif kind == "page_info_changed":
+                        run.query = fm.page_info_changed.query_string
                     elif kind == "navigation":
                         self.pages = {p.page_name or p.url_pathname or "Home": p.page_script_hash
                                       for p in fm.navigation.app_pages}
@@ -257,6 +268,8 @@ class Session:
                             run.errors.append(f"traceback: {el.exception.type}: {el.exception.message[:120]}")
                         elif et == "alert" and el.alert.format == el.alert.ERROR:
                             run.errors.append(f"error box: {el.alert.body[:160]}")
+                        elif et == "alert" and el.alert.format == el.alert.WARNING:
+                            run.warnings.append(el.alert.body[:200])
                         w = _widget(el)
                         if w is not None:
                             widgets[w.id] = w
@@ -381,6 +394,97 @@ async def _interference(port: int, redraws: int, sweep_query: str) -> tuple[list
         return alone, busy, long_run.redraw_s or float("nan")
 
 
+# issue 32's F1 URL: 3,000 x 1,000 repeated entries (17 kB)
+HOSTILE_QUERY = "tr_var=" + ",".join(["relu"] * 3000) + "&tr_lr=" + ",".join(["1"] * 1000)
+
+
+@dataclass
+class Hostile:
+    """What the hostile client did and what the server answered."""
+
+    opens: int = 0
+    presses: int = 0
+    accepted: int = 0
+    refused_session: int = 0
+    refused_full: int = 0
+    reloads: int = 0
+    closed_tabs: int = 0
+    errors: list[str] = field(default_factory=list)
+    open_s: list[float] = field(default_factory=list)
+
+    ignored: int = 0
+
+    def count(self, run: Run, job_before: str) -> str:
+        """One Run press's answer: refused (the page's warning says why), accepted (the page wrote a new
+        job id into its URL) or ignored (no new job and no refusal: the press came while the button was
+        disabled). Returns the job id the URL holds after it."""
+        self.presses += 1
+        self.errors += run.errors
+        said = " ".join(run.warnings)
+        job = _job_id(run.query) if run.query is not None else job_before
+        if "already has" in said:
+            self.refused_session += 1
+        elif "already queued on this server" in said:
+            self.refused_full += 1
+        elif job and job != job_before:
+            self.accepted += 1
+        else:
+            self.ignored += 1
+        return job
+
+
+def _job_id(query: str) -> str:
+    return next((v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "tr_job"), "")
+
+
+async def _hostile_tab(port: int, seed: int, presses: int, h: Hostile, close_mid_job: bool,
+                       job: str = "") -> str:
+    """One tab of the hostile client: open the Training lab from the F1 URL (with ``job``'s id when it
+    reloads a tab that had one), press Run ``presses`` times; the job id its URL holds at the end."""
+    query = HOSTILE_QUERY + (f"&tr_job={job}" if job else "")
+    async with Session(port, seed) as s:
+        await s.rerun("Home", "open", query=query)
+        s.page_hash = s.pages.get("Training lab", "")
+        run = await s.rerun("Training lab", "open hostile URL", query=query)
+        h.opens += 1
+        h.errors += run.errors
+        if run.redraw_s is not None:
+            h.open_s.append(run.redraw_s)
+        job = _job_id(run.query) if run.query is not None else job
+        for _ in range(presses):
+            button = s.buttons.get("Run")
+            if button is None:
+                break
+            job = h.count(await s.rerun("Training lab", "press Run", query=query, press=button), job)
+        if close_mid_job:
+            h.closed_tabs += 1  # leaving the block closes the websocket: a closed tab
+    return job
+
+
+async def _hostile(port: int, deadline: float, presses: int, seed: int) -> Hostile:
+    """Until ``deadline``: a tab pressing Run, its reload pressing again, then a tab closed mid-job."""
+    h = Hostile()
+    i = 0
+    while time.monotonic() < deadline:
+        try:
+            job = await _hostile_tab(port, seed + i, presses, h, close_mid_job=False)
+            h.reloads += 1  # the URL the page wrote, in a new session: a reload
+            await _hostile_tab(port, seed + i + 1, presses, h, close_mid_job=True, job=job)
+        except Exception as exc:  # a refused connection is an answer of the server too
+            h.errors.append(f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(1.0)
+        i += 2
+    return h
+
+
+async def _with_hostile(port: int, n: int, moves: int, timeout: float, seed: int, think: float,
+                        presses: int) -> tuple[list[Run], list[str], Hostile]:
+    ordinary = asyncio.create_task(_many(port, n, moves, timeout, seed, think))
+    hostile = asyncio.create_task(_hostile(port, time.monotonic() + timeout, presses, seed + 10_000))
+    (runs, failures), h = await ordinary, await hostile
+    return runs, failures, h
+
+
 def _browsers(port: int, k: int, out: list[str]) -> None:
     """K real Chromium pages at once: seconds until a chart is visible on each."""
     try:
@@ -416,10 +520,14 @@ def main() -> None:
                     help="seconds a session pauses before each action, on average (0: back to back, "
                          "a stress test; 3: closer to students reading the page)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hostile", type=int, default=20,
+                    help="ordinary sessions beside the hostile client (0: no hostile phase)")
+    ap.add_argument("--presses", type=int, default=5, help="Run presses in a row per hostile tab")
+    ap.add_argument("--no-interference", action="store_true", help="skip the long-sweep phase")
     ap.add_argument("--sweep", default="ent_hi=23&ent_q=256",
                     help="Entropy page URL state of the long sweep (one that waits for its Run button)")
     args = ap.parse_args()
-    counts = [min(MAX_SESSIONS, int(x)) for x in args.sessions.split(",") if x.strip()]
+    counts = [min(MAX_SESSIONS, int(x)) for x in args.sessions.split(",") if x.strip() and int(x) > 0]
 
     server = Server()
     print(f"bench.load: streamlit on {HOST}:{server.port}, {os.cpu_count()} CPUs, load average "
@@ -453,6 +561,24 @@ def main() -> None:
                 print(f"    {line}")
             p50x, p95x = s["p50"] / idle["p50"], s["p95"] / idle["p95"]
             print(f"    redraw against idle: p50 {p50x:.1f}x, p95 {p95x:.1f}x", flush=True)
+        if args.hostile > 0:
+            server.reset_peak()
+            n = min(MAX_SESSIONS, args.hostile)
+            runs, failures, h = asyncio.run(_with_hostile(server.port, n, args.moves, args.phase_timeout,
+                                                          args.seed + 500, args.think, args.presses))
+            s = _summary(f"{n} sessions + hostile", runs, failures, server)
+            p50x, p95x = s["p50"] / idle["p50"], s["p95"] / idle["p95"]
+            print(f"    redraw against idle: p50 {p50x:.1f}x, p95 {p95x:.1f}x (issue 32: p95 within 2x)",
+                  flush=True)
+            print(f"    hostile client: {h.opens} tabs opened from the F1 URL ({len(h.open_s)} drawn, median "
+                  f"{statistics.median(h.open_s) if h.open_s else float('nan'):.2f} s), {h.reloads} reloads, "
+                  f"{h.closed_tabs} tabs closed mid-job; {h.presses} Run presses: {h.accepted} accepted, "
+                  f"{h.refused_session} refused (one job per session), {h.refused_full} refused (queue "
+                  f"full), {h.ignored} ignored (Run disabled); errors {len(h.errors)}", flush=True)
+            for e in h.errors[:5]:
+                print(f"    ! hostile: {e}")
+        if args.no_interference:
+            return
         server.reset_peak()
         alone, busy, sweep_s = asyncio.run(_interference(server.port, 6, args.sweep))
         a = statistics.median([r.redraw_s for r in alone if r.redraw_s]) if alone else float("nan")

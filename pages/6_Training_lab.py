@@ -13,15 +13,16 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import cached, learned, sink_grid, widgets
 from ui import corpus as corpora
-from ui.job_panel import job_panel, run_button, time_estimate
+from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
 from ui.jobs import (
-    MAX_JOB_TOKENS,
+    JOB_ID_PATTERN,
     QUEUE,
     SIZES,
     cache_dir,
     job_tokens,
     list_runs,
     make_configs,
+    session_id,
 )
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -36,10 +37,11 @@ P_STEPS = Param("tr_steps", 200, lo=10, hi=1000)
 P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, *learned.TRAINING_PARAMS,
+P_JOB = Param("tr_job", "", pattern=JOB_ID_PATTERN)  # this page's job: a reloaded page finds it again
+PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS,
           *sink_grid.GRID_PARAMS)
 
-JOB_KEY = "_tr_job"  # this session's job id
+JOB_KEY = P_JOB.key  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
          "models (MiniLM and the character model trained here). This page is about *training* itself: a "
          "small character transformer learns with attention in one of several variants. Four experiments "
@@ -269,11 +271,10 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
     if not variants or not lrs:
         problem = "Pick at least one variant and one learning rate in the sidebar."
     else:
-        configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
-        tokens = job_tokens(configs)
-        if tokens > MAX_JOB_TOKENS:
-            problem = (f"That is {len(configs)} runs and {tokens:,} training tokens; one Run may train at "
-                       f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller size.")
+        try:  # the job's size is checked before its configs are built
+            configs = make_configs(variants, [float(x) for x in lrs], size, int(steps), ctx.seed)
+        except AttnInputError as exc:
+            problem = str(exc)
     if corpus is not None and problem is None:
         try:
             vocab = build_vocab(corpus.text)
@@ -291,13 +292,10 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
-    other = QUEUE.running()
-    if other is not None and other is not QUEUE.get(st.session_state.get(JOB_KEY)):
-        snap = other.snapshot()
-        st.caption(f"Another session's job is training on this server ({snap['label']}, step {snap['step']} "
-                   f"of {snap['total']}); a Run now waits for it.")
+    other_job_caption(QUEUE, (JOB_KEY, learned.JOB_KEY), POLL_S)
     run_button(QUEUE, job_key=JOB_KEY, label="Run", key="tr_run", disabled=bool(problem) or corpus is None,
-               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device),
+               submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
+                                           upload=corpus.uploaded),
                status=job_status, poll_s=POLL_S)
     return corpus
 
@@ -324,10 +322,10 @@ def compare(ctx: PageContext) -> None:
     st.header("Compare kept runs")
     runs = list_runs()
     by_id = {r["id"]: r for r in runs}
-    chosen = [i for i in st.session_state.get(P_CMP.key, []) if i in by_id]
+    chosen = [i for i in st.session_state.get(P_CMP.key, []) if i in by_id][: P_CMP.limit]
     st.session_state[P_CMP.key] = chosen
     ctx.controls.markdown("#### Compare")
-    ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key,
+    ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key, max_selections=P_CMP.limit,
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
@@ -338,7 +336,9 @@ def compare(ctx: PageContext) -> None:
         return
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
-    table = view.runs_table(recs)
+    me = session_id()
+    own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in (JOB_KEY, learned.JOB_KEY)}
+    table = view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
     st.dataframe(table, hide_index=True)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 

@@ -670,7 +670,7 @@ def test_stdlib_corpus_is_deterministic_source_text() -> None:
 def start(at: AppTest) -> Any:
     at.button(key="tr_run").click().run()
     no_errors(at)
-    job = QUEUE.get(at.session_state["_tr_job"])
+    job = QUEUE.get(at.session_state["tr_job"])
     assert job is not None
     return job
 
@@ -920,7 +920,9 @@ def test_estimate_counts_setup_steps_and_evaluations(monkeypatch) -> None:
         # a materialised variant needs its own calibration
         other = make_configs(["softmax1"], [0.003], "tiny", 200, 0)
         assert jobs.estimate_seconds(other, [cal], vocab, "cpu", fake_train) is None
-        assert jobs.estimate_seconds(configs, [cal], vocab + 1, "cpu", fake_train) is None  # another vocabulary
+        # a vocabulary in the same power-of-two band shares the calibration; another band needs its own
+        assert jobs.estimate_seconds(configs, [cal], vocab + 1, "cpu", fake_train) == est
+        assert jobs.estimate_seconds(configs, [cal], jobs.vocab_band(vocab) + 1, "cpu", fake_train) is None
         assert jobs.estimate_seconds(configs, [cal], vocab, "cpu") is None  # timed with another trainer
     finally:
         jobs._CALIBRATIONS.clear()

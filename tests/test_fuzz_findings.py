@@ -87,8 +87,8 @@ def test_a_txt_upload_in_capitals_is_accepted(cache) -> None:
 
 
 RUN_BUTTONS = [  # the live runs, and the tab "A sink forms" (the same job panel, ui.job_panel)
-    ("tr_run", "_tr_job", {"tr_var": "standard", "tr_steps": "10"}, "standard · lr 0.003"),
-    ("sk_run", "_sk_job", {"sk_vars": "standard", "sk_steps": "50"}, "softmax · seed 0"),
+    ("tr_run", "tr_job", {"tr_var": "standard", "tr_steps": "10"}, "standard · lr 0.003"),
+    ("sk_run", "sk_job", {"sk_vars": "standard", "sk_steps": "50"}, "softmax · seed 0"),
 ]
 
 
@@ -159,7 +159,7 @@ def test_a_cache_folder_that_refuses_runs_is_not_called_their_keeper(tmp_path, m
     monkeypatch.delenv(corpora.CORPUS_DIRS_ENV, raising=False)
     at = run_app(TRAINING, tr_var="standard", tr_steps="10")
     at.button(key="tr_run").click().run()
-    job = QUEUE.get(at.session_state["_tr_job"])
+    job = QUEUE.get(at.session_state["tr_job"])
     assert job is not None and QUEUE.wait(job, 120) and job.state == "done", (job and job.state)
     at.run()
     no_errors(at)

@@ -7,7 +7,9 @@ included, take values from their declarations (:func:`tests.page_probe.page_para
 * four fixed states per page: every parameter at its lowest value, at its highest, just above
   the highest (or an unknown option), and just below the lowest;
 * :data:`RANDOM_STATES` seeded random states per page, each parameter left out or set to a limit,
-  a value beyond one, a random valid value or junk (``nan``, ``1e309``, ``٣``, an empty string...).
+  a value beyond one, a random valid value or junk (``nan``, ``1e309``, ``٣``, an empty string...);
+* two hostile states per page (issue 32): every multi-value parameter with its entries repeated
+  :data:`REPEATS` times, and every parameter very long (:data:`LONG` entries or characters).
 
 What must hold, in every state: no exception and no traceback; no unexpected-error box; each bad
 value is named by a notice and nothing else is; the URL the page writes back parses without a
@@ -44,6 +46,9 @@ KNOWN: list[tuple[str, str, str]] = []
 # light one is timed in seconds; the page's own tests time at the full budget.
 FUZZ_KERNEL_FLOPS = 6e10  # the default view (T 128 to 1024, 4 heads, E 64: 5e10) runs; T >= 2048 is refused
 COUNTS: Counter[str] = Counter()
+REPEATS = 300  # a multi-value parameter's entries, each this many times (issue 32's F1 URL repeated 3,000)
+LONG = 5_000  # entries of a long multi-value parameter; characters of a long single value
+NOTICE_CHARS = 400  # the longest URL notice (ui.state quotes 40 characters of a value)
 
 
 # ---------------------------------------------------------------------------- values for one parameter
@@ -55,11 +60,16 @@ def _numeric_options(p: Param) -> bool:
 
 def value_at(p: Param, where: str, rng: random.Random | None = None) -> tuple[str, bool]:
     """A URL string for ``p`` at ``where`` (lo, hi, above, below, valid, junk), and whether it is valid."""
+    if where in ("repeat", "long"):
+        return hostile(p, where)
     if where == "junk":
         assert rng is not None
         raw = rng.choice(JUNK)
         ok, _ = _parses(p, raw)
         return raw, ok
+    if p.pattern is not None:  # an id kept in the URL (a job's): the default, one that matches, or junk
+        return {"lo": (p.default, True), "hi": ("0" * 32, True), "valid": ("f" * 32, True),
+                "above": ("zz", False), "below": ("-", False)}[where]
     if p.multi:
         opts = [str(o) for o in p.options] if p.options is not None else ["a", "b"]
         if where == "valid":
@@ -100,6 +110,21 @@ def value_at(p: Param, where: str, rng: random.Random | None = None) -> tuple[st
             "valid": "2, 3"}[where], True
 
 
+def hostile(p: Param, where: str) -> tuple[str, bool]:
+    """Issue 32's URLs: ``repeat``, a multi-value parameter's entries each :data:`REPEATS` times (a
+    notice says the repeats were dropped); ``long``, :data:`LONG` distinct entries (more than any
+    list takes) or, for a single value, :data:`LONG` characters (free text excepted: the page's own
+    parser judges it)."""
+    if p.multi:
+        opts = [str(o) for o in p.options] if p.options is not None else ["a", "b"]
+        if where == "repeat":
+            return ",".join(opts * REPEATS), False
+        return ",".join([*opts, *(f"x{i}" for i in range(LONG))]), False
+    if free_text(p):
+        return "2, 3", True
+    return "9" * LONG, False
+
+
 def _parses(p: Param, raw: str) -> tuple[bool, Any]:
     value, note = p.parse(raw)
     return note is None, value
@@ -119,12 +144,19 @@ def state_for(script: str, plan: dict[str, str], rng: random.Random | None = Non
 
 
 def free_text(p: Param) -> bool:
-    return p.options is None and p.kind is str
+    return p.options is None and p.kind is str and p.pattern is None
 
 
 def fixed_plans(script: str) -> list[tuple[str, dict[str, str]]]:
     keys = [p.key for p in page_params(script) if p.key != "device"]  # the device: its own tests
     return [(where, dict.fromkeys(keys, where)) for where in ("lo", "hi", "above", "below")]
+
+
+def hostile_plans(script: str) -> list[tuple[str, dict[str, str]]]:
+    """Every multi-value parameter repeated; every parameter (the device's excepted) very long."""
+    params = [p for p in page_params(script) if p.key != "device"]
+    multi = {p.key: "repeat" for p in params if p.multi}
+    return [("repeat", multi)] * bool(multi) + [("long", {p.key: "long" for p in params})]
 
 
 def random_plans(script: str) -> list[tuple[str, dict[str, str]]]:
@@ -151,7 +183,8 @@ def names(key: str, text: str) -> bool:
     ui.state.Param.parse; a page's own notices, e.g. a layer beyond this model's, are not these)."""
     k = re.escape(key)
     return bool(re.search(rf"^URL value {k}=|^{k} must be a finite number|^{k}=.* is (?:below|above) its limit"
-                          rf"|^{k}=.* is not one of|^unknown entries in {k} were dropped", text))
+                          rf"|^{k}=.* is not one of|^unknown entries in {k} were dropped|^repeated entries in {k} were dropped"
+                          rf"|^{k} takes at most \d+ entries", text))
 
 
 def check_state(script: str, label: str, url: dict[str, str], bad: set[str]) -> None:
@@ -165,6 +198,7 @@ def check_state(script: str, label: str, url: dict[str, str], bad: set[str]) -> 
     assert not any("Something went wrong" in e for e in errors), (label, url, errors)
     # each bad value is named by a notice; a good one never is
     found = notices(at)
+    assert all(len(n) <= NOTICE_CHARS for n in found), (label, [n[:200] for n in found])
     for p in page_params(script):
         if p.key not in url:
             continue
@@ -191,6 +225,7 @@ def check_state(script: str, label: str, url: dict[str, str], bad: set[str]) -> 
 
 
 CASES = [(script, label, plan) for script in ALL_PAGES for label, plan in (*fixed_plans(script),
+                                                                            *hostile_plans(script),
                                                                             *random_plans(script))]
 
 

@@ -113,7 +113,8 @@ def test_overall_sentence_and_guo_et_al() -> None:
 def test_no_sink_verdict_without_learning_the_task() -> None:
     runs = base_runs(copy_loss=1.5)
     lines = lines_for(runs, "softmax")
-    assert lines[0].startswith("softmax did not learn the task in 0 of 3 seeds")
+    assert lines[0].startswith("softmax learned the task in 0 of 3 seeds (")  # issue 32 F8: not "did not learn … in 0"
+    assert "did not learn" not in lines[0]
     assert lines[1].startswith("No sink verdict for softmax")
     assert "learned the task in 0/3 seeds only, so no sink verdict" in verdicts(summarise(runs))["overall"][0]
     ok = lines_for(base_runs(), "softmax")[0]
@@ -232,7 +233,7 @@ def check_null_attention_verdicts(d: dict[str, Any]) -> None:
     judged = verdicts(sm, (d.get("sizes") or {}).get("window"))
     for label, s in sm.items():
         lines = judged[label]
-        assert lines[0].startswith(f"{label} {'did not learn' if s['n_learned'] == 0 else 'learned'} the task in "
+        assert lines[0].startswith(f"{label} learned the task in "
                                    f"{s['n_learned']} of {s['n_usable']} seed")
         if s["n_usable"] and s["n_learned"] == s["n_usable"]:
             n, k = s["n_usable"], s["n_sink"]
@@ -315,3 +316,13 @@ def test_the_sink_verdict_reads_the_mean_of_the_last_three_points() -> None:
     shipped_gated = summarise(shipped()["runs"])["gated"]
     assert shipped_gated["n_sink"] == 0 and shipped_gated["n_transient"] == 1
     assert [p["transient"] for p in shipped_gated["per_seed"]] == [False, False, True]
+
+
+def test_a_repeated_seed_counts_once() -> None:
+    """Issue 32 F2: ``sk_vars=standard,standard`` trained each seed twice and counted the copies as seeds
+    ('0 of 4 seeds', a standard error too small); a seed counts once, with the numbers of its first run."""
+    runs = [fake_run("standard", k, bos_other=0.9 + jitter(k)) for k in range(2)]
+    twice = runs + [fake_run("standard", k, bos_other=0.2) for k in range(2)]
+    once, doubled = summarise(runs)["softmax"], summarise(twice)["softmax"]
+    assert doubled["n"] == 2 and doubled["seeds"] == [0, 1]
+    assert doubled["bos_other"] == once["bos_other"]

@@ -43,6 +43,7 @@ from attncore.training import io as _training_io
 from attncore.training import null_attention as _null
 from attncore.training import sink_grid as _sink_grid
 from attncore.training import sink_verdicts as _sink_verdicts
+from ui.admission import admit
 
 __all__ = [
     "SWEEP_POINTS",
@@ -428,6 +429,9 @@ def kernel_memory(spec: _kernels.KernelSpec, lengths: tuple[int, ...],
 
 # ---------------------------------------------------------------------------- Evidence page (issue 24)
 
+EVIDENCE_SLOW_BYTES = 512 * 1024**2  # a slower claim's admission estimate: a model or a gradient sweep
+EVIDENCE_SLOW_SECONDS = 5.0
+
 
 @st.cache_data(max_entries=512, show_spinner=False)
 def evidence_measurement(key: str, device: str, seed: int, dtype: str,
@@ -435,7 +439,11 @@ def evidence_measurement(key: str, device: str, seed: int, dtype: str,
     """One claim's test (:mod:`attncore.evidence`) on this device, seed and dtype. ``results_stamp`` (the
     shipped results' latest modification time) makes a rewritten result file count as new input."""
     c = _evidence.claim(key)
-    return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)
+    # The slower claims (timings, models, the gradient sweep: seconds each) queue in the server's admission
+    # control like sweeps do, so that several sessions measuring them at once do not starve other pages.
+    nbytes, seconds = (EVIDENCE_SLOW_BYTES, EVIDENCE_SLOW_SECONDS) if c.slow else (0, 0.0)
+    with admit(nbytes, seconds, label=f"the Evidence measurement {key}"):
+        return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)
 
 
 

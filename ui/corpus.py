@@ -50,10 +50,12 @@ STDLIB_MODULES: tuple[str, ...] = ("argparse.py", "difflib.py", "textwrap.py", "
 
 @dataclass(frozen=True)
 class Corpus:
-    """A training text and where it came from (``name`` is shown on the page)."""
+    """A training text and where it came from (``name`` is shown on the page; ``uploaded``: a user's file,
+    whose name only the session that uploaded it sees in the kept runs)."""
 
     name: str
     text: str
+    uploaded: bool = False
 
 
 def stdlib_corpus() -> Corpus:
@@ -94,7 +96,7 @@ def decode_text(name: str, data: bytes) -> Corpus:
         text = text[1:]
     if not text.strip():
         raise AttnInputError(f"{name} holds only white space; a corpus needs text to learn from.")
-    return Corpus(name, text)
+    return Corpus(name, text, uploaded=True)
 
 
 def corpus_dirs() -> list[Path]:

@@ -6,6 +6,10 @@ The Training lab's live runs and its "A sink forms" tab both plan, start and fol
 :func:`run_button` with their own submission, and :func:`job_panel` (called from a fragment that
 reruns every second while the job is active) with their own live chart and their own view of the
 finished runs.
+
+A page keeps its job's id in a URL parameter (``tr_job``, ``sk_job``): a reloaded page (a new
+session) finds its job there and takes it back (:meth:`ui.jobs.JobQueue.adopt`), with Stop and
+its result, instead of calling it another session's job.
 """
 
 from __future__ import annotations
@@ -18,11 +22,22 @@ import streamlit as st
 
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig, train
-from ui.jobs import Job, JobQueue, calibration_cached, calibrations_for, estimate_seconds
+from ui.admission import heavy
+from ui.jobs import (
+    TRAINING_BYTES,
+    Job,
+    JobQueue,
+    calibration_cached,
+    calibrations_for,
+    estimate_seconds,
+    session_id,
+)
 from ui.text import plain
 from ui.views.training import calibration_text, duration
 
-__all__ = ["job_panel", "run_button", "time_estimate"]
+__all__ = ["job_panel", "other_job_caption", "run_button", "time_estimate"]
+
+CALIBRATION_SECONDS = 5.0  # the admission estimate of measuring one job's calibrations (0.8 to 52 s seen)
 
 
 def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device: str,
@@ -43,7 +58,9 @@ def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device
         if est is None:
             if queue.running() is not None:
                 return " The time estimate is measured when no training job is running."
-            with st.spinner(f"Timing {timing} on this server for the estimate…"):
+            # a few real training steps (up to tens of seconds): they queue in the admission control
+            with st.spinner(f"Timing {timing} on this server for the estimate…"), \
+                    heavy(TRAINING_BYTES, CALIBRATION_SECONDS, label="the time estimate"):
                 cals = calibrations_for(configs, text, device, train_fn)
                 est = estimate_seconds(configs, cals, vocab, device, train_fn)
     except (AttnInputError, MemoryError) as exc:
@@ -55,15 +72,19 @@ def time_estimate(queue: JobQueue, configs: list[TrainConfig], text: str, device
 
 def run_button(queue: JobQueue, *, job_key: str, label: str, key: str, disabled: bool,
                submit: Callable[[], Job], status: Callable[[str, bool], None], poll_s: float) -> None:
-    """The Run button (disabled while this session's job, kept under ``st.session_state[job_key]``, is
-    active), then ``status(job_id, polling)`` in a fragment that reruns every ``poll_s`` seconds while the
-    job is active. ``submit()`` queues the job; a full queue is said in plain words."""
+    """The Run button (disabled while this session's job, kept under ``st.session_state[job_key]``, the key
+    of a URL parameter, is active; a job found there that another session started, the page before a
+    reload, is taken back), then ``status(job_id, polling)`` in a fragment that reruns every ``poll_s``
+    seconds while the job is active. ``submit()`` queues the job; a full queue is said in plain words."""
     job = queue.get(st.session_state.get(job_key))
+    me = session_id()
+    if job is not None and job.active and job.owner != me:
+        queue.adopt(job, me)  # the page was reloaded (a new session): its job is this page's again
     busy = job is not None and job.active
     if st.button(label, key=key, type="primary", icon=":material/play_arrow:", disabled=disabled or busy):
         try:
             job = submit()
-        except AttnInputError as exc:  # the queue is full
+        except AttnInputError as exc:  # the queue is full, or this session has its share of jobs
             st.warning(plain(exc), icon=":material/hourglass_disabled:")
         else:
             st.session_state[job_key] = job.id
@@ -121,4 +142,31 @@ def job_panel(
     if snap["state"] == "failed":
         st.error(plain(snap["error"] or "The run failed."), icon=":material/error:")
     elif snap["state"] == "cancelled":
-        st.caption(f"Stopped: {len(records)} of {snap['n_runs']} runs kept ({stopped_keeps}).")
+        why = f" because {snap['stop_reason']}" if snap.get("stop_reason") else ""
+        st.caption(f"Stopped{why}: {len(records)} of {snap['n_runs']} runs kept ({stopped_keeps}).")
+
+
+def other_job_caption(queue: JobQueue, job_keys: tuple[str, ...], poll_s: float) -> None:
+    """'Another session's job is training…' when the running job is none of this session's (its owner is
+    another session and its id is under none of ``job_keys``), in a fragment that reruns every ``poll_s``
+    seconds while that job runs, so that its step stays current; when it has ended the page reruns once."""
+    me = session_id()
+
+    def others() -> Job | None:
+        job = queue.running()
+        mine = {st.session_state.get(k) for k in job_keys}
+        return None if job is None or job.owner == me or job.id in mine else job
+
+    polling = others() is not None
+
+    def caption() -> None:
+        job = others()
+        if job is None:
+            if polling:
+                st.rerun()  # it has ended: redraw the page once (stops this polling)
+            return
+        snap = job.snapshot()
+        st.caption(f"Another session's job is training on this server ({plain(snap['label'])}, step "
+                   f"{snap['step']} of {snap['total']}); a Run now waits for it.")
+
+    st.fragment(run_every=poll_s if polling else None)(caption)()

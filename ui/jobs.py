@@ -11,10 +11,18 @@ Finished runs are kept as small JSON files (config + curves, no weights) in the 
 ``~/.cache/attention-lab/runs``). A folder that cannot be written (read-only, full) costs
 nothing but the listing: the run stays in memory for this server's lifetime and the job
 carries a plain note.
+
+One browser session cannot crowd out the others (issue 32): it may have at most
+:func:`jobs_per_session` jobs queued or running (``ATTNLAB_JOBS_PER_SESSION``, default 1); a job
+stops at :func:`job_seconds` (``ATTNLAB_JOB_SECONDS``, default 900 s); a job whose session has
+ended (its tab closed, and no reloaded page took the job back within :data:`ENDED_GRACE_S`
+seconds) is cancelled. A finished job keeps its records, not its corpus text. :meth:`JobQueue.shutdown`
+stops and joins the worker (at interpreter exit, and from ``serve.py``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -37,6 +45,10 @@ from ui.admission import admit
 
 __all__ = [
     "CACHE_DIR_ENV",
+    "ENDED_GRACE_S",
+    "JOB_ID_PATTERN",
+    "JOB_SECONDS_ENV",
+    "JOBS_PER_SESSION_ENV",
     "MAX_JOB_TOKENS",
     "MAX_QUEUE",
     "MAX_RUNS_LISTED",
@@ -55,7 +67,12 @@ __all__ = [
     "estimate_seconds",
     "eval_points",
     "flops_per_token",
+    "job_seconds",
+    "jobs_per_session",
+    "session_alive",
+    "session_id",
     "job_tokens",
+    "vocab_band",
     "make_configs",
     "list_runs",
     "load_run",
@@ -71,6 +88,66 @@ MAX_RUNS_LISTED = 200
 MAX_RUN_FILE_BYTES = 2 * 1024**2
 TRAINING_BYTES = 512 * 1024**2  # a small model, its optimiser state and a batch: its admission estimate
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+JOB_ID_PATTERN = r"[0-9a-f]{32}"  # a job's id (uuid4 hex): what a page keeps in its URL to find its job again
+JOBS_PER_SESSION_ENV = "ATTNLAB_JOBS_PER_SESSION"
+JOB_SECONDS_ENV = "ATTNLAB_JOB_SECONDS"
+DEFAULT_JOBS_PER_SESSION = 1
+DEFAULT_JOB_SECONDS = 900.0
+ENDED_GRACE_S = 30.0  # a session gone this long (no reload took its job back) has ended
+ALIVE_CHECK_S = 1.0  # how often a running job asks whether its session is still there
+
+
+def _env_number(name: str, default: float, lo: float) -> float:
+    try:
+        v = float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+    return max(lo, v) if v == v else default
+
+
+def jobs_per_session() -> int:
+    """Jobs one browser session may have queued or running (``ATTNLAB_JOBS_PER_SESSION``, default 1)."""
+    return int(_env_number(JOBS_PER_SESSION_ENV, DEFAULT_JOBS_PER_SESSION, 1))
+
+
+def job_seconds() -> float:
+    """The time cap of one job, seconds (``ATTNLAB_JOB_SECONDS``, default 900): it stops there, keeping
+    the runs it finished."""
+    return _env_number(JOB_SECONDS_ENV, DEFAULT_JOB_SECONDS, 1.0)
+
+
+_TOKEN = "_attnlab_session_token"
+
+
+def session_id() -> str:
+    """This browser session, as ``<runtime session id>:<token>`` ('' outside a script run: scripts and
+    tests own no session). The token, kept in the session's state, tells apart sessions that share a
+    runtime id (AppTest gives every app the same one)."""
+    try:
+        import streamlit as st
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+    except ImportError:  # pragma: no cover - streamlit is a dependency of ui
+        return ""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is None:
+        return ""
+    token = st.session_state.setdefault(_TOKEN, uuid.uuid4().hex)
+    return f"{ctx.session_id}:{token}"
+
+
+def session_alive(owner: str) -> bool:
+    """Whether the server's runtime still has the session of ``owner`` (a :func:`session_id`) connected
+    (True without a runtime, as in AppTest and scripts, where nothing can tell)."""
+    sid = owner.rpartition(":")[0]
+    if not sid:
+        return True
+    try:
+        from streamlit.runtime import Runtime
+    except ImportError:  # pragma: no cover
+        return True
+    if not Runtime.exists():
+        return True
+    return Runtime.instance().is_active_session(sid)
 
 
 # ---------------------------------------------------------------------------- sizes and time
@@ -86,11 +163,24 @@ MAX_JOB_TOKENS = 1_000_000  # training tokens per Run press, all runs together
 
 def make_configs(variants: Sequence[str], lrs: Sequence[float], size: str, steps: int,
                  seed: int) -> list[TrainConfig]:
-    """One TrainConfig per (variant, learning rate), in that order; evaluation 20 times per run."""
+    """One TrainConfig per distinct (variant, learning rate), in that order; evaluation 20 times per run.
+
+    The job's size (runs x steps x batch x context tokens) is checked against :data:`MAX_JOB_TOKENS`
+    from the counts alone, before any config is built: AttnInputError when it is over (a URL can list
+    thousands of entries; building their product first would exhaust the server's memory).
+    """
     shape = SIZES[size]
-    return [TrainConfig(variant=v, lr=float(lr), steps=steps, warmup=min(100, steps // 10),
+    variants = list(dict.fromkeys(variants))  # a repeat would train the same run twice
+    rates = list(dict.fromkeys(float(lr) for lr in lrs))
+    runs = len(variants) * len(rates)
+    tokens = runs * steps * shape["batch"] * shape["context"]
+    if tokens > MAX_JOB_TOKENS:
+        raise AttnInputError(f"That is {runs:,} runs and {tokens:,} training tokens; one Run may train at "
+                             f"most {MAX_JOB_TOKENS:,}. Pick fewer steps, variants or rates, or a smaller "
+                             "size.")
+    return [TrainConfig(variant=v, lr=lr, steps=steps, warmup=min(100, steps // 10),
                         eval_every=max(1, steps // 20), seed=seed, **shape)
-            for v in variants for lr in lrs]
+            for v in variants for lr in rates]
 
 
 def job_tokens(configs: Sequence[TrainConfig]) -> int:
@@ -145,16 +235,28 @@ class Estimate:
 CALIBRATION_STEPS = 6
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
 _CAL_LOCK = threading.Lock()
+_MEASURING: dict[tuple[Any, ...], threading.Lock] = {}
 
 
 def calibration_key(config: TrainConfig, vocab: int, device: str,
                     train_fn: Callable[..., Any] = train) -> tuple[Any, ...]:
-    """What a calibration stands for: device, model shape, vocabulary size, the attention path
-    (torch's fused kernel or attncore's materialised one, the two speeds a variant can have) and
-    the training function (the character model's ``train`` or another task's runner)."""
+    """What a calibration stands for: device, model shape, vocabulary size (its :func:`vocab_band`), the
+    attention path (torch's fused kernel or attncore's materialised one, the two speeds a variant can
+    have) and the training function (the character model's ``train`` or another task's runner)."""
     c = config
-    return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab, c.variant in FUSED_VARIANTS,
-            c.variant == "gated", f"{train_fn.__module__}.{train_fn.__qualname__}")
+    fn = f"{train_fn.__module__}.{train_fn.__qualname__}"
+    return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab_band(vocab),
+            c.variant in FUSED_VARIANTS, c.variant == "gated", fn)
+
+
+def vocab_band(vocab: int) -> int:
+    """The power of two at or above ``vocab`` (at least 32): a step's time depends on the vocabulary only
+    through the embedding and output layer (d_model x vocab), so corpora whose vocabularies fall in one
+    band share a calibration instead of timing new steps for every upload (issue 32 F11)."""
+    band = 32
+    while band < vocab:
+        band *= 2
+    return band
 
 
 def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRATION_STEPS,
@@ -164,14 +266,25 @@ def calibrate(config: TrainConfig, text: str, device: str, steps: int = CALIBRAT
 
     The step time is the median interval between progress calls after the first step; the
     evaluation time is the last interval less one step; the setup time is what remains of
-    the call's wall time. Cached for the process by :func:`calibration_key`.
+    the call's wall time. Cached for the process by :func:`calibration_key`; a second caller of the
+    same key while it is measured waits for that measurement instead of timing steps of its own.
     """
     vocab = len(set(text))
     key = calibration_key(config, vocab, device, train_fn)
     with _CAL_LOCK:
         hit = _CALIBRATIONS.get(key)
+        measuring = _MEASURING.setdefault(key, threading.Lock())
     if hit is not None:
         return hit
+    with measuring:  # two sessions asking for the same calibration at once: one measures, one waits
+        with _CAL_LOCK:
+            hit = _CALIBRATIONS.get(key)
+        return hit if hit is not None else _measure(config, text, device, steps, train_fn, key)
+
+
+def _measure(config: TrainConfig, text: str, device: str, steps: int, train_fn: Callable[..., TrainResult],
+             key: tuple[Any, ...]) -> Calibration:
+    """One calibration measured (see :func:`calibrate`) and cached under ``key``."""
     n = max(3, int(steps))
     cfg = config.replace(steps=n, warmup=0, eval_every=n)
     marks: list[float] = []
@@ -348,6 +461,17 @@ class Job:
     namer: Callable[[TrainConfig], str] | None = None
     probes: list[dict[str, Any]] = field(default_factory=list)
     submitted: float = field(default_factory=time.time)
+    # Who asked (a Streamlit session id, '' for none), whether the corpus was an upload (its name is then
+    # shown to that session only), the corpus's length (the text itself is dropped when the job ends),
+    # why it stopped when it was not the Stop button, and the clocks of the time cap and of the owner's
+    # absence.
+    owner: str = ""
+    upload: bool = False
+    chars: int = 0
+    stop_reason: str | None = None
+    started: float | None = None
+    gone_since: float | None = None
+    checked: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -365,7 +489,7 @@ class Job:
                 "label": (self.namer or run_label)(cfg), "step": self.step, "total": self.total,
                 "probes": list(self.probes),
                 "batch_loss": list(self.batch_loss), "eval_steps": list(self.eval_steps),
-                "eval_loss": list(self.eval_loss), "corpus": self.corpus,
+                "eval_loss": list(self.eval_loss), "corpus": self.corpus, "stop_reason": self.stop_reason,
                 "tokens_per_s": self.step * cfg.batch * cfg.context / elapsed if elapsed > 0 else 0.0,
                 "configs": [c.to_dict() for c in self.configs],
             }
@@ -380,7 +504,8 @@ def _record(job: Job, result: TrainResult, index: int) -> dict[str, Any]:
         "job": job.id,
         "label": run_label(result.config),
         "corpus": job.corpus,
-        "corpus_chars": len(job.text),
+        "corpus_kind": "upload" if job.upload else "server",
+        "corpus_chars": job.chars or len(job.text),
         **curves,
     }
 
@@ -388,9 +513,13 @@ def _record(job: Job, result: TrainResult, index: int) -> dict[str, Any]:
 class JobQueue:
     """One worker thread, first come first served; ``train_fn`` is attncore's ``train``."""
 
-    def __init__(self, train_fn: Callable[..., TrainResult] = train, store: Path | None = None) -> None:
+    def __init__(self, train_fn: Callable[..., TrainResult] = train, store: Path | None = None,
+                 alive: Callable[[str], bool] = session_alive) -> None:
+        """``alive(session_id)``: whether a job's session is still there (the runtime's session manager)."""
         self._train = train_fn
         self._store = store
+        self._alive = alive
+        self._stopping = False
         self._cond = threading.Condition()
         self._waiting: list[Job] = []
         self._running: Job | None = None
@@ -401,16 +530,28 @@ class JobQueue:
     # -- asking
     def submit(self, configs: list[TrainConfig], text: str, *, corpus: str, device: str,
                runner: Callable[..., Any] | None = None,
-               namer: Callable[[TrainConfig], str] | None = None) -> Job:
-        """Queue a job (``runner``/``namer``: see :class:`Job`); AttnInputError when nothing is asked or the
-        queue is full."""
+               namer: Callable[[TrainConfig], str] | None = None, owner: str | None = None,
+               upload: bool = False) -> Job:
+        """Queue a job (``runner``/``namer``: see :class:`Job`; ``owner``: the session, by default the one
+        running this script; ``upload``: the corpus was uploaded); AttnInputError when nothing is asked,
+        the session already has :func:`jobs_per_session` active jobs, or the queue is full."""
         if not configs:
             raise AttnInputError("pick at least one variant and one learning rate.")
+        owner = session_id() if owner is None else owner
         with self._cond:
+            if self._stopping:
+                raise AttnInputError("the server is shutting down; no new training job starts.")
+            self._drop_ended()
+            limit = jobs_per_session()
+            if owner and sum(j.owner == owner and j.active for j in self._jobs.values()) >= limit:
+                raise AttnInputError(f"This page already has {limit} training job{'s' if limit != 1 else ''} "
+                                     "queued or running (the limit per session on this server); stop it or "
+                                     "wait for it to finish, then run again.")
             if len(self._waiting) + (self._running is not None) >= MAX_QUEUE:
                 raise AttnInputError(f"{MAX_QUEUE} training jobs are already queued on this server; "
                                      "try again when one has finished.")
-            job = Job(uuid.uuid4().hex, list(configs), text, corpus, device, runner=runner, namer=namer)
+            job = Job(uuid.uuid4().hex, list(configs), text, corpus, device, runner=runner, namer=namer,
+                      owner=owner, upload=upload, chars=len(text))
             self._jobs[job.id] = job
             self._waiting.append(job)
             if self._thread is None or not self._thread.is_alive():
@@ -418,6 +559,78 @@ class JobQueue:
                 self._thread.start()
             self._cond.notify_all()
         return job
+
+    def adopt(self, job: Job, owner: str) -> None:
+        """A reloaded page (a new session) takes its job back: the job is ``owner``'s from now on."""
+        with self._cond:
+            job.owner = owner
+            job.gone_since = None
+
+    def owned(self, owner: str) -> list[Job]:
+        """The jobs of session ``owner`` still known to the queue (active and finished), oldest first."""
+        with self._cond:
+            return [j for j in self._jobs.values() if owner and j.owner == owner]
+
+    def _ended(self, job: Job, now: float) -> bool:
+        """Whether ``job``'s session has been gone for :data:`ENDED_GRACE_S` (caller holds the lock or is the
+        worker); a session seen again resets the clock."""
+        if not job.owner or self._alive(job.owner):
+            job.gone_since = None
+            return False
+        if job.gone_since is None:
+            job.gone_since = now
+        return now - job.gone_since >= ENDED_GRACE_S
+
+    def _drop_ended(self) -> None:
+        """Cancel the queued jobs whose session has ended (caller holds the lock)."""
+        now = time.monotonic()
+        for job in [j for j in self._waiting if self._ended(j, now)]:
+            self._waiting.remove(job)
+            self._finish(job, "cancelled", "the page that started it was closed")
+
+    @staticmethod
+    def _finish(job: Job, state: str, reason: str | None = None) -> None:
+        """End ``job``: its state, why (when it was not the Stop button), and its corpus text dropped."""
+        with job._lock:
+            job.state = state
+            if reason and job.stop_reason is None:
+                job.stop_reason = reason
+            job.text = ""  # the runs keep what the result view needs; the corpus may be megabytes
+
+    def _should_stop(self, job: Job) -> bool:
+        """The cancel callback of a running job: Stop, the time cap, or its session gone."""
+        if job.cancel_requested:
+            return True
+        now = time.monotonic()
+        if job.started is not None and now - job.started > job_seconds():
+            job.stop_reason = f"it reached the time limit of {job_seconds():.0f} s per job on this server"
+            job.cancel_requested = True
+            return True
+        if now - job.checked >= ALIVE_CHECK_S:
+            job.checked = now
+            if self._ended(job, now):
+                job.stop_reason = "the page that started it was closed"
+                job.cancel_requested = True
+                return True
+        return False
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the worker (the server is stopping): queued jobs are cancelled, the running one stops before
+        its next step, and the worker thread is joined; True when it has ended within ``timeout`` s."""
+        with self._cond:
+            self._stopping = True
+            for job in self._waiting:
+                self._finish(job, "cancelled", "the server stopped")
+            self._waiting.clear()
+            if self._running is not None:
+                self._running.stop_reason = self._running.stop_reason or "the server stopped"
+                self._running.cancel_requested = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
 
     def get(self, job_id: str | None) -> Job | None:
         with self._cond:
@@ -445,7 +658,7 @@ class JobQueue:
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
-                job.state = "cancelled"
+                self._finish(job, "cancelled")
             job.cancel_requested = True
 
     def unsaved(self) -> list[dict[str, Any]]:
@@ -464,24 +677,33 @@ class JobQueue:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting:
+                while not self._waiting and not self._stopping:
                     self._cond.wait()
+                if self._stopping:
+                    return
+                self._drop_ended()
+                if not self._waiting:
+                    continue
                 job = self._waiting.pop(0)
                 self._running = job
                 job.state = "running"
+                job.started = time.monotonic()
+            state, error = "done", None
             try:
                 self._run(job)
+                state = "cancelled" if job.cancel_requested else "done"
             except AttnInputError as exc:
-                job.error = str(exc)
-                job.state = "failed"
+                state, error = "failed", str(exc)
             except MemoryError:
-                job.error = "That run needs more memory than this machine has; pick a smaller size."
-                job.state = "failed"
+                state = "failed"
+                error = "That run needs more memory than this machine has; pick a smaller size."
             except Exception as exc:  # the worker must survive anything
                 log.exception("training job %s failed", job.id)
-                job.error = f"The run stopped with an unexpected error ({type(exc).__name__}: {exc})."
-                job.state = "failed"
+                state = "failed"
+                error = f"The run stopped with an unexpected error ({type(exc).__name__}: {exc})."
             finally:
+                job.error = error
+                self._finish(job, state)
                 with self._cond:
                     self._running = None
                     # Finished jobs stay readable by id; keep the newest 64.
@@ -523,7 +745,7 @@ class JobQueue:
                         job.probes.append({"step": step, **probe})
 
             result = (job.runner or self._train)(cfg, job.text, device=job.device, progress=progress,
-                                                 cancel=lambda: job.cancel_requested)
+                                                 cancel=lambda: self._should_stop(job))
             rec = _record(job, result, i)
             del result  # the model: only curves are kept
             try:
@@ -537,7 +759,7 @@ class JobQueue:
                         job.notes.append(str(exc))
             with job._lock:
                 job.records.append(rec)
-        job.state = "cancelled" if job.cancel_requested else "done"
 
 
 QUEUE = JobQueue()
+atexit.register(QUEUE.shutdown)  # join the worker before the interpreter tears torch down (issue 32 F9)

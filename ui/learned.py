@@ -46,6 +46,7 @@ from ui import cached, sink_grid, widgets
 from ui.corpus import Corpus
 from ui.job_panel import job_panel, run_button, time_estimate
 from ui.jobs import (
+    JOB_ID_PATTERN,
     MAX_JOB_TOKENS,
     QUEUE,
     SIZES,
@@ -69,7 +70,8 @@ P_LSTEPS = Param("sk_steps", 600, lo=50, hi=2000)
 P_LLAYERS = Param("sk_layers", 1, lo=1, hi=3)
 P_LHEADS = Param("sk_heads", "1", options=("1", "2", "4"))
 P_LLR = Param("sk_lr", "0.01", options=("0.001", "0.003", "0.01", "0.03"))
-TRAINING_PARAMS = (P_LVARS, P_LB0, P_LSEEDS, P_LSTEPS, P_LLAYERS, P_LHEADS, P_LLR)
+P_LJOB = Param("sk_job", "", pattern=JOB_ID_PATTERN)  # this tab's job: a reloaded page finds it again
+TRAINING_PARAMS = (P_LVARS, P_LB0, P_LSEEDS, P_LSTEPS, P_LLAYERS, P_LHEADS, P_LLR, P_LJOB)
 
 DEFAULT_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."
 P_FIX = Param("snk_lfix", "softmax1", options=FIXES)
@@ -78,7 +80,7 @@ P_LEN = Param("snk_llen", 64, lo=8, hi=MAX_VIEW_TOKENS)
 P_TEXT = Param("snk_ltext", DEFAULT_TEXT)
 SINKS_PARAMS = (P_FIX, P_SRC, P_LEN, P_TEXT)
 
-JOB_KEY = "_sk_job"
+JOB_KEY = P_LJOB.key
 POLL_S = 1.0
 WIDTH, CONTEXT, BATCH = 64, 64, 64  # the shipped experiment's model and batch
 MEDIUM = TrainConfig(**SIZES["medium"])
@@ -229,7 +231,7 @@ def live_configs(c: dict[str, Any], seed: int) -> list[TrainConfig]:
                         batch=BATCH, steps=c["steps"], warmup=min(50, c["steps"] // 10), lr=c["lr"],
                         eval_every=max(5, c["steps"] // 12), seed=seed + k,
                         sink_init=c["b0"] if v == "sink_logit" else 0.0)
-            for k in range(c["seeds"]) for v in c["variants"]]
+            for k in range(c["seeds"]) for v in dict.fromkeys(c["variants"])]  # a repeat would train twice
 
 
 def job_flops(configs: list[TrainConfig], vocab: int) -> float:
@@ -274,7 +276,7 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
         st.warning(plain(problem), icon=":material/block:")
     run_button(QUEUE, job_key=JOB_KEY, label="Run on the task", key="sk_run", disabled=bool(problem),
                submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
-                                           runner=train_and_test, namer=bbm_label),
+                                           runner=train_and_test, namer=bbm_label, upload=corpus.uploaded),
                status=job_status, poll_s=POLL_S)
 
 

@@ -12,15 +12,24 @@ a copied URL reproduces the view.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
-__all__ = ["Param", "init", "sync_url", "value"]
+__all__ = ["MAX_FREE_ITEMS", "QUOTE_CHARS", "Param", "init", "quote", "sync_url", "value"]
 
 _PERSIST = "_attnlab_persist"
+MAX_FREE_ITEMS = 16  # entries of a multi-value parameter without options, unless it declares its own cap
+QUOTE_CHARS = 40  # characters of a URL value a notice quotes before "…"
+
+
+def quote(v: Any, n: int = QUOTE_CHARS) -> str:
+    """``repr(v)`` for a notice, cut to ``n`` characters and "…" (a URL value may be 60,000 long)."""
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= n else text[:n] + "…"
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,12 @@ class Param:
         default: value when neither the URL nor the session says otherwise.
         lo, hi: inclusive numeric bounds (int / float params).
         options: allowed values (str params, or each item of a list param).
-        multi: the value is a tuple of options (comma-separated in the URL).
+        multi: the value is a tuple of options (comma-separated in the URL): distinct entries, in
+            the order given, at most :attr:`limit` of them.
+        pattern: a str param's allowed values, as a regular expression the whole value must match
+            (an id kept in the URL); the default is always allowed.
+        max_items: the most entries a multi-value parameter takes (default: the number of its
+            options, else :data:`MAX_FREE_ITEMS`).
     """
 
     key: str
@@ -41,6 +55,15 @@ class Param:
     hi: float | None = None
     options: tuple[Any, ...] | None = None
     multi: bool = False
+    max_items: int | None = None
+    pattern: str | None = None
+
+    @property
+    def limit(self) -> int:
+        """The most entries a multi-value parameter takes."""
+        if self.max_items is not None:
+            return self.max_items
+        return len(self.options) if self.options is not None else MAX_FREE_ITEMS
 
     @property
     def kind(self) -> type:
@@ -67,35 +90,50 @@ class Param:
                 v, note = self.clamp(float(raw))
             else:
                 v, note = raw, None
+                if self.pattern is not None and raw != self.default and not re.fullmatch(self.pattern, raw):
+                    raise ValueError(raw)
             return (v, note) if note else self._check_option(v)
         except (ValueError, OverflowError):
-            return self.default, f"URL value {self.key}={raw!r} is not valid; using {self.default!r}."
+            return self.default, f"URL value {self.key}={quote(raw)} is not valid; using {self.default!r}."
 
     def clamp(self, v: Any) -> tuple[Any, str | None]:
         """Clamp a number into [lo, hi]; NaN falls back to the default."""
         if isinstance(v, float) and not math.isfinite(v):
             return self.default, f"{self.key} must be a finite number; using {self.default!r}."
         if self.lo is not None and v < self.lo:
-            return self.kind(self.lo), f"{self.key}={v} is below its limit {self.lo:g}; using {self.lo:g}."
+            return self.kind(self.lo), (f"{self.key}={quote(v)} is below its limit {self.lo:g}; "
+                                        f"using {self.lo:g}.")
         if self.hi is not None and v > self.hi:
-            return self.kind(self.hi), f"{self.key}={v} is above its limit {self.hi:g}; using {self.hi:g}."
+            return self.kind(self.hi), (f"{self.key}={quote(v)} is above its limit {self.hi:g}; "
+                                        f"using {self.hi:g}.")
         return v, None
 
     def _check_option(self, v: Any) -> tuple[Any, str | None]:
         if self.options is not None and v not in self.options:
             return self.default, (
-                f"{self.key}={v!r} is not one of {', '.join(map(str, self.options))}; "
+                f"{self.key}={quote(v)} is not one of {', '.join(map(str, self.options))}; "
                 f"using {self.default!r}."
             )
         return v, None
 
     def _check_multi(self, items: tuple[Any, ...]) -> tuple[Any, str | None]:
-        if self.options is None:
+        """Distinct entries in the order given, unknown ones dropped, at most :attr:`limit` kept; one
+        notice says what was dropped. A repeated entry would train (or draw) the same thing twice."""
+        distinct = tuple(dict.fromkeys(items))
+        notes = []
+        if len(distinct) < len(items):
+            notes.append(f"repeated entries in {self.key} were dropped (each counts once)")
+        kept = distinct
+        if self.options is not None:
+            kept = tuple(i for i in distinct if i in self.options)
+            if len(kept) != len(distinct):
+                notes.append(f"unknown entries in {self.key} were dropped")
+        if len(kept) > self.limit:
+            kept = kept[: self.limit]
+            notes.append(f"{self.key} takes at most {self.limit} entries; the first {self.limit} are used")
+        if not notes:
             return items, None
-        kept = tuple(i for i in items if i in self.options)
-        if len(kept) != len(items):
-            return kept or self.default, f"unknown entries in {self.key} were dropped."
-        return items, None
+        return kept or self.default, "; ".join(notes) + "."
 
     def encode(self, v: Any) -> str:
         """The URL string for a value."""

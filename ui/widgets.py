@@ -18,6 +18,7 @@ __all__ = [
     "caption_compute",
     "csv_download",
     "multiselect",
+    "safe_csv_frame",
     "number",
     "radio",
     "select",
@@ -112,13 +113,32 @@ def text_area(p: Param, label: str, *, help: str | None = None, height: int | No
     return str(value(p))
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that starts so as a formula
+
+
+def _inert(v: Any) -> Any:
+    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def safe_csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell (and column name) that a spreadsheet would run as a formula (it starts
+    with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) prefixed with ``'``, which makes it text;
+    numbers are left as they are (a negative number is a number, not a formula)."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(_inert)
+    out.columns = [_inert(c) for c in out.columns]
+    return out
+
+
 def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str, *,
                  label: str = "Download CSV", key: str | None = None, where: Any = st) -> None:
     """A CSV download button. Pass a callable to build the frame only when clicked."""
 
     def payload() -> bytes:
         df = data() if callable(data) else data
-        return df.to_csv(index=False).encode("utf-8")
+        return safe_csv_frame(df).to_csv(index=False).encode("utf-8")
 
     where.download_button(label, data=payload if callable(data) else payload(), file_name=filename,
                           mime="text/csv", key=key or f"dl_{filename}", on_click="ignore",

@@ -277,8 +277,7 @@ def learned_sentence(s: dict[str, Any]) -> str:
     div = "".join(f" Seed {seed} diverged at step {at}." for seed, at in s["diverged"])
     if n == 0:
         return f"{s['label']}: every seed diverged.{div}"
-    word = "did not learn the task" if k == 0 else "learned the task"
-    return f"{s['label']} {word} in {k} of {n} seed{'s' if n != 1 else ''} ({nums}).{div}"
+    return f"{s['label']} learned the task in {k} of {n} seed{'s' if n != 1 else ''} ({nums}).{div}"
 
 
 def compare_sentence(s: dict[str, Any], soft: dict[str, Any]) -> str:

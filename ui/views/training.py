@@ -8,7 +8,7 @@ streamlit calls. Every verdict sentence is computed from the numbers it quotes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ __all__ = [
     "record_name",
     "runs_frame",
     "runs_table",
+    "shown_corpus",
     "scaling_figure",
     "scaling_measured",
     "scaling_verdict",
@@ -752,8 +753,22 @@ def compare_figure(records: Sequence[dict[str, Any]], *, view: str = "tr-compare
     return _view(fig, view)
 
 
-def runs_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per kept run: what it was and how it ended."""
+OTHER_UPLOAD = "another session's upload"
+UNMARKED = "not shown (kept before uploads were marked)"
+
+
+def shown_corpus(rec: dict[str, Any], own_jobs: Collection[str] | None) -> str:
+    """The corpus name a session may see for a kept run: its own runs' and the server's corpora (built in,
+    a corpus folder) by name; another session's upload, or a run kept before uploads were marked, not
+    (an upload's name is its owner's: issue 32). ``own_jobs`` None: every name (a script, no session)."""
+    name = str(rec.get("corpus", ""))
+    if own_jobs is None or rec.get("job") in own_jobs or rec.get("corpus_kind") == "server":
+        return name
+    return OTHER_UPLOAD if rec.get("corpus_kind") == "upload" else UNMARKED
+
+
+def runs_table(records: Sequence[dict[str, Any]], own_jobs: Collection[str] | None = None) -> pd.DataFrame:
+    """One row per kept run: what it was and how it ended (the corpus as :func:`shown_corpus` says)."""
     rows = []
     for rec in records:
         c = rec["config"]
@@ -766,6 +781,6 @@ def runs_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "best val step": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[1],
             "diverged at": "" if rec.get("diverged_at") is None else rec["diverged_at"],
             "stopped": bool(rec.get("cancelled")), "tokens/s": round(float(rec.get("tokens_per_s", 0.0))),
-            "device": rec.get("device", ""), "corpus": rec.get("corpus", ""),
+            "device": rec.get("device", ""), "corpus": shown_corpus(rec, own_jobs),
         })
     return pd.DataFrame(rows)
