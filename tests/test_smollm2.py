@@ -40,6 +40,10 @@ def test_the_real_model_is_a_grouped_query_llama(smollm2: LoadedModel) -> None:
     # tied embeddings survive the copy: the output layer is the input embedding
     assert torch.equal(lm.model.lm_head.weight, lm.model.model.embed_tokens.weight)
     assert bundled.converted_copy() is not None  # later loads read the copy
+    from attncore.kernels import SHAPE_PRESETS  # the Kernels page's preset is this model's attention
+
+    p = SHAPE_PRESETS["smollm2"]
+    assert (p.heads, p.kv_heads, p.head_dim, p.mask, p.label) == (9, 3, cfg.head_dim, "causal", lm.description)
     saved = json.loads((bundled.converted_copy() / "config.json").read_text())
     assert "quantization_config" not in saved
 
