@@ -143,7 +143,7 @@ def _split(x: Tensor, heads: int) -> Tensor:
     return x[0].reshape(L, heads, D // heads).transpose(0, 1).float().cpu().contiguous()
 
 
-def _capture_bert(lm: LoadedModel, text: str) -> HeadVectors:
+def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> HeadVectors:
     mods = _self_attentions(lm.model)
     if len(mods) != lm.layers:
         raise AttnInputError(
@@ -151,7 +151,7 @@ def _capture_bert(lm: LoadedModel, text: str) -> HeadVectors:
             f"and value layers) and from the character transformer; this model has {len(mods)} such "
             f"layers for {lm.layers} attention layers."
         )
-    enc = tokenize(lm, text)
+    enc = tokenize(lm, text, max_tokens)
     L = enc.length
     H = lm.heads
     E = int(mods[0].attention_head_size)
@@ -238,14 +238,15 @@ def capture_char(model: CharTransformer, text: str) -> HeadVectors:
                        output=stack["o"], scale=scale, causal=True)
 
 
-def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module]) -> HeadVectors:
+def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
+                     max_tokens: int | None = None) -> HeadVectors:
     """q, k (after rotary positions), v and each head's output of a Llama/Qwen-family decoder.
 
     Hooks read the projections' outputs (``q_norm`` / ``k_norm`` outputs where the family normalises
     q and k, as Qwen3 does), the rotary angles the attention module receives, and the merged heads
     entering ``o_proj``; rotary positions are applied with the family's own ``apply_rotary_pos_emb``.
     """
-    enc = tokenize(lm, text)
+    enc = tokenize(lm, text, max_tokens)
     L, H, Hkv = enc.length, lm.heads, lm.kv_heads or lm.heads
     E = int(getattr(mods[0], "head_dim", 0) or lm.model.config.hidden_size // H)
     check_bytes(capture_bytes(lm.layers, H, L, E, E), "the q, k and v vectors of every head",
@@ -309,11 +310,11 @@ def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module]) -> HeadV
                        causal=True, kv_heads=Hkv)
 
 
-def capture(lm: LoadedModel, text: str) -> HeadVectors:
+def capture(lm: LoadedModel, text: str, max_tokens: int | None = None) -> HeadVectors:
     """Run ``lm`` once on ``text`` and keep every head's q, k, v and output.
 
-    ``text`` is read as :func:`attncore.models.run_text` reads it (same cut and truncation, so
-    the tokens match its attention maps); for the character transformer it must hold only
+    ``text`` is read as :func:`attncore.models.run_text` reads it (same cut and truncation to
+    ``max_tokens``, so the tokens match its attention maps); for the character transformer it must hold only
     vocabulary characters (:func:`attncore.training.known_text`). Raises
     :class:`AttnInputError` for a model whose q, k and v cannot be read, and
     :class:`attncore.errors.ResourceLimitError` before running when the vectors would not fit.
@@ -322,5 +323,5 @@ def capture(lm: LoadedModel, text: str) -> HeadVectors:
         return capture_char(lm.model, text)
     mods = attention_modules(lm.model)
     if mods and len(mods) == lm.layers:
-        return _capture_decoder(lm, text, mods)
-    return _capture_bert(lm, text)
+        return _capture_decoder(lm, text, mods, max_tokens)
+    return _capture_bert(lm, text, max_tokens)

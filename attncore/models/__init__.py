@@ -37,7 +37,15 @@ from attncore.models.bundled import (  # noqa: E402
     converted_copy,
     model_cache_dir,
 )
-from attncore.models.capture import TextAttention, Tokenized, run_text, token_kinds, tokenize  # noqa: E402
+from attncore.models.capture import (  # noqa: E402
+    HeadSummary,
+    TextAttention,
+    Tokenized,
+    run_text,
+    summary_of,
+    token_kinds,
+    tokenize,
+)
 from attncore.models.folders import (  # noqa: E402
     MAX_MODEL_BYTES,
     MODEL_DIRS_ENV,
@@ -71,6 +79,7 @@ __all__ = [
     "MODEL_DIRS_ENV",
     "SMOLLM2",
     "Bundled",
+    "HeadSummary",
     "LoadedModel",
     "Progress",
     "TextAttention",
@@ -84,6 +93,7 @@ __all__ = [
     "model_cache_dir",
     "resolve_model_folder",
     "run_text",
+    "summary_of",
     "token_kinds",
     "tokenize",
     "wrap_model",

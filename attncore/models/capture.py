@@ -24,7 +24,7 @@ from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
 
 __all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
-           "run_text",
+           "run_text", "summary_of",
            "summarize", "token_kinds", "tokenize"]
 
 THUMB = 24  # side of the block-mean thumbnail of every head kept for the layers x heads overview
@@ -68,6 +68,13 @@ def _stack_summary(rows: list[tuple[Tensor, ...]]) -> HeadSummary:
     parts = [torch.stack([r[i] for r in rows]) for i in range(5)]
     return HeadSummary(first=parts[0], previous=parts[1], entropy=parts[2], max_weight=parts[3],
                        thumbs=parts[4])
+
+
+def summary_of(att: TextAttention) -> HeadSummary:
+    """``att.summary``, or computed from its maps (every layer kept) for a model that gave none."""
+    if att.summary is not None:
+        return att.summary
+    return _stack_summary([summarize(att.attentions[n]) for n in range(att.attentions.shape[0])])
 
 
 def decoder_pass_bytes(lm: LoadedModel, L: int, kept_layers: int) -> int:
