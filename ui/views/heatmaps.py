@@ -477,7 +477,7 @@ def generation_figure(weights: np.ndarray, prompt: Sequence[str], new: Sequence[
                                hoverongaps=False, colorbar={"thickness": 12, "title": {"text": "weight"}},
                                hovertemplate="predicting %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>"))
     fig.add_vline(x=P - 0.5, line={"color": PALETTE[7], "dash": "dash", "width": 1})
-    fig.update_yaxes(autorange="reversed", title="generated token (its predicting query)")
+    fig.update_yaxes(autorange="reversed", title="new token")
     fig.update_xaxes(title="key (prompt | generated)", tickangle=-60)
     style(fig, height=int(min(900, 160 + 22 * T)))
     return fig.update_layout(meta={"view": "rt-gen", "layer": int(layer), "head": int(head)})
