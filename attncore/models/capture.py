@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from attncore.budget import check_bytes, check_limit, fmt_count
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
+from attncore.models.modules import attention_modules
 
 __all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
            "run_text", "summary_of",
@@ -304,19 +305,6 @@ def _all_maps(lm: LoadedModel, inputs: dict[str, Tensor], L: int) -> Tensor:
     if attn.dim() != 4 or attn.shape[-1] != L or attn.shape[-2] != L:
         raise AttnInputError(f"{lm.name} returned attentions of shape {tuple(attn.shape)}, not (N, H, L, L).")
     return attn
-
-
-def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The self-attention modules of a Llama/Qwen-family decoder in layer order (``model.layers[i].self_attn``
-    with ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``); empty for other architectures."""
-    base = getattr(model, "model", model)
-    blocks = getattr(base, "layers", None)
-    if blocks is None:
-        return []
-    mods = [getattr(b, "self_attn", None) for b in blocks]
-    ok = all(m is not None and all(isinstance(getattr(m, n, None), nn.Linear)
-                                   for n in ("q_proj", "k_proj", "v_proj", "o_proj")) for m in mods)
-    return mods if ok and mods else []  # type: ignore[return-value]
 
 
 def _kept_maps(lm: LoadedModel, inputs: dict[str, Tensor],

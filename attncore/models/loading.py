@@ -18,6 +18,7 @@ from attncore.errors import AttnInputError
 from attncore.models import bundled as _bundled
 from attncore.models.bundled import BUNDLED_MODELS, SMOLLM2, Progress
 from attncore.models.folders import resolve_model_folder
+from attncore.models.modules import attention_modules
 
 __all__ = [
     "MAX_DECODER_TOKENS",
@@ -212,8 +213,6 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str, path: str = "", device:
     model_limit = _model_limit(cfg, tokenizer, MAX_DECODER_TOKENS if causal else MAX_TOKENS)
     # an encoder keeps every map (its limit is the cell cap); a Llama/Qwen-family decoder reads up to
     # MAX_DECODER_TOKENS and past the cell cap keeps per-head summaries and the shown layer's maps
-    from attncore.models.capture import attention_modules
-
     long_ok = causal and len(attention_modules(model)) == layers
     limit = model_limit if long_ok else min(model_limit, cell_cap)
     if min(limit, cell_cap) < 2:
