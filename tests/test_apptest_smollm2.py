@@ -145,3 +145,19 @@ def test_a_long_text_keeps_the_summaries_and_the_shown_layer(lm: LoadedModel) ->
     small = thumbs.reshape(30, 9, 12, 2, 12, 2).mean((3, 5))
     r, c = meta["rows"][20], meta["cols"][7]
     np.testing.assert_allclose(z[r:r + 12, c:c + 12], small[20, 7].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_sinks_page_cuts_smollm2_text_where_every_map_fits(lm: LoadedModel) -> None:
+    """The Attention sinks page needs every layer's maps: a text past 394 tokens is cut there with a note,
+    and the first-token mass per layer x head equals attncore's on the cut text."""
+    from attncore.sinks import sink_report
+
+    text = " ".join(["The cat sat on the mat."] * 70)
+    at = run_app("pages/4_Attention_sinks.py", timeout=900, snk_view="model", snk_model="smollm2", snk_text=text)
+    no_errors(at)
+    att = run_text(lm, text, max_tokens=lm.full_map_limit)
+    assert att.all_maps and len(att.tokens) == lm.full_map_limit == 394 and att.dropped > 0
+    assert any(f"truncated to the first {lm.full_map_limit}" in i.value for i in at.info)
+    rep = sink_report(att.attentions, att.categories(), causal=True, eps=0.3)
+    np.testing.assert_allclose(decode(trace(figure(at, "snk-mass-first"))["z"]), rep.mass["first"].numpy(),
+                               rtol=1e-5, atol=1e-6)
