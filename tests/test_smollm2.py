@@ -165,3 +165,17 @@ def test_real_grouped_query_capture_and_generation(smollm2: LoadedModel) -> None
     for t in range(len(g.new)):
         row = torch.stack([a[0, :, P - 1 + t, : P + t] for a in full])  # (N, H, P + t)
         torch.testing.assert_close(g.attentions[t, :, :, : P + t], row, atol=1e-4, rtol=0)
+
+
+def test_conversion_progress_follows_the_dequantised_tensors() -> None:
+    """transformers walks the GGUF tensors through its module's ``tqdm``: while converting, that name reports
+    each 8th tensor as progress from lo to hi, and is restored afterwards."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    seen: list[tuple[float, str]] = []
+    original = gguf_utils.tqdm
+    with bundled._tensor_progress(lambda f, m: seen.append((f, m)), 0.5, 0.85):
+        assert list(gguf_utils.tqdm(range(20), desc="x")) == list(range(20))
+    assert gguf_utils.tqdm is original
+    assert [f for f, _ in seen] == pytest.approx([0.5 + 0.35 * i / 20 for i in (0, 8, 16)])
+    assert seen[1][1] == "dequantising the 4-bit weights: tensor 9 of 20"
