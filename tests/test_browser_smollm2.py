@@ -1,7 +1,7 @@
 """Real-browser test of SmolLM2-135M-Instruct (4-bit (Q4_1) weights dequantised to float32) on Heatmaps:
 the layers x heads overview draws with its three key/value groups, and a real mouse click on a tile opens
 that head (the URL, the sliders and the big map follow); the next-token chart and the generation map draw.
-Screenshots: test-artifacts/smollm2-overview.png, smollm2-generation.png."""
+Screenshots: test-artifacts/smollm2-top.png, smollm2-overview.png, smollm2-generation.png."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def test_overview_tile_click_opens_the_head_and_generation_draws(page: Page, app
     open_page(page, url, timeout_s=600)
     assert_clean(page)
     expect(page.get_by_text("SmolLM2-135M-Instruct · layer 0 · head 0")).to_be_visible()
+    screenshot(page, "smollm2-top")
     for v in ("rt-overview", "rt-heads", "rt-dec-next", "rt-gen"):
         assert v in views(page), views(page)
     meta = json.loads(page.evaluate(META_JS, "rt-overview"))
