@@ -60,6 +60,13 @@ def test_smollm2_views_equal_attncore_and_moving_never_reruns_the_forward(
                  rt_head="4", rt_tok="2")
     no_errors(at)
     att = real(lm, TEXT)
+    from ui.realtext import model_sentence
+    from ui.text import plain
+
+    sentence = model_sentence(lm)
+    assert "SmolLM2-135M-Instruct, 4-bit (Q4_1) weights dequantised to float32: 30 layers × 9 query heads sharing " \
+           "3 key/value heads (grouped-query attention: 3 query heads per group), width 576, head dim 64" in sentence
+    assert plain(sentence) in [c.value for c in at.caption]
     np.testing.assert_allclose(decode(trace(figure(at, "rt-weights"))["z"]), att.attentions[3, 4].numpy(),
                                rtol=1e-5, atol=1e-6)
     check_causal_token(at, lm, att, 3, 4, 2)
