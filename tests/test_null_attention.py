@@ -286,7 +286,7 @@ def test_the_measured_box_prints_small_weights_with_their_digits() -> None:
     from ui.views.learned_sinks import measured_text
 
     def entry(mean: float, se: float) -> dict[str, Any]:
-        return {"n_sink": 0, "n_usable": 3, "bos_other": {"mean": mean, "se": se}}
+        return {"n_sink": 0, "n_usable": 3, "bos_end": {"mean": mean, "se": se}}
 
     text = measured_text({"softmax1": entry(3.4e-4, 1.0e-4), "sigmoid": entry(7.7e-6, 4e-6),
                           "ReLU": entry(0.0, 0.0), "softmax": {**entry(0.904, 0.074), "n_sink": 3}})
@@ -294,6 +294,32 @@ def test_the_measured_box_prints_small_weights_with_their_digits() -> None:
     assert "sigmoid 0/3 seeds with a sink (BOS weight 7.7e-06 ± 4e-06)" in text
     assert "ReLU 0/3 seeds with a sink (BOS weight 0.00 ± 0.00)" in text  # exactly zero in every seed
     assert "softmax 3/3 seeds with a sink (BOS weight 0.90 ± 0.07)" in text
+
+
+def test_the_measured_numbers_are_the_end_weight_the_sink_rule_reads() -> None:
+    """Audit: the 'This run measured' box and the Evidence sink rows printed the BOS weight at the last
+    evaluation point (softmax 0.90, gated 0.13) beside a sink count decided by the mean of the last 3 points
+    (0.88, 0.14). A seed whose last point alone is above 0.3 must print its end weight, below 0.3."""
+    from attncore.evidence.shipped import BIAS_REMOVES_SINKS, SINKS_LEARNED, _sinks
+    from attncore.training.null_attention import summarise
+    from tests.test_sink_verdicts import grun
+    from ui.views.learned_sinks import measured_text
+
+    curve = {"standard": [0.1, 0.2, 0.25, 0.25, 0.31], "softmax1": [0.1, 0.05, 0.04, 0.03, 0.02]}
+    runs = []
+    for variant, c in curve.items():
+        for seed in range(3):
+            r = grun(variant, seed, 1e-2, "rotary", c, steps=200)
+            runs.append(r)
+    sm = summarise(runs)
+    end = sum(curve["standard"][-3:]) / 3  # 0.27: no sink, though the last point reads 0.31
+    assert sm["softmax"]["n_sink"] == 0 and sm["softmax"]["bos_other"]["mean"] == pytest.approx(0.31)
+    text = measured_text(sm)
+    assert f"softmax 0/3 seeds with a sink (BOS weight {end:.2f} ± 0.00)" in text, text
+    m = _sinks.__wrapped__({"experiment": "null_attention", "runs": runs, "sizes": {"config": {"n_layer": 1}}})  # the reader, on these runs
+    assert m.num("bos:softmax") == pytest.approx(end)
+    for claim in (SINKS_LEARNED, BIAS_REMOVES_SINKS):
+        assert f"softmax 0/3 seeds, BOS weight {end:.2f}" in claim.describe(m)
 
 
 def test_the_sink_verdict_reads_the_mean_of_the_last_three_points() -> None:

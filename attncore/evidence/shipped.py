@@ -449,7 +449,7 @@ def _sinks(d: dict[str, Any]) -> Measurement | str:
         return "null_attention.json has no softmax run."
     vals: dict[str, object] = {"labels": "|".join(summary), "eps": SINK_THRESHOLD}
     for label, s in summary.items():
-        bos, nowhere = s["bos_other"], s["nowhere_other"]
+        bos, nowhere = s["bos_end"], s["nowhere_other"]  # bos: the end weight the sink rule reads
         vals.update(
             {
                 f"variant:{label}": s["variant"],
@@ -465,7 +465,7 @@ def _sinks(d: dict[str, Any]) -> Measurement | str:
     vals["size"] = _size_words(
         {k: v for k, v in ((d.get("sizes") or {}).get("config") or {}).items() if k != "steps"}
     )
-    se = {f"bos:{label}": s["bos_other"]["se"] or 0.0 for label, s in summary.items()}
+    se = {f"bos:{label}": s["bos_end"]["se"] or 0.0 for label, s in summary.items()}
     header, grid = load_grid()
     vals["cells"] = grid_cells(header, grid, d)  # every (variant, setting) cell, read whole by sink_verdict
     return Measurement(vals, se, basis=SHIPPED, scale=_scale(d) + " (the Bigram-Backcopy task)")

@@ -334,13 +334,19 @@ def softmax_verdict(cells: tuple[Cell, ...] | list[Cell]) -> ClaimVerdict:
         return "; ".join(f"{c.setting.text()} ({c.sinks_text()}; end weight {interval_text(c.end)})"
                          for c in cs)
 
+    # "every setting tried" only where every setting tried entered the verdict; else the settings judged
+    judged = len(held) + len(failed) + len(mixed)
+    where = "" if not skipped else (
+        f" where it learned the task ({judged} of the {judged + len(skipped)} settings tried)")
+    every, none = (("setting tried", "the settings tried") if not where else
+                   ("setting" + where, "the settings" + where))
     if not held and not failed and not mixed:
         kind = "untested"
         text = "No softmax cell learned the task yet, so no setting tests whether a sink forms."
     elif held and not failed and not mixed:
-        kind, text = "every", f"Softmax forms a sink at every setting tried: {items(held)}."
+        kind, text = "every", f"Softmax forms a sink at every {every}: {items(held)}."
     elif not held and not mixed:
-        kind, text = "none", f"Softmax forms a sink at none of the settings tried: {items(failed)}."
+        kind, text = "none", f"Softmax forms a sink at none of {none}: {items(failed)}."
     else:
         kind = "some"
         parts = [f"Softmax forms a sink at some settings only: in every seed at {items(held)}" if held else
@@ -350,8 +356,8 @@ def softmax_verdict(cells: tuple[Cell, ...] | list[Cell]) -> ClaimVerdict:
         if failed:
             parts.append(f"in none at {items(failed)}")
         text = "; ".join(parts) + "."
-    headline = {"every": "Softmax forms a sink at every setting tried.",
-                "none": "Softmax forms a sink at none of the settings tried.",
+    headline = {"every": f"Softmax forms a sink at every {every}.",
+                "none": f"Softmax forms a sink at none of {none}.",
                 "some": "Softmax forms a sink at some settings only."}.get(kind, text)
     headline = headline[:-1] + _so_far(cells, (SOFTMAX,)) + "." if kind != "untested" else headline
     text += _skipped_text(skipped) + _partial(cells, (SOFTMAX,))

@@ -25,6 +25,7 @@ from attncore.training.null_attention import (
     table_rows,
     verdicts,
 )
+from attncore.training.sink_stats import LAST_POINTS
 from ui import figures
 from ui.figures import PALETTE, Band, Curve, Panel
 from ui.views.sinks import bars_with_theory
@@ -240,16 +241,18 @@ def verdict_lines(summary: dict[str, dict[str, Any]], window: int | None) -> dic
 
 
 def measured_text(summary: dict[str, dict[str, Any]]) -> str:
-    """One clause per variant: seeds with a sink at the end, and the BOS weight from non-trigger positions."""
+    """One clause per variant: seeds with a sink at the end, and the end weight that decided it (the BOS
+    weight from non-trigger positions averaged over the last evaluation points, as the sink rule reads it)."""
     parts = []
     for label, s in summary.items():
-        if s["bos_other"]["mean"] is None:
+        if s["bos_end"]["mean"] is None:
             parts.append(f"{label}: no finished run")
             continue
-        w = mean_se_text(s["bos_other"])  # the verdicts' digits: no '0.00 ± 0.00' for a small non-zero weight
+        w = mean_se_text(s["bos_end"])  # the verdicts' digits: no '0.00 ± 0.00' for a small non-zero weight
         parts.append(f"{label} {s['n_sink']}/{s['n_usable']} seeds with a sink (BOS weight {w})")
     return ("; ".join(parts) + f". A sink: non-trigger positions put more than {SINK_THRESHOLD:g} of their "
-            "weight on BOS at the end of training; ± is one standard error over seeds.")
+            f"weight on BOS, averaged over the last {LAST_POINTS} evaluation points; ± is one standard error "
+            "over seeds.")
 
 
 # ---------------------------------------------------------------------------- live runs
