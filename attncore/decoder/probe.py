@@ -27,7 +27,6 @@ from torch import Tensor
 
 from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
-from attncore.sinks import sink_scores
 
 __all__ = [
     "LOCAL_KEYS",
@@ -135,13 +134,13 @@ def forward_bytes(shape: DecoderShape, L: int, weights: bool = True, maps: int =
 
     The logits and their log-softmax (2 L V), the residual stream and the MLP's activations
     (about 12 L D), the residual kept per layer ((N + 1) L D), the mask (L^2), one layer's weights
-    with the hook's temporaries (6 H L^2), the
+    with the hook's temporary (3 H L^2), the
     summaries (6 N H L) and the kept maps (``maps`` L^2).
     """
     cells = (2.0 * L * shape.vocab + (12.0 + shape.layers + 1) * L * shape.hidden + L * L
              + 6.0 * shape.layers * shape.heads * L)
     if weights:
-        cells += 6.0 * shape.heads * L * L
+        cells += 3.0 * shape.heads * L * L
     cells += maps * float(L) * L
     return 4.0 * cells
 
@@ -221,19 +220,23 @@ def _first(out: Any) -> Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-def _entropy_rest(w: Tensor) -> Tensor:
-    """(H, L, L) weights -> (H, L) entropy of each row without key 0, renormalised (q = w[1:] / r).
+def _row_entropies(w: Tensor) -> tuple[Tensor, Tensor]:
+    """(H, L, S) weights -> (H, L) entropy of each row, and (H, L) the same without key 0, renormalised.
 
-    NaN for query 0 (no other key) and for rows with (almost) no weight off key 0.
+    One (H, L, S) temporary: with ``t_j = p_j ln p_j`` and ``r = sum_{j>0} p_j``, the renormalised entropy
+    is ``-(sum_{j>0} t_j) / r + ln r`` (sums taken directly, so nothing cancels when p_0 is near 1). NaN
+    for query 0 (no other key) and rows with (almost) no weight off key 0.
     """
-    rest = w[..., 1:]  # (H, L, L - 1)
-    r = rest.sum(dim=-1, keepdim=True)  # (H, L, 1)
-    ok = r[..., 0] > 1e-6
-    q = rest / r.clamp_min(1e-30)
-    out = -torch.special.xlogy(q, q).sum(dim=-1)  # (H, L)
-    out = torch.where(ok, out.clamp_min(0.0), torch.full_like(out, math.nan))
-    out[..., 0] = math.nan
-    return out
+    t = torch.special.xlogy(w, w)  # (H, L, S)
+    ent = -t.sum(dim=-1)  # (H, L)
+    rest_t = t[..., 1:].sum(dim=-1)  # (H, L)
+    r = w[..., 1:].sum(dim=-1)  # (H, L)
+    ok = r > 1e-6
+    rs = torch.where(ok, r, torch.ones_like(r))
+    rest = (-rest_t / rs + torch.log(rs)).clamp_min(0.0)
+    rest = torch.where(ok, rest, torch.full_like(rest, math.nan))
+    rest[..., 0] = math.nan
+    return ent, rest
 
 
 def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weights: bool = True,
@@ -272,6 +275,7 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
     if allowed.shape != (L, L) or allowed.dtype != torch.bool:
         raise AttnInputError(f"the mask must be ({L}, {L}) bool; got {tuple(allowed.shape)} {allowed.dtype}.")
     allowed = allowed.to(dev)
+    seen = allowed.sum(dim=0).clamp_min(1).to(torch.float32)  # (L,) queries that see each key
     N = shape.layers
     keep: dict[str, list[Tensor | None]] = {k: [None] * N for k in (
         "alpha", "entropy", "entropy_rest", "first", "local", "stripe", "value")}
@@ -289,11 +293,13 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
                 raise AttnInputError("the model returned no attention weights: load it with eager attention "
                                      "(attn_implementation='eager') to measure heads.")
             w = w[0].float()  # (H, L, L)
-            keep["alpha"][i] = sink_scores(w, allowed).cpu()  # (H, L)
-            ent = -torch.special.xlogy(w, w).sum(dim=-1)  # (H, L)
+            # masked keys get exactly 0 weight, so a column sum over the queries that see the key is
+            # the sum over all queries: no (H, L, L) product with the mask
+            keep["alpha"][i] = (w.sum(dim=-2) / seen).cpu()  # (H, L)
+            ent, ent_rest = _row_entropies(w)  # (H, L) each
             w0 = w[..., 0]  # (H, L)
             keep["entropy"][i] = ent.cpu()
-            keep["entropy_rest"][i] = _entropy_rest(w).cpu()
+            keep["entropy_rest"][i] = ent_rest.cpu()
             keep["first"][i] = w0.cpu()
             loc = torch.zeros_like(w0)
             for d in range(min(LOCAL_KEYS, L)):

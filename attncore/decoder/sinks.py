@@ -200,9 +200,9 @@ def sink_variants(model: Any, ids: Tensor, texts: Sequence[str], *, other_first:
 
     "as written" (tokens 0..length-1), "another first token" (token 0 replaced by ``other_first``) and
     "shifted by s" (tokens s..s+length-1: the first token is a different, mid-text token). ``ids`` (1, T)
-    needs ``T >= length + shift``.
+    needs ``T >= length + shift`` (later tokens are not read).
     """
-    ids = check_ids(ids, model)
+    ids = check_ids(ids[..., : length + max(shift, 0)], model)
     T = int(ids.shape[1])
     if not shift >= 1 or length + shift > T or length < 2:
         raise AttnInputError(f"the variants need {length} + {shift} tokens and a shift >= 1; "
