@@ -191,18 +191,23 @@ def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
 # --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)
 
 
-def language_model(source: str, device: str) -> _models.LoadedModel:
-    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process.
+def language_model(source: str, device: str,
+                   progress: _models.Progress | None = None) -> _models.LoadedModel:
+    """A transformer for attention maps (a bundled key or a local folder), loaded once per process.
 
     The cache key is the resolved folder (:func:`attncore.models.canonical_source`), so every
-    spelling of one folder shares one load.
+    spelling of one folder shares one load. ``progress(fraction, message)`` follows a slow first
+    load (SmolLM2's conversion); it is not part of the key.
     """
-    return _language_model(_models.canonical_source(source), device)
+    return _language_model(_models.canonical_source(source), device, progress)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
-def _language_model(canonical: str, device: str) -> _models.LoadedModel:
-    return _models.load_model(canonical, device)
+@st.cache_resource(max_entries=3, show_spinner="Loading the model (once per process)…")
+def _language_model(canonical: str, device: str,
+                    _progress: _models.Progress | None = None) -> _models.LoadedModel:
+    if _progress is None:
+        return _models.load_model(canonical, device)
+    return _models.load_model(canonical, device, progress=_progress)
 
 
 def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
