@@ -380,7 +380,8 @@ def body(ctx: PageContext) -> None:
     elif part == "model":
         model_view(ctx)
     elif part == "decoder":
-        decoder.decoder_part(ctx)
+        eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls)
+        decoder.decoder_part(ctx, eps=eps)
     else:
         learned.learned_part(ctx)
         explain_more()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,9 +26,12 @@ from attncore.decoder.sinks import GU_TOKENS
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
 from attncore.decoder.text import SHIPPED_TEXT_NAME
 from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+from attncore.models import load_bytes
 from ui import cached, widgets
 from ui.admission import heavy
 from ui.page import PageContext
+from ui.realtext import MODEL_LOAD_BYTES
+from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the model picker
 from ui.state import Param
 from ui.views import decoder as view
 
@@ -80,7 +85,16 @@ def stream_store() -> _StreamStore:
 
 
 def _model(ctx: PageContext) -> Any:
-    return cached.language_model("smollm2", ctx.device)
+    with heavy(max(MODEL_LOAD_BYTES, load_bytes("smollm2")), seconds=5.0, label="loading the model"):
+        return cached.language_model("smollm2", ctx.device, progress=ProgressBar())
+
+
+@contextmanager
+def _passes(ctx: PageContext, L: int, passes: int, label: str) -> Iterator[None]:
+    """Queue ``passes`` forward passes of ``L`` tokens with every head's weights (ui.admission)."""
+    shape = decoder_shape(_model(ctx).model)
+    with heavy(forward_bytes(shape, L), seconds=0.5 * passes * max(1.0, L / 256), label=label):
+        yield
 
 
 def _say_what() -> None:
@@ -91,11 +105,10 @@ def _say_what() -> None:
 # ---------------------------------------------------------------------------- the sinks page
 
 
-def decoder_part(ctx: PageContext) -> None:
-    """The Attention sinks page's part "a real decoder"."""
+def decoder_part(ctx: PageContext, eps: float) -> None:
+    """The Attention sinks page's part "a real decoder" (``eps``: the sink-head threshold)."""
     where = ctx.controls
     L = widgets.slider(P_L, "Your length (tokens)", where=where)
-    eps = float(st.session_state.get("snk_eps", 0.3))
     lm = _model(ctx)
     kv = decoder_shape(lm.model).kv_heads
     _say_what()
@@ -108,8 +121,9 @@ def decoder_part(ctx: PageContext) -> None:
 
 def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
     st.subheader("Sink heads (Gu et al. 2024)")
-    small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device)
-    big = cached.decoder_sinks(L, eps, ctx.device)
+    with _passes(ctx, L, 2, "the sink heads"):
+        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device)
+        big = cached.decoder_sinks(L, eps, ctx.device)
     s64, sL = small.value, big.value
     st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
     st.caption(view.sink_sentence(s64, f"At {s64.length} tokens (their protocol)") + " "
@@ -139,7 +153,8 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
 def variants_section(ctx: PageContext, where: Any, eps: float) -> None:
     st.subheader("Does content matter?")
     shift = widgets.slider(P_SHIFT, "Shift the text by (tokens)", where=where)
-    res = cached.decoder_variants(shift, eps, ctx.device)
+    with _passes(ctx, GU_TOKENS, 3, "the three variants"):
+        res = cached.decoder_variants(shift, eps, ctx.device)
     st.dataframe(view.variants_frame(res.value), hide_index=True)
     v = res.value
     st.caption(f"At {GU_TOKENS} tokens: {v[0].sink_heads} sink heads as written, {v[1].sink_heads} with "
@@ -225,7 +240,8 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
     st.subheader("Ablations of the first token")
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
-    res = cached.decoder_ablations(n, L, ctx.device)
+    with _passes(ctx, L, 4 * n + 1, "the ablations"):
+        res = cached.decoder_ablations(n, L, ctx.device)
     abl = res.value
     st.plotly_chart(view.ablation_figure(abl), key="chart_dec_ablation")
     st.dataframe(view.ablation_frame(abl), hide_index=True)
@@ -238,7 +254,8 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
 def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     st.subheader("Induction heads (Olsson et al. 2022)")
     T = widgets.slider(P_T, "Random tokens per copy", where=where)
-    res = cached.decoder_induction(T, ctx.seed, ctx.device)
+    with _passes(ctx, 2 * T, 2, "the induction test"):
+        res = cached.decoder_induction(T, ctx.seed, ctx.device)
     ind = res.value
     st.plotly_chart(view.induction_figure(ind, kv), key="chart_dec_induction")
     st.caption(view.induction_sentence(ind))
@@ -263,7 +280,8 @@ def entropy_part(ctx: PageContext) -> None:
     first = widgets.radio(P_FIRST, "First token", where=ctx.controls,
                           labels={"with": "with the first token", "without": "without it (renormalised)"})
     _say_what()
-    res = cached.decoder_entropy(L, ctx.device)
+    with _passes(ctx, L, 1, "the entropy pass"):
+        res = cached.decoder_entropy(L, ctx.device)
     e = res.value
     st.plotly_chart(view.entropy_figure(e, without_first=first == "without"), key="chart_dec_entropy")
     st.caption(view.entropy_sentence(e))
