@@ -278,7 +278,9 @@ def test_decoder_sinks_from_scratch(model: torch.nn.Module) -> None:
     assert s.kind_score["newline"] == pytest.approx(float(alpha[nl].mean()), rel=1e-5)
     uni = uniform_sink_scores(L, True)
     assert s.kind_uniform["punctuation"] == pytest.approx(float(uni[[i for i in range(1, L) if i % 6 == 3]].mean()))
-    assert s.attractors[0].position == int(alpha[1:].argmax()) + 1
+    last = L - L // 8  # keys seen by fewer than L/8 queries are not ranked
+    assert s.attractors[0].position == int(alpha[1:last].argmax()) + 1
+    assert all(a.position < last for a in s.attractors)
     assert s.top_dims.shape == (decoder_shape(model).layers + 1, 3)
     got = s.top_values.abs()
     p = decoder_pass(model, ids, weights=False)
