@@ -35,7 +35,7 @@ from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
-from attncore.sweeps import SweepSpec, query_norms
+from attncore.sweeps import SweepSpec, query_norms, run_sweep
 from attncore.synthetic import QKV
 from attncore.training import bbm as _bbm
 from attncore.training import io as _training_io
@@ -432,3 +432,18 @@ def evidence_measurement(key: str, device: str, seed: int, dtype: str,
     shipped results' latest modification time) makes a rewritten result file count as new input."""
     c = _evidence.claim(key)
     return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)
+
+
+def results_stamp() -> float:
+    """The latest modification time of the shipped result files (a rewritten file is measured again)."""
+    return max((p.stat().st_mtime for p in Path(_training_io.RESULTS_DIR).glob("*.json")), default=0.0)
+
+
+# ---------------------------------------------------------------------------- the Tour (issue 34)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def tour_entropy_sweep(spec: SweepSpec, device: str) -> Timed[pd.DataFrame]:
+    """One small entropy sweep (the Tour's step: a few query rows, n up to 2^14), no progress bar."""
+    spec.validate()
+    return timed(lambda: run_sweep(spec, device=device))
