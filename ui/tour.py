@@ -39,6 +39,7 @@ from ui.views import learned_sinks as ls_view
 from ui.views import saturation as sat_view
 from ui.views import sinks as snk_view
 from ui.views import tour as view
+from ui.views import training as tr_view
 
 __all__ = ["STEPS", "Shown", "Step", "step_params"]
 
@@ -231,7 +232,7 @@ def show_learned(ctx: Any, where: Any) -> Shown:
             for label, s in summary.items()]
     where.caption("Shipped runs: nothing to move here.")
     return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD),
-                 {"tr_tab": "null_attention"},
+                 {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "
                  "Bigram-Backcopy task, one curve per attention variant (mean over seeds, band: their "
                  "range).",
@@ -273,7 +274,7 @@ def show_evidence(ctx: Any, where: Any) -> Shown:
         res = cached.evidence_measurement(c.key, ctx.device, ctx.seed, ctx.dtype, cached.results_stamp())
         measured, j = judge(c, res.value)
         rows.append(Row(c, res.value, measured, j, res.seconds))
-    fig = ev_view.verdict_figure(rows)
+    fig = ev_view.verdict_figure(rows, only=(src,))
     lesson = view.evidence_lesson(SOURCES[src].short, ev_view.summary(rows), len(claims) - len(fast))
     return Shown((fig,), lesson, {"ev_src": src},
                  "Each claim tested by attncore on this machine and judged by a stated rule.",

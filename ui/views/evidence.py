@@ -246,10 +246,11 @@ def counts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
     return out
 
 
-def verdict_figure(rows: Sequence[Row]) -> go.Figure:
-    """Stacked horizontal bars: per source, how many of its claims got each verdict."""
+def verdict_figure(rows: Sequence[Row], only: Sequence[str] = ()) -> go.Figure:
+    """Stacked horizontal bars: per source (``only`` these, if given), how many of its claims got each
+    verdict."""
     by = counts(rows)
-    sources = list(SOURCES)[::-1]  # the first source on top
+    sources = [s for s in SOURCES if not only or s in only][::-1]  # the first source on top
     labels = [SOURCES[s].short for s in sources]
     traces = [
         go.Bar(
