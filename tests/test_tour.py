@@ -90,8 +90,8 @@ def test_learned_lesson_names_the_variants_with_and_without_a_sink() -> None:
     rows = [("softmax", 3, 3, 0.90), ("softmax1", 0, 3, 0.0003), ("gated", 0, 3, 0.13),
             ("sink logit b₀=-5", 3, 3, 0.83)]
     text = view.learned_lesson(rows, 0.3)
-    assert "softmax formed a sink in 3 of 3 seeds, BOS weight 0.90" in text
-    assert "sink logit b₀=-5 formed a sink in 3 of 3 seeds, BOS weight 0.83" in text
+    assert text.startswith("In the shipped runs softmax formed a sink in 3 of 3 seeds (BOS weight 0.90); ")
+    assert "sink logit b₀=-5 formed a sink in 3 of 3 seeds (BOS weight 0.83)" in text
     assert "softmax1, gated in none (BOS weight at most 0.13)" in text
     assert "more than 0.3 of the weight" in text
     nobody = view.learned_lesson([("softmax", 0, 3, 0.1)], 0.3)
@@ -124,3 +124,18 @@ def test_figures_carry_their_view_and_numbers() -> None:
     mem = view.memory_figure([256, 512], [2**20, 4 * 2**20], [2**19, 2**19], 512)
     assert mem.layout.meta["view"] == "tour-memory"
     np.testing.assert_allclose([t for t in mem.data if t.name == "math: T × T matrices"][0].y, [1.0, 4.0])
+
+
+def test_evidence_summary_agrees_in_number() -> None:
+    """Correction: one row read '1 hold with a caveat'; a count of one takes the singular."""
+    from types import SimpleNamespace
+
+    from attncore.evidence import CAVEAT, HOLDS, MISPRINT
+    from ui.views import evidence as ev_view
+
+    def rows(*verdicts: str) -> list:
+        return [SimpleNamespace(judgement=SimpleNamespace(verdict=v)) for v in verdicts]
+
+    assert ev_view.summary(rows(HOLDS, HOLDS, CAVEAT, MISPRINT)) == \
+        "4 claims: 2 hold, 1 holds with a caveat, 1 is a misprint in the source."
+    assert ev_view.summary(rows(CAVEAT, CAVEAT)) == "2 claims: 2 hold with a caveat."

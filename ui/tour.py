@@ -230,7 +230,6 @@ def show_learned(ctx: Any, where: Any) -> Shown:
     summary = ls_view.summary_of(d["runs"])
     rows = [(label, int(s["n_sink"]), int(s["n_usable"]), s["bos_other"]["mean"])
             for label, s in summary.items()]
-    where.caption("Shipped runs: nothing to move here.")
     return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "

@@ -121,7 +121,7 @@ def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold
     none = [r for r in rows if r[1] == 0 and r[2] > 0]
     said = []
     for label, n_sink, n_usable, bos in sinks:
-        w = "" if bos is None else f", BOS weight {bos:.2f}"
+        w = "" if bos is None else f" (BOS weight {bos:.2f})"
         said.append(f"{label} formed a sink in {n_sink} of {n_usable} seeds{w}")
     if none:
         top = max((r[3] for r in none if r[3] is not None), default=None)
@@ -129,8 +129,8 @@ def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold
         said.append(f"{', '.join(r[0] for r in none)} in none{most}")
     if not said:
         return "No finished run to read."
-    return (f"A sink: more than {threshold:g} of the weight on the first token at the end of training, from "
-            "positions with nothing to copy. " + "; ".join(said) + ".")
+    return (f"In the shipped runs {'; '.join(said)}. A sink: more than {threshold:g} of the weight on the "
+            "first token at the end of training, from positions with nothing to copy.")
 
 
 def memory_lesson(T: int, heads: int, materialised: float, fused: float) -> str:
