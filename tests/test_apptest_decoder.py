@@ -1,0 +1,77 @@
+"""AppTest: the Attention sinks page's part "a real decoder" and Entropy vs length's real-model view on
+SmolLM2, at short lengths from the URL; every chart's data equals attncore.decoder's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attncore.decoder.entropy import entropy_profile
+from attncore.decoder.induction import induction
+from attncore.decoder.probe import decoder_pass
+from attncore.decoder.sinks import decoder_sinks
+from attncore.decoder.streaming import default_settings, stream_losses
+from attncore.decoder.text import shipped_text
+from attncore.models import LoadedModel, load_model
+from tests.chart_data import decode, figure, no_errors, run_app
+from ui.views.decoder import loss_curve
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
+SINKS = "pages/4_Attention_sinks.py"
+SHORT = dict(snk_view="decoder", dec_L="40", dec_sl="64", dec_w1="8", dec_w2="16", dec_aw="2", dec_al="32",
+             dec_T="8", dec_shift="2")
+
+
+@pytest.fixture(scope="module")
+def lm() -> LoadedModel:
+    return load_model("smollm2")
+
+
+def _ids(lm: LoadedModel, L: int) -> tuple[torch.Tensor, list[str]]:
+    ids = lm.tokenizer(shipped_text(), return_tensors="pt")["input_ids"][:, :L]
+    return ids, [lm.tokenizer.decode([int(i)]) for i in ids[0]]
+
+
+def _z(fig: dict) -> np.ndarray:
+    return np.asarray(decode(fig["data"][0]["z"]), dtype=np.float64)
+
+
+def _y(fig: dict, i: int) -> np.ndarray:
+    return np.asarray(decode(fig["data"][i]["y"]), dtype=np.float64)
+
+
+def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
+    at = run_app(SINKS, timeout=900, **SHORT)
+    no_errors(at)
+    ids, texts = _ids(lm, 40)
+    s = decoder_sinks(lm.model, ids, texts)
+    np.testing.assert_allclose(_z(figure(at, "dec_sink_grid")), s.first_score.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(_y(figure(at, "dec_sink_share"), 1), s.share.numpy(), atol=1e-6)
+    np.testing.assert_allclose(_y(figure(at, "dec_massive"), 0), s.first_norm.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(_y(figure(at, "dec_value"), 0), s.value_ratio[:, 0].numpy(), rtol=1e-4)
+    captions = " ".join(c.value for c in at.caption)
+    assert f"At 40 tokens: {s.sink_heads} of 270 heads" in captions
+    # the StreamingLLM panel waits for its button, then draws every setting
+    assert any("7 of 7 settings still to run" in i.value for i in at.info)
+    at.button(key="dec_stream_btn").click().run(timeout=900)
+    no_errors(at)
+    ids64, _ = _ids(lm, 64)
+    r = stream_losses(lm.model, ids64, default_settings(64, (8, 16)))
+    fig = figure(at, "dec_stream")
+    assert len(fig["data"]) == 7
+    for i in range(7):
+        np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy())[1], rtol=1e-4)
+    ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
+    np.testing.assert_allclose(_z(figure(at, "dec_induction")), ind.score.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_entropy_real_model_view(lm: LoadedModel) -> None:
+    at = run_app("pages/2_Entropy_vs_length.py", timeout=900, ent_lo="4", ent_hi="8", ent_dec="1", ent_dl="48")
+    no_errors(at)
+    ids, _ = _ids(lm, 48)
+    e = entropy_profile(decoder_pass(lm.model, ids))
+    fig = figure(at, "dec_entropy")
+    np.testing.assert_allclose(_y(fig, 0), e.median["all"].numpy(), rtol=1e-4)
+    at.radio(key="ent_dfirst").set_value("without").run(timeout=900)
+    np.testing.assert_allclose(_y(figure(at, "dec_entropy"), 0), e.median_rest["all"].numpy(), rtol=1e-4)

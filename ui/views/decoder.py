@@ -1,0 +1,278 @@
+"""A real decoder (SmolLM2): figure, table and sentence builders for the Attention sinks page's part
+"a real decoder" and the Entropy vs length page's real-model view.
+
+Results of :mod:`attncore.decoder` in, ``go.Figure`` / ``DataFrame`` / plain sentences out; no streamlit.
+Every figure sets ``layout.meta.view``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from numpy.typing import NDArray
+
+from attncore.decoder.entropy import CLASSES, EntropyProfile
+from attncore.decoder.induction import Induction
+from attncore.decoder.sinks import DecoderSinks, SinkVariant
+from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
+from ui import figures
+from ui.figures import PALETTE, Curve, line_chart
+from ui.views.sinks import bars_with_theory, labelled_heatmap
+
+__all__ = [
+    "LOSS_BLOCK",
+    "ablation_figure",
+    "ablation_frame",
+    "attractor_frame",
+    "entropy_figure",
+    "entropy_sentence",
+    "head_labels",
+    "induction_figure",
+    "induction_map_figure",
+    "induction_sentence",
+    "kind_figure",
+    "loss_curve",
+    "massive_figure",
+    "massive_frame",
+    "share_figure",
+    "sink_grid_figure",
+    "sink_sentence",
+    "stream_figure",
+    "stream_frame",
+    "stream_sentence",
+    "value_figure",
+    "variants_frame",
+]
+
+LOSS_BLOCK = 32  # positions averaged per point of the loss-vs-position curves
+
+
+def _tag(fig: go.Figure, view: str) -> go.Figure:
+    return fig.update_layout(meta={"view": view})
+
+
+def head_labels(heads: int, kv_heads: int) -> list[str]:
+    """'h0·kv0', ... : each query head with the key/value head its group shares."""
+    group = max(1, heads // max(1, kv_heads))
+    return [f"h{h}·kv{h // group}" for h in range(heads)]
+
+
+# ---------------------------------------------------------------------------- sinks
+
+
+def sink_grid_figure(s: DecoderSinks, kv_heads: int) -> go.Figure:
+    """Layers x heads grid of Gu et al.'s first-token score; cells above eps are sink heads."""
+    N, H = s.first_score.shape
+    fig = labelled_heatmap(s.first_score.numpy(), head_labels(H, kv_heads), [str(n) for n in range(N)],
+                           x_title="head · key/value group", y_title="layer", value_name="first-token score",
+                           text_format=None, height=max(320, 16 * N + 80))
+    return _tag(fig, "dec_sink_grid")
+
+
+def share_figure(shares: Sequence[tuple[str, NDArray[np.float64] | np.ndarray]]) -> go.Figure:
+    """Share of sink heads per layer, one curve per (label, (N,) shares), e.g. at 64 tokens and at L."""
+    curves = [Curve(name=lab, x=np.arange(len(v)), y=np.asarray(v, dtype=np.float64), color=PALETTE[i])
+              for i, (lab, v) in enumerate(shares)]
+    fig = line_chart(curves, x_title="layer", y_title="share of heads with score > ε", height=300)
+    return _tag(figures.legend_below(fig), "dec_sink_share")
+
+
+def sink_sentence(s: DecoderSinks, label: str) -> str:
+    """'At 64 tokens, 87 of 270 heads (32%) are sink heads ...' from the numbers."""
+    n, total = s.sink_heads, s.heads
+    layers = int((s.share > 0).sum())
+    return (f"{label}: {n} of {total} heads ({n / total:.0%}) give the first token more than ε = {s.eps:g} "
+            f"(mean score {float(s.first_score.mean()):.3f}); {layers} of {len(s.share)} layers have at "
+            f"least one.")
+
+
+def kind_figure(s: DecoderSinks) -> go.Figure:
+    """Mean score of line breaks, punctuation and words (first token excluded) against uniform attention."""
+    kinds = [k for k in ("newline", "punctuation", "word") if k in s.kind_score]
+    fig = bars_with_theory([{"newline": "line breaks"}.get(k, k) for k in kinds],
+                           [s.kind_score[k] for k in kinds], theory=[s.kind_uniform[k] for k in kinds],
+                           y_title="mean score α_k over heads", height=280)
+    fig.data[1].name = "uniform attention"
+    return _tag(fig, "dec_kinds")
+
+
+def attractor_frame(s: DecoderSinks) -> pd.DataFrame:
+    """The keys after the first with the highest mean score over heads."""
+    return pd.DataFrame({"position": [a.position for a in s.attractors],
+                         "token": [repr(a.text) for a in s.attractors],
+                         "kind": [a.kind for a in s.attractors],
+                         "mean score": [a.score for a in s.attractors]})
+
+
+def value_figure(s: DecoderSinks) -> go.Figure:
+    """First token's value norm / the others' median, per layer and key/value head (1 = no drain)."""
+    N, G = s.value_ratio.shape
+    curves = [Curve(name=f"kv{g}", x=np.arange(N), y=s.value_ratio[:, g].numpy().astype(np.float64),
+                    color=PALETTE[g]) for g in range(G)]
+    curves.append(Curve(name="1 (no drain)", x=np.array([0, N - 1]), y=np.array([1.0, 1.0]), theory=True,
+                        color=PALETTE[7]))
+    fig = line_chart(curves, x_title="layer", y_title="first token's value norm ÷ others' median", log_y=True,
+                     height=300)
+    return _tag(figures.legend_below(fig), "dec_value")
+
+
+def massive_figure(s: DecoderSinks) -> go.Figure:
+    """The first token's residual norm after the embeddings and each layer, against the others' median."""
+    x = np.arange(len(s.first_norm))
+    curves = [Curve(name="first token", x=x, y=s.first_norm.numpy().astype(np.float64), color=PALETTE[0]),
+              Curve(name="other tokens (median)", x=x, y=s.rest_norm.numpy().astype(np.float64),
+                    color=PALETTE[1])]
+    fig = line_chart(curves, x_title="residual stream after layer (0 = embeddings)", y_title="L2 norm",
+                     log_y=True, height=300)
+    return _tag(figures.legend_below(fig), "dec_massive")
+
+
+def massive_frame(s: DecoderSinks) -> pd.DataFrame:
+    """Per residual point: the first token's largest dims, their values, the others' |mean| there."""
+    rows = []
+    for n in range(s.top_dims.shape[0]):
+        for k in range(s.top_dims.shape[1]):
+            rows.append({"after layer": n, "dim": int(s.top_dims[n, k]),
+                         "first token": float(s.top_values[n, k]),
+                         "others |mean|": float(s.rest_top_abs[n, k])})
+    return pd.DataFrame(rows)
+
+
+def variants_frame(variants: Sequence[SinkVariant]) -> pd.DataFrame:
+    """Does content matter: sink heads and mean first-token score per variant of the text."""
+    return pd.DataFrame({"text": [v.name for v in variants],
+                         "first token": [repr(v.first_text) for v in variants],
+                         "sink heads": [v.sink_heads for v in variants],
+                         "mean first-token score": [v.mean_score for v in variants]})
+
+
+# ---------------------------------------------------------------------------- StreamingLLM
+
+
+def loss_curve(nll: np.ndarray, block: int = LOSS_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(L - 1,) losses -> (block centres, block means): the loss against position, smoothed."""
+    n = len(nll) // block
+    if n == 0:
+        return np.array([(len(nll) - 1) / 2.0]), np.array([float(np.mean(nll))])
+    y = np.asarray(nll[: n * block], dtype=np.float64).reshape(n, block).mean(axis=1)
+    return np.arange(n) * block + (block - 1) / 2.0, y
+
+
+def stream_figure(r: StreamResult, block: int = LOSS_BLOCK) -> go.Figure:
+    """Loss against position for every setting (block means), the shape of StreamingLLM's figure."""
+    curves = []
+    for i, s in enumerate(r.settings):
+        x, y = loss_curve(r.nll[i].numpy(), block)
+        curves.append(Curve(name=html.escape(s.label), x=x, y=y, color=PALETTE[i % len(PALETTE)]))
+    fig = line_chart(curves, x_title=f"query position (means of {block})", y_title="loss (nats/token)",
+                     height=360)
+    return _tag(figures.legend_below(fig), "dec_stream")
+
+
+def stream_frame(r: StreamResult) -> pd.DataFrame:
+    """Per setting: perplexity over all tokens, past its window, and the loss change vs dense there ± SE."""
+    dense = StreamSetting(None)
+    rows = []
+    for s in r.settings:
+        start = s.window or 0
+        d, se = r.delta(s, dense, start) if dense in r.settings and s != dense else (math.nan, math.nan)
+        rows.append({"setting": s.label, "perplexity": r.ppl(s), "from token": start + 1,
+                     "perplexity past the window": r.ppl(s, start), "dense there": r.ppl(dense, start)
+                     if dense in r.settings else math.nan, "loss change": d, "± SE": se,
+                     "seconds": r.seconds[r.index(s)]})
+    return pd.DataFrame(rows)
+
+
+def stream_sentence(r: StreamResult) -> str:
+    """For each window: how much the window alone and the window + first k change perplexity past it."""
+    dense = StreamSetting(None)
+    if dense not in r.settings:
+        return "The dense setting did not run, so there is nothing to compare with."
+    parts = []
+    for w in sorted({s.window for s in r.settings if s.window is not None}):
+        base = r.ppl(dense, w)
+        items = [f"{s.label} {r.ppl(s, w) / base:.3g}×" for s in r.settings if s.window == w]
+        parts.append(f"past token {w}: dense {base:.3g}; " + ", ".join(items))
+    if not parts:
+        return "Only the dense setting ran."
+    return "Perplexity relative to dense, " + "; ".join(parts) + "."
+
+
+def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
+    """Loss change of each first-token ablation, mean over text windows ± standard error."""
+    fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.se for a in abl],
+                           y_title="loss change (nats/token)", height=280)
+    return _tag(fig, "dec_ablation")
+
+
+def ablation_frame(abl: Sequence[Ablation]) -> pd.DataFrame:
+    """Per ablation: mean loss change ± SE over windows, the windows, the edited point and dims."""
+    return pd.DataFrame({"ablation": [a.name for a in abl], "loss change": [a.mean for a in abl],
+                         "± SE": [a.se for a in abl], "windows": [int(a.deltas.numel()) for a in abl],
+                         "after layer": [a.layer if a.dims else "" for a in abl],
+                         "dims": [", ".join(map(str, a.dims)) for a in abl]})
+
+
+# ---------------------------------------------------------------------------- entropy
+
+
+def entropy_figure(e: EntropyProfile, without_first: bool = False) -> go.Figure:
+    """Median entropy per position band (all heads and each class) against ln(i + 1) (dashed)."""
+    med = e.median_rest if without_first else e.median
+    centres = np.array([(lo + hi - 1) / 2.0 for lo, hi in e.bands])
+    curves = []
+    for i, name in enumerate(("all", *CLASSES)):
+        if name in med:
+            count = sum(row.count(name) for row in e.classes) if name != "all" else None
+            label = name if count is None else f"{name} ({count} heads)"
+            curves.append(Curve(name=label, x=centres + 1, y=med[name].numpy(), color=PALETTE[i]))
+    # keys seen: i + 1 for query i, uniform entropy ln(i + 1) (one fewer key without the first token)
+    x = np.arange(1, e.entropy.shape[-1] + 1, dtype=np.float64)
+    theory = np.log(np.maximum(x - 1, 1.0)) if without_first else np.log(x)
+    curves.append(Curve(name="uniform: ln(keys)", x=x, y=theory, theory=True, color=PALETTE[7]))
+    fig = line_chart(curves, x_title="keys the query sees (i + 1)", y_title="entropy (nats)", log_x=True,
+                     height=340)
+    return _tag(figures.legend_below(fig), "dec_entropy")
+
+
+def entropy_sentence(e: EntropyProfile) -> str:
+    """Head classes and the median entropy of the last band with and without the first token."""
+    c = e.counts
+    lo, hi = e.bands[-1]
+    a, b = float(e.median["all"][-1]), float(e.median_rest["all"][-1])
+    return (f"{c['sink-dominated']} heads are sink-dominated, {c['local']} local and {c['broad']} broad; at "
+            f"queries {lo}–{hi - 1} the median entropy is {a:.2f} nats ({b:.2f} without the first token), "
+            f"uniform attention would give {math.log(lo + 1):.2f}–{math.log(hi):.2f}.")
+
+
+# ---------------------------------------------------------------------------- induction
+
+
+def induction_figure(ind: Induction, kv_heads: int) -> go.Figure:
+    """Layers x heads grid of induction scores."""
+    N, H = ind.score.shape
+    fig = labelled_heatmap(ind.score.numpy(), head_labels(H, kv_heads), [str(n) for n in range(N)],
+                           x_title="head · key/value group", y_title="layer", value_name="induction score",
+                           text_format=None, height=max(320, 16 * N + 80))
+    return _tag(fig, "dec_induction")
+
+
+def induction_map_figure(ind: Induction, head: tuple[int, int]) -> go.Figure:
+    """One top head's map on the repeated tokens: the stripe T - 1 below the diagonal."""
+    fig = figures.heatmap(ind.maps[head].numpy(), title=f"layer {head[0]}, head {head[1]}", height=360)
+    return _tag(fig, "dec_induction_map")
+
+
+def induction_sentence(ind: Induction) -> str:
+    """The top heads' scores, uniform's level and the loss on each copy."""
+    T = ind.copy_length
+    tops = ", ".join(f"L{a}H{b} {float(ind.score[a, b]):.2f}" for a, b in ind.top)
+    uniform = sum(1.0 / (T + j + 1) for j in range(T)) / T
+    return (f"Top induction heads on {T} random tokens repeated once: {tops} (uniform attention would give "
+            f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy, {ind.loss_second:.2f} "
+            "on the second.")
