@@ -22,9 +22,9 @@ def start_here() -> None:
     """The first thing on the home page: where a new visitor (or a lecture) starts."""
     with st.container(border=True):
         st.page_link(TOUR.path, label="Start here: the Tour", icon=TOUR.icon)
-        st.markdown("Ten steps through the app, from the 1/√d scaling to attention sinks, FlashAttention's "
-                    "memory and the evidence, each a live view with one sentence of lesson, Previous / Next, "
-                    "and a link that opens it in full. Presenter mode: `?present=1`.")
+        st.markdown("Eleven steps through the app, from the 1/√d scaling to attention sinks in a real model, "
+                    "FlashAttention's memory and the evidence, each a live view with one sentence of lesson, "
+                    "Previous / Next, and a link that opens it in full. Presenter mode: `?present=1`.")
 
 
 def body(ctx: PageContext) -> None:

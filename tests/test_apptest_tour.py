@@ -35,7 +35,7 @@ KEYS = [s.key for s in tour.STEPS]
 
 
 def run(**query: str) -> AppTest:
-    return run_app(PAGE, **query)
+    return run_app(PAGE, timeout=900, **query)
 
 
 def step_number(key: str) -> int:
@@ -189,16 +189,46 @@ def check_evidence(at: AppTest, src: str = "sqrtd") -> None:
     assert lesson(at).startswith(f"{SOURCES[src].short}, checked on this machine: {len(verdicts)} claims")
 
 
+def check_real_sink(at: AppTest) -> None:
+    """SmolLM2's sink grid at 64 tokens and the first-token ablations, against attncore.decoder directly."""
+    from attncore.decoder.probe import MAX_DECODER_TOKENS
+    from attncore.decoder.sinks import decoder_sinks
+    from attncore.decoder.streaming import ablations
+    from attncore.decoder.text import shipped_text, text_windows
+    from attncore.models import load_model
+
+    grid, bars = figures(at)
+    assert views(at) == ["dec_sink_grid", "dec_ablation"]
+    lm = load_model("smollm2")
+    ids = lm.tokenizer(shipped_text(), return_tensors="pt")["input_ids"][:, :MAX_DECODER_TOKENS]
+    texts = [lm.tokenizer.decode([int(i)]) for i in ids[0]]
+    s = decoder_sinks(lm.model, ids[:, :64], texts[:64], eps=0.3)
+    close(decode(grid["data"][0]["z"]), s.first_score.numpy(), rtol=1e-4, atol=1e-6)
+    L = tour.REAL_WINDOW
+    probe = decoder_sinks(lm.model, ids[:, :L], texts[:L])
+    layer = int((probe.first_norm > 0.5 * probe.first_norm.max()).nonzero()[0]) - 1
+    dims = tuple(int(d) for d in probe.top_dims[probe.peak_layer])
+    abl = ablations(lm.model, text_windows(ids, L, tour.REAL_WINDOWS), layer, dims)
+    close(decode(bars["data"][0]["y"]), [a.mean for a in abl], rtol=1e-4, atol=1e-6)
+    mask = abl[0]
+    assert lesson(at) == view.real_sink_lesson(s.sink_heads, s.heads, 64, 0.3, mask.mean, mask.se,
+                                               tour.REAL_WINDOWS, L)
+
+
 CHECKS = {"stages": check_stages, "histograms": check_histograms, "saturation": check_saturation,
           "jacobian": check_jacobian, "overflow": check_overflow, "entropy": check_entropy, "sink": check_sink,
-          "learned": check_learned, "memory": check_memory, "evidence": check_evidence}
+          "learned": check_learned, "real_sink": check_real_sink, "memory": check_memory,
+          "evidence": check_evidence}
 
 
 def test_every_step_is_checked() -> None:
     assert set(CHECKS) == set(KEYS)
 
 
-@pytest.mark.parametrize("key", KEYS)
+SLOW = {"real_sink"}  # loads SmolLM2 (and runs it on the shipped text)
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k in SLOW else k for k in KEYS])
 def test_each_step_opens_from_its_url(key: str) -> None:
     at = run(tour=str(step_number(key)))
     no_errors(at)

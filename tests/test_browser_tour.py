@@ -45,7 +45,8 @@ def walk(page: Page, app_url: str, present: bool) -> None:
         t0 = time.perf_counter()
         page.get_by_role("button", name="Next →").click()
         page.wait_for_function(f"() => location.search.includes('tour={i + 1}')", timeout=120_000)
-        wait_idle(page, 120)
+        wait_idle(page, 900)  # the real-decoder step loads SmolLM2 the first time (minutes on a loaded machine)
+        page.wait_for_selector(".js-plotly-plot", timeout=120_000)
         report(f"tour next {i}->{i + 1}{' (presenter)' if present else ''}: {time.perf_counter() - t0:.2f} s "
                "(loaded machine: not a speed measurement)")
 

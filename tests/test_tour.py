@@ -139,3 +139,19 @@ def test_evidence_summary_agrees_in_number() -> None:
     assert ev_view.summary(rows(HOLDS, HOLDS, CAVEAT, MISPRINT)) == \
         "4 claims: 2 hold, 1 holds with a caveat, 1 is a misprint in the source."
     assert ev_view.summary(rows(CAVEAT, CAVEAT)) == "2 claims: 2 hold with a caveat."
+
+
+def test_real_sink_lesson_verdict_follows_the_standard_error() -> None:
+    cost = view.real_sink_lesson(87, 270, 64, 0.3, 0.912, 0.05, 2, 128)
+    assert cost.startswith("In SmolLM2, 87 of 270 heads (32%) put more than 0.3 of their weight")
+    assert "by +0.912 ± 0.050 nats per token over 2 windows of 128 tokens: evicting the sink costs" in cost
+    assert "no change beyond the noise" in view.real_sink_lesson(87, 270, 64, 0.3, 0.05, 0.05, 2, 128)
+    assert "does better without it" in view.real_sink_lesson(87, 270, 64, 0.3, -0.5, 0.05, 2, 128)
+
+
+def test_the_step_count_the_pages_state_is_the_registrys() -> None:
+    words = {10: "ten", 11: "eleven", 12: "twelve"}
+    n = words[len(tour.STEPS)]
+    assert f"a lecture in {n} steps" in PAGES[0].summary
+    assert f"{n.capitalize()} steps through the app" in (ROOT / "app.py").read_text(encoding="utf-8")
+    assert f"a lecture in {n} steps" in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -7,8 +7,8 @@ share results), builds its figures with the page's own builders (:mod:`ui.views`
 one sentence of lesson made from the numbers they show (:mod:`ui.views.tour`) and the URL state of the
 page behind it ("open this in full").
 
-A new step is one more entry in :data:`STEPS` (for instance the sink of a real decoder once its view
-exists); the Tour page, its URL parameter and its tests follow the registry.
+A new step is one more entry in :data:`STEPS`; the Tour page, its URL parameter and its tests follow the
+registry.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attncore import theory
+from attncore.decoder.probe import decoder_shape
+from attncore.decoder.sinks import GU_TOKENS
+from attncore.decoder.streaming import ABLATIONS
 from attncore.evidence import CLAIMS, SOURCES, Row, judge
 from attncore.explore import SyntheticSpec
 from attncore.gradients import saturation_crossing
@@ -33,6 +36,7 @@ from attncore.sweeps import SweepSpec
 from attncore.training.bbm import SINK_THRESHOLD
 from ui import cached, widgets
 from ui.state import Param
+from ui.views import decoder as dec_view
 from ui.views import evidence as ev_view
 from ui.views import heatmaps as hm_view
 from ui.views import learned_sinks as ls_view
@@ -238,7 +242,30 @@ def show_learned(ctx: Any, where: Any) -> Shown:
                  {"rows": rows})
 
 
-# ------------------------------------------------------------------------------ 9 · FlashAttention's memory
+# ------------------------------------------------------------------------- 9 · the sink of a real decoder
+
+REAL_WINDOWS, REAL_WINDOW = 2, 128  # the first-token ablations on two windows of 128 tokens
+REAL_EPS = 0.3  # the Attention sinks page's default sink threshold (snk_eps)
+
+
+def show_real_sink(ctx: Any, where: Any) -> Shown:
+    lm = cached.language_model("smollm2", ctx.device)
+    kv = decoder_shape(lm.model).kv_heads
+    s = cached.decoder_sinks(GU_TOKENS, REAL_EPS, ctx.device).value
+    abl = cached.decoder_ablations(REAL_WINDOWS, REAL_WINDOW, ctx.device).value
+    masked = next(a for a in abl if a.name == ABLATIONS[0])
+    lesson = view.real_sink_lesson(s.sink_heads, s.heads, s.length, REAL_EPS, masked.mean, masked.se,
+                                   REAL_WINDOWS, REAL_WINDOW)
+    return Shown((dec_view.sink_grid_figure(s, kv), dec_view.ablation_figure(abl)), lesson,
+                 {"snk_view": "decoder", "dec_aw": str(REAL_WINDOWS), "dec_al": str(REAL_WINDOW)},
+                 f"SmolLM2-135M on the shipped text: every head's mean weight on the first token at "
+                 f"{s.length} tokens (top), and the loss change when the first token is hidden from every "
+                 f"query or its massive dims are edited, over {REAL_WINDOWS} windows of {REAL_WINDOW} "
+                 "tokens (bottom).",
+                 {"sink_heads": s.sink_heads, "mask_mean": masked.mean})
+
+
+# ------------------------------------------------------------------------------ 10 · FlashAttention's memory
 
 P_T = Param("tour_T", 4096, options=(1024, 4096, 16384, 65536))
 MEM_LENGTHS = tuple(2**k for k in range(8, 17))
@@ -259,7 +286,7 @@ def show_memory(ctx: Any, where: Any) -> Shown:
                  {"materialised": m_T, "fused": f_T})
 
 
-# ------------------------------------------------------------------------------ 10 · the Evidence overview
+# ------------------------------------------------------------------------------ 11 · the Evidence overview
 
 P_SRC = Param("tour_src", "sqrtd", options=tuple(SOURCES))
 
@@ -292,6 +319,8 @@ STEPS: tuple[Step, ...] = (
     Step("entropy", "Entropy flattens as n grows", "pages/2_Entropy_vs_length.py", (P_TAU,), show_entropy),
     Step("sink", "A head that wants to write nothing", "pages/4_Attention_sinks.py", (P_S,), show_sink),
     Step("learned", "A sink forms in training", "pages/6_Training_lab.py", (), show_learned),
+    Step("real_sink", "The sink of a real decoder, and evicting it", "pages/4_Attention_sinks.py", (),
+         show_real_sink),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),
     Step("evidence", "The evidence", "pages/7_Evidence.py", (P_SRC,), show_evidence),
 )

@@ -28,6 +28,7 @@ __all__ = [
     "memory_figure",
     "memory_lesson",
     "overflow_lesson",
+    "real_sink_lesson",
     "saturation_lesson",
     "sink_lesson",
     "stages_lesson",
@@ -131,6 +132,22 @@ def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold
         return "No finished run to read."
     return (f"In the shipped runs {'; '.join(said)}. A sink: more than {threshold:g} of the weight on the "
             "first token at the end of training, from positions with nothing to copy.")
+
+
+def real_sink_lesson(sink_heads: int, heads: int, length: int, eps: float, mask_mean: float, mask_se: float,
+                     windows: int, window: int) -> str:
+    """Step 'real sink': the sink heads of a real decoder and the loss change when the first token is hidden
+    (mean ± standard error over text windows; a cost when the mean is more than 2 standard errors above 0)."""
+    if mask_mean > 2 * mask_se:
+        verdict = "evicting the sink costs real loss"
+    elif mask_mean < -2 * mask_se:
+        verdict = "the model does better without it here"
+    else:
+        verdict = "no change beyond the noise over these windows"
+    return (f"In SmolLM2, {sink_heads} of {heads} heads ({sink_heads / heads:.0%}) put more than {eps:g} of "
+            f"their weight on the first token at {length} tokens; hiding that token from every query changes "
+            f"the loss by {mask_mean:+.3f} ± {mask_se:.3f} nats per token over {windows} windows of {window} "
+            f"tokens: {verdict}.")
 
 
 def memory_lesson(T: int, heads: int, materialised: float, fused: float) -> str:
