@@ -48,8 +48,9 @@ def body(ctx: PageContext) -> None:
     lesson, controls = st.columns([3, 1]) if step.params else (st.container(), None)
     shown = step.show(ctx, controls if controls is not None else st.container())
     lesson.markdown(shown.lesson)
-    for k, fig in enumerate(shown.figures):
-        st.plotly_chart(fig, key=f"chart_tour_{step.key}_{k}")
+    slots = st.columns([3, 2]) if len(shown.figures) == 2 else [st.container() for _ in shown.figures]
+    for k, (slot, fig) in enumerate(zip(slots, shown.figures, strict=True)):  # side by side: one screen
+        slot.plotly_chart(fig, key=f"chart_tour_{step.key}_{k}")
     left, right = st.columns([3, 1], vertical_alignment="center")
     left.caption(shown.caption)
     right.page_link(step.page, label="Open this in full", icon=":material/open_in_new:",

@@ -259,9 +259,9 @@ def show_real_sink(ctx: Any, where: Any) -> Shown:
     return Shown((dec_view.sink_grid_figure(s, kv), dec_view.ablation_figure(abl)), lesson,
                  {"snk_view": "decoder", "dec_aw": str(REAL_WINDOWS), "dec_al": str(REAL_WINDOW)},
                  f"SmolLM2-135M on the shipped text: every head's mean weight on the first token at "
-                 f"{s.length} tokens (top), and the loss change when the first token is hidden from every "
+                 f"{s.length} tokens (left), and the loss change when the first token is hidden from every "
                  f"query or its massive dims are edited, over {REAL_WINDOWS} windows of {REAL_WINDOW} "
-                 "tokens (bottom).",
+                 "tokens (right).",
                  {"sink_heads": s.sink_heads, "mask_mean": masked.mean})
 
 
