@@ -32,7 +32,7 @@ def test_evidence_opens_with_every_claim_and_links_into_the_views(page: Page, ap
     expect(page.get_by_role("heading", name="Evidence").first).to_be_visible()
     assert rows(page) == len(CLAIMS)
     assert page.locator(".js-plotly-plot").count() == 1
-    expect(page.get_by_text("All five texts: 47 claims:")).to_be_visible()
+    expect(page.get_by_text(f"All five texts: {len(CLAIMS)} claims:")).to_be_visible()
     # the overview chart names all five texts
     ticks = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot .ytick text'))"
                           ".map(t => t.textContent)")
