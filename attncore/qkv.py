@@ -14,14 +14,20 @@ character model), the values ``v`` and the head's output exactly as the model co
 (:meth:`HeadVectors.weights`, :meth:`HeadVectors.mix`) reproduce the model's own attention maps
 and outputs, which ``tests/test_qkv.py`` checks against the model.
 
-Models: BERT-style encoders whose self-attention modules hold ``query``, ``key`` and ``value``
-linear layers (the bundled all-MiniLM-L6-v2 and most local BERT folders), and the shipped
-causal character transformer (:mod:`attncore.training`) with its standard attention.
+Models (one contract, :class:`HeadVectors`, for every architecture): BERT-style encoders whose
+self-attention modules hold ``query``, ``key`` and ``value`` linear layers (the bundled
+all-MiniLM-L6-v2 and most local BERT folders); Llama/Qwen-family decoders with grouped-query
+attention (the bundled SmolLM2: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, rotary positions),
+whose ``Hkv`` key/value heads are each shared by ``H / Hkv`` query heads: ``k`` and ``v`` are given
+per query head (head ``h`` reads key/value head ``h // (H / Hkv)``, :meth:`HeadVectors.group`), after
+rotary positions, as the scores see them; and the shipped causal character transformer
+(:mod:`attncore.training`) with its standard attention.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +38,7 @@ from torch import Tensor, nn
 from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.models import LoadedModel, tokenize
+from attncore.models.capture import attention_modules
 from attncore.training.inspect import MAX_INSPECT_CHARS, char_label, encode
 from attncore.training.model import CharTransformer, apply_rotary
 
@@ -55,6 +62,7 @@ class HeadVectors:
             (its slice of the merged heads before the output projection).
         scale: the factor on q·k (``1/sqrt(E)``; 1 for the unscaled character variant).
         causal: True when query i sees keys j <= i only.
+        kv_heads: Hkv, the key/value heads (0: one per query head, no grouping).
     """
 
     tokens: tuple[str, ...]
@@ -64,6 +72,16 @@ class HeadVectors:
     output: Tensor
     scale: float
     causal: bool
+    kv_heads: int = 0
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1 without grouped-query attention)."""
+        return self.heads // self.kv_heads if self.kv_heads else 1
+
+    def group(self, head: int) -> int:
+        """The key/value head that query head ``head`` shares with its group (``head // groups``)."""
+        return int(head) // self.groups
 
     @property
     def layers(self) -> int:
@@ -125,7 +143,7 @@ def _split(x: Tensor, heads: int) -> Tensor:
     return x[0].reshape(L, heads, D // heads).transpose(0, 1).float().cpu().contiguous()
 
 
-def _capture_bert(lm: LoadedModel, text: str) -> HeadVectors:
+def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> HeadVectors:
     mods = _self_attentions(lm.model)
     if len(mods) != lm.layers:
         raise AttnInputError(
@@ -133,7 +151,7 @@ def _capture_bert(lm: LoadedModel, text: str) -> HeadVectors:
             f"and value layers) and from the character transformer; this model has {len(mods)} such "
             f"layers for {lm.layers} attention layers."
         )
-    enc = tokenize(lm, text)
+    enc = tokenize(lm, text, max_tokens)
     L = enc.length
     H = lm.heads
     E = int(mods[0].attention_head_size)
@@ -220,15 +238,90 @@ def capture_char(model: CharTransformer, text: str) -> HeadVectors:
                        output=stack["o"], scale=scale, causal=True)
 
 
-def capture(lm: LoadedModel, text: str) -> HeadVectors:
+def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
+                     max_tokens: int | None = None) -> HeadVectors:
+    """q, k (after rotary positions), v and each head's output of a Llama/Qwen-family decoder.
+
+    Hooks read the projections' outputs (``q_norm`` / ``k_norm`` outputs where the family normalises
+    q and k, as Qwen3 does), the rotary angles the attention module receives, and the merged heads
+    entering ``o_proj``; rotary positions are applied with the family's own ``apply_rotary_pos_emb``.
+    """
+    enc = tokenize(lm, text, max_tokens)
+    L, H, Hkv = enc.length, lm.heads, lm.kv_heads or lm.heads
+    E = int(getattr(mods[0], "head_dim", 0) or lm.model.config.hidden_size // H)
+    check_bytes(capture_bytes(lm.layers, H, L, E, E), "the q, k and v vectors of every head",
+                "Use a shorter text.")
+    family = sys.modules[type(mods[0]).__module__]
+    rotate = getattr(family, "apply_rotary_pos_emb", None)
+    if rotate is None:
+        raise AttnInputError(f"{lm.name}: its attention has no rotary-position function to read q and k "
+                             "with.")
+    store: dict[tuple[int, str], Tensor] = {}
+
+    def keep(layer: int, name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _inp: Any, out: Any) -> None:
+            store[(layer, name)] = out.detach().reshape(1, L, -1, E).transpose(1, 2)  # (1, heads, L, E)
+
+        return hook
+
+    def angles(layer: int) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
+            store[(layer, "cos")], store[(layer, "sin")] = kwargs["position_embeddings"]
+
+        return hook
+
+    def merged(layer: int) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: tuple[Any, ...]) -> None:
+            store[(layer, "o")] = _split(args[0].detach(), H)  # (H, L, E)
+
+        return hook
+
+    handles = []
+    try:
+        for i, m in enumerate(mods):
+            q_src = m.q_norm if isinstance(getattr(m, "q_norm", None), nn.Module) else m.q_proj
+            k_src = m.k_norm if isinstance(getattr(m, "k_norm", None), nn.Module) else m.k_proj
+            handles += [q_src.register_forward_hook(keep(i, "q")), k_src.register_forward_hook(keep(i, "k")),
+                        m.v_proj.register_forward_hook(keep(i, "v")),
+                        m.register_forward_pre_hook(angles(i), with_kwargs=True),
+                        m.o_proj.register_forward_pre_hook(merged(i))]
+        dev = torch.device(lm.device)
+        with torch.inference_mode():
+            lm.model(**{k: v.to(dev) for k, v in enc.inputs.items()}, logits_to_keep=1)
+    except AttnInputError:
+        raise
+    except Exception as exc:
+        raise AttnInputError(f"{lm.name} could not run on this text: {type(exc).__name__}: {exc}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    groups = H // Hkv
+    qs, ks, vs = [], [], []
+    for i in range(lm.layers):
+        # (1, H, L, E) and (1, Hkv, L, E)
+        q, k = rotate(store[(i, "q")], store[(i, "k")], store[(i, "cos")], store[(i, "sin")])
+        qs.append(q[0].float().cpu())
+        ks.append(k[0].repeat_interleave(groups, dim=0).float().cpu())  # (H, L, E): head h reads h // groups
+        vs.append(store[(i, "v")][0].repeat_interleave(groups, dim=0).float().cpu())
+    tokens = tuple(lm.tokenizer.convert_ids_to_tokens(enc.ids[0].tolist()))
+    scale = float(getattr(mods[0], "scaling", 1.0 / math.sqrt(E)))
+    return HeadVectors(tokens=tokens, q=torch.stack(qs), k=torch.stack(ks), v=torch.stack(vs),
+                       output=torch.stack([store[(i, "o")] for i in range(lm.layers)]), scale=scale,
+                       causal=True, kv_heads=Hkv)
+
+
+def capture(lm: LoadedModel, text: str, max_tokens: int | None = None) -> HeadVectors:
     """Run ``lm`` once on ``text`` and keep every head's q, k, v and output.
 
-    ``text`` is read as :func:`attncore.models.run_text` reads it (same cut and truncation, so
-    the tokens match its attention maps); for the character transformer it must hold only
+    ``text`` is read as :func:`attncore.models.run_text` reads it (same cut and truncation to
+    ``max_tokens``, so the tokens match its attention maps); for the character transformer it must hold only
     vocabulary characters (:func:`attncore.training.known_text`). Raises
     :class:`AttnInputError` for a model whose q, k and v cannot be read, and
     :class:`attncore.errors.ResourceLimitError` before running when the vectors would not fit.
     """
     if isinstance(lm.model, CharTransformer):
         return capture_char(lm.model, text)
-    return _capture_bert(lm, text)
+    mods = attention_modules(lm.model)
+    if mods and len(mods) == lm.layers:
+        return _capture_decoder(lm, text, mods, max_tokens)
+    return _capture_bert(lm, text, max_tokens)

@@ -11,10 +11,11 @@ from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES
 from attncore.explore import RowStats, SyntheticSpec, float16_overflow, parse_row_lengths, row_stats
 from attncore.masks import MASK_KINDS
+from attncore.models import summary_of
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
-from ui import causal, realtext, widgets
+from ui import causal, decoder, realtext, widgets
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, run_page
@@ -63,9 +64,10 @@ FULLY_MASKED_NOTE = (
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
 RT_NEXT = causal.next_params("rt_")
+RT_DEC = decoder.decoder_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
           P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_OWN, P_LOG, P_CMP_SCORING, P_CMP_TEMP,
-          P_CMP_NORM, P_SOURCE, *RT.all(), *RT_NEXT.all())
+          P_CMP_NORM, P_SOURCE, *RT.all(), *RT_NEXT.all(), *RT_DEC.all())
 
 
 def controls(where) -> SyntheticSpec:
@@ -268,12 +270,12 @@ def real_text(ctx: PageContext) -> None:
     st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
              r"{\sqrt{d_h}}\right),"
              r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
-    chosen = realtext.choose(RT, ctx)
+    chosen = realtext.choose(RT, ctx, long_text=True)
     if chosen is None:
         return
     lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
     att = res.value
-    w = att.attentions[layer, head]
+    w = att.maps(layer)[head]
     rs = row_stats(w, att.allowed)
     L = len(att.tokens)
     c = st.columns(4)
@@ -294,13 +296,44 @@ def real_text(ctx: PageContext) -> None:
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
                             f"over {L} tokens.")
-    maps = [att.attentions[layer, h].numpy() for h in range(lm.heads)]
+    overview(att, lm, layer, head)
+    maps = [att.maps(layer)[h].numpy() for h in range(lm.heads)]
     st.markdown(f"##### Every head of layer {layer} (click one to show it above)")
-    st.plotly_chart(view.layer_heads_figure(maps, layer=layer, selected=head), key="chart_rt_heads",
+    st.plotly_chart(view.layer_heads_figure(maps, layer=layer, selected=head, kv_heads=lm.kv_heads),
+                    key="chart_rt_heads",
                     on_select=realtext.on_pick("chart_rt_heads", {"layer": RT.layer, "head": RT.head}),
                     selection_mode="points")
     if causal.is_causal(lm):
         causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
+    elif decoder.is_decoder(chosen):
+        decoder.next_token_section(RT_DEC, chosen, ctx, key="rt-dec")
+        decoder.generation_section(RT_DEC, chosen, ctx, key="rt-dec")
+
+
+def overview(att, lm, layer: int, head: int) -> None:
+    """Every layer x head at once (bertviz's model view), from the per-head summaries; a click opens one."""
+    s = summary_of(att)
+    st.markdown(f"##### All {lm.layers} layers × {lm.heads} heads (click a tile to open that head)")
+    fig = view.overview_figure(s.thumbs.numpy(), first=s.first.numpy(), entropy=s.entropy.numpy(),
+                               kv_heads=lm.kv_heads if lm.kv_heads < lm.heads else 0, selected=(layer, head),
+                               name=lm.name)
+    st.plotly_chart(fig, key="chart_rt_overview", selection_mode="points",
+                    on_select=realtext.on_pick("chart_rt_overview", {"layer": RT.layer, "head": RT.head}))
+    st.caption(plain(overview_sentence(att, lm)))
+
+
+def overview_sentence(att, lm) -> str:
+    """The overview's caption: what a tile is and the three heads that park the most weight on token 0."""
+    s = summary_of(att)
+    T = int(s.thumbs.shape[-1])
+    flat = s.first.double().flatten()
+    top = sorted(range(flat.numel()), key=lambda i: (-float(flat[i]), i))[:3]
+    names = ", ".join(f"layer {i // lm.heads} head {i % lm.heads} ({float(flat[i]):.2f})" for i in top)
+    groups = (f" Columns are grouped by the {lm.kv_heads} key/value heads that {lm.groups} query heads each "
+              "share (dotted boxes)." if lm.kv_heads and lm.kv_heads < lm.heads else "")
+    return (f"Each tile is one head's map averaged into {T} × {T} blocks (rows: queries, columns: keys); the "
+            f"outlined tile is the head shown above.{groups} Most weight on the first token, "
+            f"{att.tokens[0]}: {names}.")
 
 
 def body(ctx: PageContext) -> None:

@@ -10,7 +10,7 @@ import streamlit as st
 
 from attncore.errors import AttnInputError
 from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, engine_choice, max_sweep_n
-from ui import decoder, state, widgets
+from ui import decoder_lab, state, widgets
 from ui.admission import heavy
 from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
 from ui.cached import training_result as training_result_file
@@ -67,7 +67,7 @@ P_AXIS = Param("ent_axis", "nats", options=("nats", "fraction"))
 P_PEAK = Param("ent_peak", 3.0, lo=-10.0, hi=10.0)
 P_REST = Param("ent_rest", -2.0, lo=-10.0, hi=10.0)
 PARAMS = (P_LO, P_HI, P_PPO, P_D, P_Q, P_METHOD, P_VARY, P_TAUS, P_RULES, P_NORMS, P_TAU, P_RULE, P_NORM,
-          P_S, P_FULL, P_AXIS, P_PEAK, P_REST, *decoder.ENTROPY_PARAMS)
+          P_S, P_FULL, P_AXIS, P_PEAK, P_REST, *decoder_lab.ENTROPY_PARAMS)
 log = logging.getLogger("attnlab")
 QUADRATURE_BYTES = 32 * 1024**2  # chunked quadrature (attncore.row_theory.CHUNK_CELLS); it queues by time
 RANGE_KEY = "ent_n"  # the range slider's own key; P_LO / P_HI carry its value in the URL
@@ -415,7 +415,7 @@ def body(ctx: PageContext) -> None:
         explain_more()
         how_it_is_computed(engines[0].name)
     figure1_section(ctx)
-    decoder.entropy_part(ctx)
+    decoder_lab.entropy_part(ctx)
 
 
 FIG1_OPEN = "ent_fig1_open"  # the expander's open state (a view, not a setting)

@@ -19,7 +19,7 @@ from attncore.sinks import (
     zoo_theory,
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
-from ui import cached, causal, decoder, learned, realtext, widgets
+from ui import cached, causal, decoder_lab, learned, realtext, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.text import plain
@@ -44,7 +44,7 @@ GATE_HELP = (
     f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
     f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
-          *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder.DECODER_PARAMS)
+          *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder_lab.DECODER_PARAMS)
 
 
 
@@ -391,7 +391,8 @@ def body(ctx: PageContext) -> None:
     elif part == "model":
         model_view(ctx)
     elif part == "decoder":
-        decoder.decoder_part(ctx)
+        eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls)
+        decoder_lab.decoder_part(ctx, eps=eps)
     else:
         learned.learned_part(ctx)
         explain_more()

@@ -12,6 +12,7 @@ from attncore.kernels import (
     LENGTH_CHOICES,
     MASK_KINDS,
     RULES,
+    SHAPE_PRESETS,
     KernelSpec,
     SizeResult,
     check_claims,
@@ -34,7 +35,8 @@ P_DROP = Param("k_drop", 0.0, lo=0.0, hi=0.5)
 P_TMIN = Param("k_tmin", 128, options=LENGTH_CHOICES)
 P_TMAX = Param("k_tmax", 1024, options=LENGTH_CHOICES)
 P_MEM = Param("k_mem", True)
-PARAMS = (P_HEADS, P_GROUPS, P_DIM, P_MASK, P_DROP, P_TMIN, P_TMAX, P_MEM)
+P_PRESET = Param("k_preset", "custom", options=("custom", *SHAPE_PRESETS))
+PARAMS = (P_PRESET, P_HEADS, P_GROUPS, P_DIM, P_MASK, P_DROP, P_TMIN, P_TMAX, P_MEM)
 
 MASK_LABELS = {"none": "none", "causal": "causal (is_causal=True)",
                "boolean": "boolean attn_mask", "float": "float attn_mask (additive)"}
@@ -42,15 +44,27 @@ MASK_LABELS = {"none": "none", "causal": "causal (is_causal=True)",
 
 def controls(where) -> tuple[int, int, int, str, float, tuple[int, ...], bool]:
     where.markdown("#### Shape")
-    heads = widgets.select_slider(P_HEADS, "Query heads H", where=where)
-    groups = widgets.select_slider(P_GROUPS, "Query heads per key/value head", where=where,
-                                   help="1 = multi-head attention; H = multi-query attention; "
-                                        "in between = grouped-query attention (enable_gqa=True).")
-    dim = widgets.select_slider(P_DIM, "Head dim E", where=where)
-    where.markdown("#### Call")
-    mask = widgets.select(P_MASK, "Mask", labels=MASK_LABELS, where=where,
-                          help="Boolean and float masks hide 10% of the pairs at random (seeded) and "
-                               "every key from query rows 3, 67, 131, …")
+    names = {k: f"{p.label.split(',')[0]}'s attention" for k, p in SHAPE_PRESETS.items()}
+    preset = widgets.select(P_PRESET, "Shape", where=where,
+                            labels={"custom": "custom (the sliders below)", **names},
+                            help="A real model's attention shape: its query heads, key/value groups, head "
+                                 "dim and causal mask, in place of the sliders.")
+    if preset in SHAPE_PRESETS:
+        p = SHAPE_PRESETS[preset]
+        where.caption(f"{p.label}: {p.heads} query heads in {p.kv_heads} key/value groups of {p.groups}, "
+                      f"head dim {p.head_dim}, {p.mask} mask.")
+        heads, groups, dim, mask = p.heads, p.groups, p.head_dim, p.mask
+        where.markdown("#### Call")
+    else:
+        heads = widgets.select_slider(P_HEADS, "Query heads H", where=where)
+        groups = widgets.select_slider(P_GROUPS, "Query heads per key/value head", where=where,
+                                       help="1 = multi-head attention; H = multi-query attention; "
+                                            "in between = grouped-query attention (enable_gqa=True).")
+        dim = widgets.select_slider(P_DIM, "Head dim E", where=where)
+        where.markdown("#### Call")
+        mask = widgets.select(P_MASK, "Mask", labels=MASK_LABELS, where=where,
+                              help="Boolean and float masks hide 10% of the pairs at random (seeded) and "
+                                   "every key from query rows 3, 67, 131, …")
     drop = widgets.slider(P_DROP, "dropout_p (training mode)", step=0.05, where=where,
                           help="SDPA applies dropout whenever dropout_p > 0: pass 0 at inference.")
     lo = widgets.select_slider(P_TMIN, "Smallest T (= L = S)", where=where)

@@ -15,12 +15,12 @@ from attncore.decoder.streaming import default_settings, stream_losses
 from attncore.decoder.text import shipped_text
 from attncore.models import LoadedModel, load_model
 from tests.chart_data import decode, figure, no_errors, run_app
-from ui.views.decoder import loss_curve
+from ui.views.decoder import auto_block, loss_curve
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 SINKS = "pages/4_Attention_sinks.py"
 SHORT = dict(snk_view="decoder", dec_L="40", dec_sl="64", dec_w1="8", dec_w2="16", dec_aw="2", dec_al="32",
-             dec_T="8", dec_shift="2")
+             dec_T="8", dec_shift="2", snk_eps="0.5")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +45,13 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     at = run_app(SINKS, timeout=900, **SHORT)
     no_errors(at)
     ids, texts = _ids(lm, 40)
-    s = decoder_sinks(lm.model, ids, texts)
+    s = decoder_sinks(lm.model, ids, texts, eps=0.5)
     np.testing.assert_allclose(_z(figure(at, "dec_sink_grid")), s.first_score.numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(_y(figure(at, "dec_sink_share"), 1), s.share.numpy(), atol=1e-6)
     np.testing.assert_allclose(_y(figure(at, "dec_massive"), 0), s.first_norm.numpy(), rtol=1e-4)
     np.testing.assert_allclose(_y(figure(at, "dec_value"), 0), s.value_ratio[:, 0].numpy(), rtol=1e-4)
     captions = " ".join(c.value for c in at.caption)
-    assert f"At 40 tokens: {s.sink_heads} of 270 heads" in captions
+    assert f"At 40 tokens: {s.sink_heads} of 270 heads" in captions and "more than ε = 0.5" in captions
     # the StreamingLLM panel waits for its button, then draws every setting
     assert any("7 of 7 settings still to run" in i.value for i in at.info)
     at.button(key="dec_stream_btn").click().run(timeout=900)
@@ -61,7 +61,7 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     fig = figure(at, "dec_stream")
     assert len(fig["data"]) == 7
     for i in range(7):
-        np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy())[1], rtol=1e-4)
+        np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(64))[1], rtol=1e-4)
     ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
     np.testing.assert_allclose(_z(figure(at, "dec_induction")), ind.score.numpy(), rtol=1e-4, atol=1e-6)
 

@@ -14,6 +14,7 @@ from attncore.kernels import (
     HEAD_CHOICES,
     HEAD_DIM_CHOICES,
     LENGTH_CHOICES,
+    SHAPE_PRESETS,
     KernelSpec,
     check_claims,
     fmt_ratio,
@@ -448,3 +449,20 @@ def test_range_columns_help_says_what_the_cells_are_the_medians_interval() -> No
             nine += len(ts) == 9
     if nine:
         assert "2nd fastest and the 2nd slowest" in helps["time_range"]
+
+
+def test_the_smollm2_preset_runs_the_real_models_attention_shape() -> None:
+    """k_preset=smollm2: 9 query heads in 3 key/value groups, head dim 64, causal, whatever the sliders
+    say; the table equals attncore on that spec, and the sidebar names the shape."""
+    at = run_app(PAGE, **{**SMALL, "k_preset": "smollm2", "k_heads": "2", "k_dim": "16"})
+    no_errors(at)
+    p = SHAPE_PRESETS["smollm2"]
+    assert (p.heads, p.kv_heads, p.groups, p.head_dim, p.mask) == (9, 3, 3, 64, "causal")
+    assert_table_matches_attncore(at, KernelSpec(heads=9, groups=3, head_dim=64, mask="causal"), [32, 64])
+    assert any("9 query heads in 3 key/value groups of 3, head dim 64, causal mask" in c.value
+               for c in at.sidebar.caption)
+    assert not [s for s in at.select_slider if s.key in ("k_heads", "k_groups", "k_dim")]
+    at.selectbox(key="k_preset").set_value("custom")
+    at.run()
+    no_errors(at)
+    assert_table_matches_attncore(at, KernelSpec(heads=2, head_dim=16), [32, 64])

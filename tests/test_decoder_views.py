@@ -88,6 +88,8 @@ def test_stream_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     x, y = view.loss_curve(r.nll[2].numpy(), 16)
     np.testing.assert_allclose(_ys(fig)[2], r.nll[2, :80].double().view(5, 16).mean(1).numpy(), rtol=1e-6)
     assert x[0] == 7.5
+    assert view.auto_block(96) == 6 and view.auto_block(4096) == 32 and view.auto_block(8) == 1
+    np.testing.assert_allclose(_ys(view.stream_figure(r))[0], view.loss_curve(r.nll[0].numpy(), 6)[1], rtol=1e-6)
     frame = view.stream_frame(r)
     w = r.settings[1]
     assert frame["perplexity past the window"].iloc[1] == pytest.approx(r.ppl(w, w.window))

@@ -111,3 +111,19 @@ def test_window_rule_counterfactuals() -> None:
     assert j(base.with_values(ppl_window=24.0)).verdict == CAVEAT  # the window barely hurts
     assert j(base.with_values(d_window=0.1)).verdict == FAILS  # within 3 standard errors
     assert not math.isnan(D.STREAMING_LLM_TABLE[3][1])
+
+
+def test_sinks_rule_counterfactuals() -> None:
+    """SmolLM2's own numbers (213 sink heads of 270 at 64 tokens, 222 after a shift; punctuation 0.96×,
+    words 0.79× uniform) give a caveat: the sinks follow position, punctuation draws less than uniform."""
+    from attncore.evidence import Measurement
+
+    base = Measurement({"sink_heads": 213, "heads": 270, "shifted_sink_heads": 222, "newline_score": 0.9,
+                        "newline_uniform": 1.0, "punctuation_score": 0.96, "punctuation_uniform": 1.0,
+                        "word_score": 0.79, "word_uniform": 1.0})
+    j = claim("llm_sinks").judge
+    assert j(base).verdict == CAVEAT and "less than uniform attention" in j(base).caveat
+    assert j(base.with_values(punctuation_score=1.3)).verdict == HOLDS
+    assert j(base.with_values(punctuation_score=1.3, shifted_sink_heads=20)).verdict == CAVEAT
+    assert j(base.with_values(word_score=2.0)).verdict == CAVEAT
+    assert j(base.with_values(sink_heads=0)).verdict == FAILS

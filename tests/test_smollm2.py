@@ -40,6 +40,10 @@ def test_the_real_model_is_a_grouped_query_llama(smollm2: LoadedModel) -> None:
     # tied embeddings survive the copy: the output layer is the input embedding
     assert torch.equal(lm.model.lm_head.weight, lm.model.model.embed_tokens.weight)
     assert bundled.converted_copy() is not None  # later loads read the copy
+    from attncore.kernels import SHAPE_PRESETS  # the Kernels page's preset is this model's attention
+
+    p = SHAPE_PRESETS["smollm2"]
+    assert (p.heads, p.kv_heads, p.head_dim, p.mask, p.label) == (9, 3, cfg.head_dim, "causal", lm.description)
     saved = json.loads((bundled.converted_copy() / "config.json").read_text())
     assert "quantization_config" not in saved
 
@@ -135,3 +139,43 @@ def test_the_copy_is_written_atomically(tmp_path: Path, monkeypatch: pytest.Monk
     ids = torch.tensor([[3, 4, 5, 6]])
     with torch.inference_mode():
         torch.testing.assert_close(back(ids).logits, lm.model(ids).logits)
+
+
+def test_real_grouped_query_capture_and_generation(smollm2: LoadedModel) -> None:
+    """SmolLM2's q, k, v per query head (3 groups of 3) reproduce its own maps and outputs; greedy
+    generation repeats itself and each step's row equals the full pass's row."""
+    from attncore.models.generation import generate
+    from attncore.qkv import capture
+
+    lm = smollm2
+    att = run_text(lm, TEXT)
+    hv = capture(lm, TEXT)
+    assert (hv.kv_heads, hv.groups, hv.q.shape) == (3, 3, (30, 9, len(att.tokens), 64))
+    for layer in (0, 15, 29):
+        np.testing.assert_allclose(hv.weights(layer).numpy(), att.attentions[layer].double().numpy(), atol=1e-4)
+        np.testing.assert_allclose(hv.mix(att.attentions[layer], layer).numpy(),
+                                   hv.output[layer].double().numpy(), atol=1e-4)
+    assert torch.equal(hv.k[:, 0], hv.k[:, 2]) and not torch.equal(hv.k[:, 2], hv.k[:, 3])
+    g = generate(lm, TEXT, 4, greedy=True)
+    assert g.new_ids == generate(lm, TEXT, 4, greedy=True).new_ids
+    P = len(g.prompt)
+    ids = lm.tokenizer(TEXT)["input_ids"] + list(g.new_ids)
+    with torch.inference_mode():
+        full = lm.model(torch.tensor([ids]), output_attentions=True).attentions  # N x (1, H, L, L)
+    for t in range(len(g.new)):
+        row = torch.stack([a[0, :, P - 1 + t, : P + t] for a in full])  # (N, H, P + t)
+        torch.testing.assert_close(g.attentions[t, :, :, : P + t], row, atol=1e-4, rtol=0)
+
+
+def test_conversion_progress_follows_the_dequantised_tensors() -> None:
+    """transformers walks the GGUF tensors through its module's ``tqdm``: while converting, that name reports
+    each 8th tensor as progress from lo to hi, and is restored afterwards."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    seen: list[tuple[float, str]] = []
+    original = gguf_utils.tqdm
+    with bundled._tensor_progress(lambda f, m: seen.append((f, m)), 0.5, 0.85):
+        assert list(gguf_utils.tqdm(range(20), desc="x")) == list(range(20))
+    assert gguf_utils.tqdm is original
+    assert [f for f, _ in seen] == pytest.approx([0.5 + 0.35 * i / 20 for i in (0, 8, 16)])
+    assert seen[1][1] == "dequantising the 4-bit weights: tensor 9 of 20"

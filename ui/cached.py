@@ -39,6 +39,7 @@ from attncore.decoder import text as _dec_text
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
+from attncore.models import generation as _generation
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms, run_sweep
@@ -63,7 +64,10 @@ __all__ = [
     "head_vectors",
     "kernel_memory",
     "kernel_probe",
+    "generation",
     "language_model",
+    "next_logits",
+    "token_count",
     "learned_model",
     "learned_task",
     "learned_view",
@@ -216,26 +220,65 @@ def _language_model(canonical: str, device: str,
     return _models.load_model(canonical, device, progress=_progress)
 
 
-def text_attention(source: str, text: str, device: str) -> Timed[_models.TextAttention]:
-    """Every attention map of the model ``source`` on ``text`` (the forward pass is timed)."""
-    return _text_attention(_models.canonical_source(source), text, device)
+def text_attention(source: str, text: str, device: str,
+                   layer: int | None = None) -> Timed[_models.TextAttention]:
+    """The attention maps of the model ``source`` on ``text`` (the forward pass is timed), cached by
+    (model, text): moving between layers, heads and tokens reuses it.
+
+    ``layer`` None: every layer's maps, the text cut to the model's map limit. With ``layer``, a decoder
+    reads up to its token limit; a text past the map limit keeps every head's summary and only this
+    layer's maps (the cache key then holds the layer, so another layer runs another pass)."""
+    canonical = _models.canonical_source(source)
+    lm = _language_model(canonical, device)
+    if layer is None or lm.token_limit <= lm.full_map_limit or \
+            token_count(canonical, text, device) <= lm.full_map_limit:
+        return _text_attention(canonical, text, device, None)
+    return _text_attention(canonical, text, device, int(layer))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def token_count(canonical: str, text: str, device: str) -> int:
+    """L, the tokens the model ``canonical`` reads of ``text`` (up to its token limit)."""
+    return _models.tokenize(_language_model(canonical, device), text).length
 
 
 @st.cache_resource(max_entries=6, show_spinner="Running the model…")
-def _text_attention(canonical: str, text: str, device: str) -> Timed[_models.TextAttention]:
+def _text_attention(canonical: str, text: str, device: str,
+                    layer: int | None) -> Timed[_models.TextAttention]:
     lm = _language_model(canonical, device)
-    return timed(lambda: _models.run_text(lm, text))
+    if layer is None:
+        return timed(lambda: _models.run_text(lm, text, max_tokens=lm.full_map_limit))
+    return timed(lambda: _models.run_text(lm, text, layers=(layer,)))
 
 
-def head_vectors(source: str, text: str, device: str) -> Timed[_qkv.HeadVectors]:
-    """Every head's q, k, v and output of the model ``source`` on ``text`` (one hooked forward pass)."""
-    return _head_vectors(_models.canonical_source(source), text, device)
+def head_vectors(source: str, text: str, device: str,
+                 max_tokens: int | None = None) -> Timed[_qkv.HeadVectors]:
+    """Every head's q, k, v and output of the model ``source`` on ``text`` (one hooked forward pass), the
+    text cut to ``max_tokens`` as the maps shown beside it were."""
+    return _head_vectors(_models.canonical_source(source), text, device, max_tokens)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def _head_vectors(canonical: str, text: str, device: str) -> Timed[_qkv.HeadVectors]:
+def _head_vectors(canonical: str, text: str, device: str, max_tokens: int | None) -> Timed[_qkv.HeadVectors]:
     lm = _language_model(canonical, device)
-    return timed(lambda: _qkv.capture(lm, text))
+    return timed(lambda: _qkv.capture(lm, text, max_tokens))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def next_logits(source: str, text: str, device: str) -> Timed[torch.Tensor]:
+    """(V,) the logits of the token after ``text`` (a bundled or local decoder)."""
+    lm = _language_model(_models.canonical_source(source), device)
+    return timed(lambda: _generation.next_logits(lm, text))
+
+
+@st.cache_resource(max_entries=8, show_spinner="Generating…")
+def generation(source: str, text: str, n_new: int, greedy: bool, temperature: float, seed: int,
+               device: str) -> Timed[_generation.Generation]:
+    """Up to ``n_new`` tokens after ``text`` and the attention of every step (greedy, or sampled from
+    ``seed``)."""
+    lm = _language_model(_models.canonical_source(source), device)
+    return timed(lambda: _generation.generate(lm, text, n_new, greedy=greedy, temperature=temperature,
+                                              seed=seed))
 
 
 # --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)

@@ -46,7 +46,9 @@ __all__ = [
     "choose",
     "head_view",
     "load",
+    "load_model",
     "model_controls",
+    "model_sentence",
     "model_params",
     "on_pick",
     "pick_head",
@@ -154,20 +156,30 @@ def text_box(mp: ModelParams) -> str:
                                   "the model's limit is truncated (you will see a note).")
 
 
-def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention]]:
-    """The cached model and its attentions on ``text``, with a note when the text was truncated."""
-    if source == causal.CAUSAL:
-        return causal.load(text, ctx)
+def load_model(source: str, ctx: PageContext) -> LoadedModel:
+    """The cached model (queued by admission control with its estimated bytes; SmolLM2's first start
+    shows a progress bar and, once, a note)."""
     canonical = canonical_source(source)
     with heavy(max(MODEL_LOAD_BYTES, load_bytes(canonical)), seconds=5.0,
                label="loading the model"):  # queue (ui.admission)
         lm = cached.language_model(source, ctx.device, progress=_ProgressBar())
-        res = cached.text_attention(source, text, ctx.device)
     if lm.converted and not st.session_state.get(_CONVERTED_SEEN):
         st.session_state[_CONVERTED_SEEN] = True  # said once per session
         st.success(f"First start: {lm.description} was converted from its 4-bit file in {lm.seconds:.0f} s "
                    "and a float32 copy was kept, so the next start loads it in seconds.",
                    icon=":material/check_circle:")
+    return lm
+
+
+def load(source: str, text: str, ctx: PageContext, lm: LoadedModel | None = None,
+         layer: int | None = None) -> tuple[LoadedModel, Timed[TextAttention]]:
+    """The cached model and its attentions on ``text``, with a note when the text was truncated.
+    ``layer``: see :func:`ui.cached.text_attention` (a long text keeps only that layer's maps)."""
+    if source == causal.CAUSAL:
+        return causal.load(text, ctx)
+    lm = lm or load_model(source, ctx)
+    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="running the model"):
+        res = cached.text_attention(source, text, ctx.device, layer)
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
@@ -176,6 +188,11 @@ def load(source: str, text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[T
         st.info(f"The text gives {total:,} tokens{extra}; {lm.name} takes at most {att.token_limit} "
                 f"tokens per pass, so it was truncated to the first {len(att.tokens)} (special tokens kept) "
                 f"and {att.dropped:,} tokens were dropped.", icon=":material/content_cut:")
+    if not att.all_maps:
+        st.info(f"{len(att.tokens):,} tokens: every head's summary is kept for all {lm.layers} layers, but "
+                f"the maps only for the layer shown ({layer}); past {lm.full_map_limit} tokens the "
+                f"{lm.layers * lm.heads} maps would not fit the budget together, so another layer runs the "
+                "model again.", icon=":material/memory:")
     return lm, res
 
 
@@ -195,20 +212,44 @@ class _ProgressBar:
             self._bar.empty()
 
 
-def choose(mp: ModelParams, ctx: PageContext) -> Chosen | None:
+def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
     """Model picker, text box, the cached forward pass, the head and token pickers and (for the
     causal character model) its explanation, in that order. None while the local-folder box is empty.
+
+    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
+    otherwise the text is cut to the limit where every map fits.
     """
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
     if source is None:
         return None
-    lm, res = load(source, text, ctx)
-    layer, head = pick_head(mp, lm, ctx.controls)
+    if source == causal.CAUSAL:
+        lm, res = load(source, text, ctx)
+        layer, head = pick_head(mp, lm, ctx.controls)
+    else:
+        lm = load_model(source, ctx)
+        layer, head = pick_head(mp, lm, ctx.controls)
+        lm, res = load(source, text, ctx, lm, layer if long_text else None)
     token = pick_token(mp, res.value, ctx.controls)
     if causal.is_causal(lm):
         causal.explain(lm)
+    elif lm.description:
+        st.caption(plain(model_sentence(lm)))
     return Chosen(lm=lm, res=res, layer=layer, head=head, token=token, source=source, text=text)
+
+
+def model_sentence(lm: LoadedModel) -> str:
+    """What a bundled model is, from its loaded config (layers, heads, key/value groups)."""
+    cfg = lm.model.config
+    width = getattr(cfg, "hidden_size", None)
+    E = getattr(cfg, "head_dim", None) or (width // lm.heads if width else None)
+    gqa = (f"{lm.heads} query heads sharing {lm.kv_heads} key/value heads (grouped-query attention: "
+           f"{lm.groups} query heads per group)" if lm.kv_heads and lm.kv_heads < lm.heads
+           else f"{lm.heads} heads")
+    kind = ("a causal decoder: token i attends to itself and the tokens before it, so every map is 0 above "
+            "the diagonal" if lm.causal else "an encoder: every token attends to every token")
+    return (f"{lm.description}: {lm.layers} layers × {gqa}, width {width}, head dim {E}; {kind}. "
+            f"Up to {lm.full_map_limit} tokens every map is kept; it reads up to {lm.token_limit} tokens.")
 
 
 def on_pick(chart_key: str, targets: dict[str, Param]) -> Callable[[], None]:
@@ -279,7 +320,7 @@ def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, vie
     With ``mp``, a click on a row of the map chooses that query token (``mp.token``), whose
     row is outlined.
     """
-    w = att.attentions[layer, head]  # (L, L)
+    w = att.maps(layer)[head]  # (L, L)
     rs = row_stats(w, att.allowed)
     visible = rs.visible.cpu().numpy().astype(np.float64)
     fig = view_builders.token_head_figure(w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), visible,
@@ -300,7 +341,7 @@ def vectors(ch: Chosen, ctx: PageContext) -> Timed[HeadVectors]:
     if ch.source == causal.CAUSAL:
         return cached.causal_head_vectors(causal.prepare(ch.text, ctx).text, ctx.device)
     with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="reading q, k and v"):
-        return cached.head_vectors(ch.source, ch.text, ctx.device)
+        return cached.head_vectors(ch.source, ch.text, ctx.device, len(ch.res.value.tokens))
 
 
 def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
@@ -309,7 +350,7 @@ def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     att = ch.res.value
     i, layer, head = ch.token, ch.layer, ch.head
     tok = att.tokens[i]
-    w = att.attentions[layer, head]  # (L, L)
+    w = att.maps(layer)[head]  # (L, L)
     allowed = att.allowed
     st.markdown(f"##### Token {i}: {plain(tok)}")
     top = int(w[i].argmax())

@@ -149,27 +149,29 @@ def forward_bytes(shape: DecoderShape, L: int, weights: bool = True, maps: int =
 class ResidualEdit:
     """Overwrite dims ``dims`` of token ``token``'s residual stream at the output of layer ``layer``.
 
-    ``mode`` "zero" sets them to 0; "mean" to their mean over the other tokens of the same pass
-    (Sun et al. 2024's ablation of massive activations). ``layer`` -1 edits the embeddings.
+    ``mode`` "zero" sets them to 0; "set" to ``values`` (one per dim), e.g. their mean over many texts
+    (Sun et al. 2024's ablations of massive activations). ``layer`` -1 edits the embeddings.
     """
 
     layer: int
     dims: tuple[int, ...]
     mode: str = "zero"
+    values: tuple[float, ...] = ()
     token: int = 0
 
     def apply(self, hidden: Tensor) -> Tensor:
         """hidden (1, L, D) -> a copy with the edit made."""
-        if self.mode not in ("zero", "mean"):
-            raise AttnInputError(f"a residual edit is 'zero' or 'mean'; got {self.mode!r}.")
+        if self.mode not in ("zero", "set"):
+            raise AttnInputError(f"a residual edit is 'zero' or 'set'; got {self.mode!r}.")
+        if self.mode == "set" and len(self.values) != len(self.dims):
+            raise AttnInputError(f"'set' needs one value per dim; got {len(self.values)} for "
+                                 f"{len(self.dims)}.")
         out = hidden.clone()
         idx = torch.tensor(self.dims, dtype=torch.long, device=hidden.device)
         if self.mode == "zero":
             out[:, self.token, idx] = 0.0
         else:
-            others = torch.ones(hidden.shape[1], dtype=torch.bool, device=hidden.device)
-            others[self.token] = False
-            out[:, self.token, idx] = hidden[:, others][:, :, idx].mean(dim=1)
+            out[:, self.token, idx] = torch.tensor(self.values, dtype=hidden.dtype, device=hidden.device)
         return out
 
 

@@ -73,7 +73,8 @@ class DecoderSinks:
         share: (N,) share of each layer's heads with ``first_score > eps``.
         kind_score: kind -> mean over heads and keys of that kind (first token excluded) of the key's
             score alpha_k; ``kind_uniform`` the same under uniform causal attention.
-        attractors: the keys after the first with the highest mean score over all heads.
+        attractors: the keys after the first with the highest mean score over all heads, among the keys
+            that at least an eighth of the queries see (a late key's score averages few queries).
         value_ratio: (N, Hkv) the first token's value norm over the median of the other tokens'.
         first_norm: (N + 1,) the first token's residual norm after the embeddings and each layer.
         rest_norm: (N + 1,) the median residual norm of the other tokens.
@@ -161,7 +162,10 @@ def decoder_sinks(model: Any, ids: Tensor, texts: Sequence[str], *, eps: float =
         if sel:
             kind_score[kind] = float(mean_alpha[sel].mean())
             kind_uniform[kind] = float(uni[sel].mean())
-    order = mean_alpha[1:].argsort(descending=True)[:attractors] + 1
+    # alpha_k of a late key averages few queries (the last key: one), so attractors are ranked among the
+    # keys that at least an eighth of the queries see
+    last = max(2, L - max(1, L // 8))  # keys 1..last-1
+    order = mean_alpha[1:last].argsort(descending=True)[:attractors] + 1
     attr = tuple(Attractor(int(i), texts[int(i)], kinds[int(i)], float(mean_alpha[int(i)])) for i in order)
     rest_norm = p.residual_norm[:, 1:].median(dim=-1).values  # (N + 1,); L >= 2 (check_ids)
     kk = min(top, p.first_residual.shape[-1])

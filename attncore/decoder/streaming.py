@@ -179,6 +179,7 @@ class Ablation:
         deltas: (B,) mean loss (ablated - dense) per window (nats per token).
         base: (B,) dense mean loss per window.
         layer, dims: the residual point and dims edited (-1 and () for the mask).
+        values: the values written (the mean-replacement), () otherwise.
     """
 
     name: str
@@ -186,6 +187,7 @@ class Ablation:
     base: Tensor
     layer: int
     dims: tuple[int, ...]
+    values: tuple[float, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -204,8 +206,9 @@ def ablations(model: Any, windows: Sequence[Tensor], layer: int, dims: Sequence[
     """The three first-token ablations of :data:`ABLATIONS` on each window (1, L) of text.
 
     "mask first token": no query but the first sees key 0. The residual edits overwrite ``dims`` of
-    token 0 at the output of layer ``layer`` (0-based; -1 = the embeddings) with 0 or with the other
-    tokens' mean there.
+    token 0 at the output of layer ``layer`` (0-based; -1 = the embeddings) with 0, or with their mean
+    over the windows (Sun et al. 2024: the values matter only through their size, so the mean keeps the
+    loss while zeroing breaks it). With one window the mean is the value itself: no change.
     """
     if not windows:
         raise AttnInputError("the ablations need at least one window of text.")
@@ -220,10 +223,16 @@ def ablations(model: Any, windows: Sequence[Tensor], layer: int, dims: Sequence[
         if progress is not None:
             progress(step, total, what)
 
+    dense_runs = []
     for w in windows:
-        L = int(w.shape[-1])
-        dense = decoder_pass(model, w, weights=False).nll.double().mean()
+        dense_runs.append(decoder_pass(model, w, weights=False))
         tick("dense")
+    idx = torch.tensor(dims, dtype=torch.long)
+    mean_vals = torch.stack([p.first_residual[layer + 1, idx] for p in dense_runs]).double().mean(0)  # (K,)
+    values = tuple(float(v) for v in mean_vals)
+    for w, run in zip(windows, dense_runs, strict=True):
+        L = int(w.shape[-1])
+        dense = run.nll.double().mean()
         allowed = band_allowed(L)
         allowed[1:, 0] = False
         masked.append(decoder_pass(model, w, allowed=allowed, weights=False).nll.double().mean() - dense)
@@ -231,11 +240,11 @@ def ablations(model: Any, windows: Sequence[Tensor], layer: int, dims: Sequence[
         zeroed.append(decoder_pass(model, w, weights=False,
                                    edits=[ResidualEdit(layer, dims, "zero")]).nll.double().mean() - dense)
         tick("zero")
-        meaned.append(decoder_pass(model, w, weights=False,
-                                   edits=[ResidualEdit(layer, dims, "mean")]).nll.double().mean() - dense)
+        mean_edit = ResidualEdit(layer, dims, "set", values)
+        meaned.append(decoder_pass(model, w, weights=False, edits=[mean_edit]).nll.double().mean() - dense)
         tick("mean")
         base.append(dense)
     b = torch.stack(base)
     return (Ablation(ABLATIONS[0], torch.stack(masked), b, -1, ()),
             Ablation(ABLATIONS[1], torch.stack(zeroed), b, layer, dims),
-            Ablation(ABLATIONS[2], torch.stack(meaned), b, layer, dims))
+            Ablation(ABLATIONS[2], torch.stack(meaned), b, layer, dims, values))

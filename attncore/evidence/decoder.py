@@ -141,22 +141,28 @@ def _sinks_judge(m: Measurement) -> Judgement:
     if n == 0:
         return Judgement(FAILS, f"no head of {total} gives the first token more than ε = {GU_EPS:g}.")
     shifted = int(m.num("shifted_sink_heads"))
-    marks = [_excess(m, k) for k in ("newline", "punctuation")]
-    marks = [x for x in marks if math.isfinite(x)]
+    marks = [x for x in (_excess(m, "newline"), _excess(m, "punctuation")) if math.isfinite(x)]
     word = _excess(m, "word")
+    mark = max(marks) if marks else math.nan
     position = shifted >= n / 2
-    meaningless = bool(marks) and math.isfinite(word) and max(marks) > word
-    if position and meaningless:
-        return Judgement(HOLDS, f"{n} of {total} heads are sink heads on the first token; they stay with the "
+    above_words = math.isfinite(mark) and math.isfinite(word) and mark > word
+    above_uniform = math.isfinite(mark) and mark >= 1.0
+    if position and above_words and above_uniform:
+        return Judgement(HOLDS, f"{n} of {total} heads are sink heads on the first token and stay with the "
                                 f"first position when the text is shifted ({shifted}); line breaks or "
-                                f"punctuation "
-                                f"draw {fmt(max(marks), 2)}× the uniform weight, words {fmt(word, 2)}×.")
+                                f"punctuation draw {fmt(mark, 2)}× the uniform weight, words "
+                                f"{fmt(word, 2)}×.")
     why = []
     if not position:
         why.append(f"shifting the text by 3 tokens leaves {shifted} of {n} sink heads")
-    if not meaningless:
+    if not above_words:
         why.append("punctuation and line breaks draw no more than words, relative to uniform")
-    return Judgement(CAVEAT, f"{n} of {total} heads are sink heads, but " + "; ".join(why) + ".")
+    elif not above_uniform:
+        why.append(f"besides the first token, punctuation and line breaks draw more than words "
+                   f"({fmt(mark, 2)}× vs {fmt(word, 2)}× uniform) but less than uniform attention would "
+                   "give them")
+    return Judgement(CAVEAT, f"{n} of {total} heads sink on the first position whatever its token, but "
+                             + "; ".join(why) + ".")
 
 
 def _sinks_text(m: Measurement) -> str:
@@ -215,6 +221,8 @@ def measure_gqa(setting: Setting) -> Measurement:
 
 def _gqa_judge(m: Measurement) -> Judgement:
     d = m.num("diff")
+    if d == 0.0:
+        return Judgement(HOLDS, "identical outputs on the model's own queries, keys and values.")
     if d <= GQA_TOL:
         return Judgement(HOLDS, f"the same output within {fmt(d, 2)} on the model's own queries, keys and "
                                 f"values.")
@@ -290,8 +298,8 @@ LLM_SINKS = Claim(
     "with the text shifted by 3 tokens; the mean score of line breaks, punctuation and words over their "
     "uniform-attention baseline.",
     tolerance=f"a sink head: first-token score above ε = {GU_EPS:g}; meaningless: the sinks follow the first "
-    "position when the text shifts (at least half stay) and punctuation or line breaks draw more than words, "
-    "relative to uniform",
+    "position when the text shifts (at least half stay), and punctuation or line breaks draw more than words "
+    "and at least their uniform-attention weight",
     measure=measure_sinks,
     describe=_sinks_text,
     judge=_sinks_judge,

@@ -26,6 +26,8 @@ __all__ = [
     "LENGTH_CHOICES",
     "MASK_KEEP",
     "MASK_KINDS",
+    "SHAPE_PRESETS",
+    "ShapePreset",
     "MAX_BATCH",
     "MAX_GROUPS",
     "MAX_HEADS",
@@ -63,6 +65,34 @@ HEAD_CHOICES: tuple[int, ...] = _powers_of_two(1, MAX_HEADS)
 GROUP_CHOICES: tuple[int, ...] = _powers_of_two(1, MAX_GROUPS)
 HEAD_DIM_CHOICES: tuple[int, ...] = _powers_of_two(MIN_HEAD_DIM, MAX_HEAD_DIM)
 LENGTH_CHOICES: tuple[int, ...] = _powers_of_two(MIN_T, MAX_T)
+
+
+@dataclass(frozen=True)
+class ShapePreset:
+    """The attention shape of a real model, for the Kernels page's preset control.
+
+    Attributes:
+        label: the model, in words. heads: H; groups: query heads per key/value head (Hkv = H / groups);
+        head_dim: E; mask: its mask kind (``"causal"`` for a decoder).
+    """
+
+    label: str
+    heads: int
+    groups: int
+    head_dim: int
+    mask: str
+
+    @property
+    def kv_heads(self) -> int:
+        """Hkv."""
+        return self.heads // self.groups
+
+
+# The bundled decoder's attention (tests/test_smollm2.py checks it against the loaded model's config).
+SHAPE_PRESETS: dict[str, ShapePreset] = {
+    "smollm2": ShapePreset("SmolLM2-135M-Instruct, 4-bit (Q4_1) weights dequantised to float32",
+                           heads=9, groups=3, head_dim=64, mask="causal"),
+}
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,16 @@ from attncore.models.bundled import (  # noqa: E402
     converted_copy,
     model_cache_dir,
 )
-from attncore.models.capture import TextAttention, Tokenized, run_text, token_kinds, tokenize  # noqa: E402
+from attncore.models.capture import (  # noqa: E402
+    HeadSummary,
+    TextAttention,
+    Tokenized,
+    decoder_pass_bytes,
+    run_text,
+    summary_of,
+    token_kinds,
+    tokenize,
+)
 from attncore.models.folders import (  # noqa: E402
     MAX_MODEL_BYTES,
     MODEL_DIRS_ENV,
@@ -71,6 +80,7 @@ __all__ = [
     "MODEL_DIRS_ENV",
     "SMOLLM2",
     "Bundled",
+    "HeadSummary",
     "LoadedModel",
     "Progress",
     "TextAttention",
@@ -78,12 +88,14 @@ __all__ = [
     "allowed_model_dirs",
     "canonical_source",
     "converted_copy",
+    "decoder_pass_bytes",
     "discover_models",
     "load_bytes",
     "load_model",
     "model_cache_dir",
     "resolve_model_folder",
     "run_text",
+    "summary_of",
     "token_kinds",
     "tokenize",
     "wrap_model",

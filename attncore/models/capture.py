@@ -10,18 +10,82 @@ folders, the bundled SmolLM2 decoder and the shipped character model
 
 from __future__ import annotations
 
+import inspect
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from attncore.budget import check_limit, fmt_count
+from attncore.budget import check_bytes, check_limit, fmt_count
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
+from attncore.models.modules import attention_modules
 
-__all__ = ["TextAttention", "Tokenized", "run_text", "token_kinds", "tokenize"]
+__all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
+           "run_text", "summary_of",
+           "summarize", "token_kinds", "tokenize"]
+
+THUMB = 24  # side of the block-mean thumbnail of every head kept for the layers x heads overview
+
+
+@dataclass(frozen=True)
+class HeadSummary:
+    """Per-head numbers of every layer, kept even when the maps themselves are not.
+
+    Attributes:
+        first: (N, H) mean weight on key 0 over the queries (Gu et al.'s first-token score).
+        previous: (N, H) mean weight on key i - 1 over the queries i >= 1 (1 query: 0).
+        entropy: (N, H) mean entropy of a query's weights, nats.
+        max_weight: (N, H) mean of each query's largest weight.
+        thumbs: (N, H, T, T) each map as T x T block means (T = min(:data:`THUMB`, L)): what the
+            layers x heads overview draws.
+    """
+
+    first: Tensor
+    previous: Tensor
+    entropy: Tensor
+    max_weight: Tensor
+    thumbs: Tensor
+
+
+def summarize(w: Tensor, thumb: int = THUMB) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(first, previous, entropy, max_weight, thumbs) of one layer's maps ``w`` (H, L, S), float32 CPU:
+    four (H,) vectors and (H, T, T) block means (see :class:`HeadSummary`)."""
+    w = w.float()
+    H, L, S = w.shape
+    first = w[:, :, 0].mean(-1)  # (H,)
+    prev = w[:, 1:, :].diagonal(dim1=-2, dim2=-1).mean(-1) if L > 1 else torch.zeros(H, device=w.device)
+    ent = torch.special.entr(w).sum(-1).mean(-1)  # (H,)
+    mx = w.amax(-1).mean(-1)  # (H,)
+    T = min(thumb, L, S)
+    thumbs = torch.nn.functional.adaptive_avg_pool2d(w[None], (T, T))[0]  # (H, T, T)
+    return tuple(t.cpu() for t in (first, prev, ent, mx, thumbs))  # type: ignore[return-value]
+
+
+def _stack_summary(rows: list[tuple[Tensor, ...]]) -> HeadSummary:
+    parts = [torch.stack([r[i] for r in rows]) for i in range(5)]
+    return HeadSummary(first=parts[0], previous=parts[1], entropy=parts[2], max_weight=parts[3],
+                       thumbs=parts[4])
+
+
+def summary_of(att: TextAttention) -> HeadSummary:
+    """``att.summary``, or computed from its maps (every layer kept) for a model that gave none."""
+    if att.summary is not None:
+        return att.summary
+    return _stack_summary([summarize(att.attentions[n]) for n in range(att.attentions.shape[0])])
+
+
+def decoder_pass_bytes(lm: LoadedModel, L: int, kept_layers: int) -> int:
+    """Peak bytes of one forward pass that keeps ``kept_layers`` layers' maps: the maps kept
+    (N_kept x H x L^2 float32), one layer's scores, weights and softmax temporary (3 x H x L^2), the
+    activations (about 16 x L x width floats) and the model's weights already in memory excluded."""
+    cfg = lm.model.config
+    width = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1024)
+    per_map = lm.heads * L * L * 4
+    return kept_layers * per_map + 3 * per_map + 16 * L * width * 4
 
 
 @dataclass(frozen=True)
@@ -30,13 +94,16 @@ class TextAttention:
 
     Attributes:
         tokens: (L,) token strings as the tokenizer writes them.
-        attentions: (N, H, L, L) float32 on the CPU; rows sum to 1 over the keys a query sees.
+        attentions: (N, H, L, L) float32 on the CPU; rows sum to 1 over the keys a query sees. For a
+            decoder text past the model's ``map_limit``: (len(kept), H, L, L), the layers in ``kept``.
         causal: True when every map is lower triangular (a decoder).
         special: (L,) bool, special tokens ([CLS], [SEP], BOS, EOS, ...).
         punctuation: (L,) bool, tokens made only of punctuation.
         dropped: tokens cut off because the text was longer than ``token_limit``.
         chars_cut: characters cut off before tokenising (text over :data:`MAX_TEXT_CHARS`).
         token_limit: the limit that applied.
+        kept: None when every layer's maps are kept, else the layers :attr:`attentions` holds.
+        summary: per-head numbers and thumbnails of every layer (:class:`HeadSummary`).
     """
 
     tokens: tuple[str, ...]
@@ -47,6 +114,27 @@ class TextAttention:
     dropped: int
     chars_cut: int
     token_limit: int
+    kept: tuple[int, ...] | None = None
+    summary: HeadSummary | None = None
+
+    @property
+    def layers(self) -> int:
+        """N, the model's layers (those with a summary; every layer when all maps are kept)."""
+        return int(self.summary.first.shape[0]) if self.summary is not None else int(self.attentions.shape[0])
+
+    @property
+    def all_maps(self) -> bool:
+        """True when :attr:`attentions` holds every layer (index = layer)."""
+        return self.kept is None
+
+    def maps(self, layer: int) -> Tensor:
+        """(H, L, L) maps of ``layer``; :class:`AttnInputError` for a layer whose maps were not kept."""
+        if self.kept is None:
+            return self.attentions[layer]
+        if layer not in self.kept:
+            raise AttnInputError(f"layer {layer}'s maps were not kept for this long text (only "
+                                 f"{', '.join(map(str, self.kept))}); its per-head summary was.")
+        return self.attentions[self.kept.index(layer)]
 
     @property
     def allowed(self) -> Tensor | None:
@@ -147,24 +235,64 @@ def tokenize(lm: LoadedModel, text: str, max_tokens: int | None = None) -> Token
                      limit=limit)
 
 
-def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextAttention:
-    """Tokenise ``text``, run the model once and return every attention map.
+def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None,
+             layers: tuple[int, ...] | None = None) -> TextAttention:
+    """Tokenise ``text``, run the model once and return its attention maps with a per-head summary.
 
     Text longer than :data:`MAX_TEXT_CHARS` characters is cut first; token sequences
     longer than ``max_tokens`` (default and cap: ``lm.token_limit``) are truncated
     (special tokens kept) and :attr:`TextAttention.dropped` says how many tokens went.
+    Up to ``lm.map_limit`` tokens every layer's maps are kept (``layers`` is ignored); past it (a
+    decoder reads up to ``lm.token_limit``) only the maps of ``layers`` (default: layer 0) are kept,
+    and every head's :class:`HeadSummary` is computed layer by layer inside the forward pass, so the
+    maps not shown are never held together. Memory is estimated before running.
     Raises :class:`AttnInputError` for empty text or a model that returns no attentions.
     """
     enc = tokenize(lm, text, max_tokens)
     L = enc.length
-    check_limit(lm.layers * lm.heads * L * L, MAX_MODEL_CELLS, "layers × heads × tokens²",
-                f"attention cells ({fmt_count(MAX_MODEL_CELLS * 4)}B in float32)", "Use a shorter text.")
+    keep_all = lm.full_map_limit >= L
+    if keep_all:
+        check_limit(lm.layers * lm.heads * L * L, MAX_MODEL_CELLS, "layers × heads × tokens²",
+                    f"attention cells ({fmt_count(MAX_MODEL_CELLS * 4)}B in float32)", "Use a shorter text.")
+        kept = None
+    else:
+        kept = tuple(sorted({int(x) for x in (layers or (0,))}))
+        if any(not 0 <= x < lm.layers for x in kept):
+            raise AttnInputError(f"{lm.name} has layers 0–{lm.layers - 1}; asked for {kept}.")
+    check_bytes(decoder_pass_bytes(lm, L, lm.layers if keep_all else len(kept or ())),
+                f"one pass of {lm.name} over {L} tokens", "Use a shorter text.")
     ids, tok = enc.ids, lm.tokenizer
     dev = torch.device(lm.device)
     inputs = {k: v.to(dev) for k, v in enc.inputs.items()}
+    if keep_all:
+        attn = _all_maps(lm, inputs, L)
+        summary = _stack_summary([summarize(attn[n]) for n in range(attn.shape[0])])
+    else:
+        attn, summary = _kept_maps(lm, inputs, kept or (0,))
+    causal = L > 1 and bool((attn.triu(diagonal=1) == 0).all())
+    id_list = ids[0].tolist()
+    tokens = tuple(tok.convert_ids_to_tokens(id_list))
+    structural = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # [UNK] is text the model lacks
+    special, punct = token_kinds(tokens, structural, id_list)
+    return TextAttention(tokens=tokens, attentions=attn, causal=causal, special=special, punctuation=punct,
+                         dropped=enc.dropped, chars_cut=enc.chars_cut, token_limit=enc.limit, kept=kept,
+                         summary=summary)
+
+
+def _forward_kwargs(model: nn.Module) -> dict[str, Any]:
+    """``logits_to_keep=1`` for a causal LM that accepts it (the maps need no (L, V) logits)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
+def _all_maps(lm: LoadedModel, inputs: dict[str, Tensor], L: int) -> Tensor:
+    """(N, H, L, L) float32 CPU: every map, from ``output_attentions``."""
     try:
         with torch.inference_mode():
-            out = lm.model(**inputs, output_attentions=True)
+            out = lm.model(**inputs, output_attentions=True, **_forward_kwargs(lm.model))
     except Exception as exc:
         raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
     atts = getattr(out, "attentions", None)
@@ -176,10 +304,42 @@ def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None) -> TextA
         raise AttnInputError(f"{lm.name} returns attention maps of different shapes: {exc}") from exc
     if attn.dim() != 4 or attn.shape[-1] != L or attn.shape[-2] != L:
         raise AttnInputError(f"{lm.name} returned attentions of shape {tuple(attn.shape)}, not (N, H, L, L).")
-    causal = L > 1 and bool((attn.triu(diagonal=1) == 0).all())
-    id_list = ids[0].tolist()
-    tokens = tuple(tok.convert_ids_to_tokens(id_list))
-    structural = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # [UNK] is text the model lacks
-    special, punct = token_kinds(tokens, structural, id_list)
-    return TextAttention(tokens=tokens, attentions=attn, causal=causal, special=special, punctuation=punct,
-                         dropped=enc.dropped, chars_cut=enc.chars_cut, token_limit=enc.limit)
+    return attn
+
+
+def _kept_maps(lm: LoadedModel, inputs: dict[str, Tensor],
+               kept: tuple[int, ...]) -> tuple[Tensor, HeadSummary]:
+    """Maps of the ``kept`` layers and every layer's summary, one layer at a time inside the pass (each
+    attention module returns its (1, H, L, L) weights to a hook that summarises them and drops them)."""
+    mods = attention_modules(lm.model)
+    if len(mods) != lm.layers:
+        raise AttnInputError(f"{lm.name}: long texts (past {lm.full_map_limit} tokens) are read from "
+                             "Llama/Qwen-family decoders only; use a shorter text.")
+    rows: dict[int, tuple[Tensor, ...]] = {}
+    maps: dict[int, Tensor] = {}
+
+    def hook(layer: int) -> Any:
+        def fn(_m: nn.Module, _args: Any, out: Any) -> Any:
+            w = out[1]
+            if w is None:
+                raise AttnInputError(f"{lm.name} does not return attention weights (eager attention).")
+            w = w[0].detach()  # (H, L, L)
+            rows[layer] = summarize(w)
+            if layer in kept:
+                maps[layer] = w.float().cpu().clone()
+            return (out[0], None)  # the decoder layer drops the weights anyway
+
+        return fn
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+    try:
+        with torch.inference_mode():
+            lm.model(**inputs, **_forward_kwargs(lm.model))
+    except AttnInputError:
+        raise
+    except Exception as exc:
+        raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.stack([maps[x] for x in kept]), _stack_summary([rows[i] for i in range(lm.layers)])

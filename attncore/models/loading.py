@@ -18,6 +18,7 @@ from attncore.errors import AttnInputError
 from attncore.models import bundled as _bundled
 from attncore.models.bundled import BUNDLED_MODELS, SMOLLM2, Progress
 from attncore.models.folders import resolve_model_folder
+from attncore.models.modules import attention_modules
 
 __all__ = [
     "MAX_DECODER_TOKENS",
@@ -210,8 +211,10 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str, path: str = "", device:
     per_map = layers * heads
     cell_cap = int(math.isqrt(MAX_MODEL_CELLS // per_map))
     model_limit = _model_limit(cfg, tokenizer, MAX_DECODER_TOKENS if causal else MAX_TOKENS)
-    # every map is kept: the limit is the cell cap
-    limit = min(model_limit, cell_cap)
+    # an encoder keeps every map (its limit is the cell cap); a Llama/Qwen-family decoder reads up to
+    # MAX_DECODER_TOKENS and past the cell cap keeps per-head summaries and the shown layer's maps
+    long_ok = causal and len(attention_modules(model)) == layers
+    limit = model_limit if long_ok else min(model_limit, cell_cap)
     if min(limit, cell_cap) < 2:
         raise AttnInputError(f"{name} has {layers} layers x {heads} heads: too many to show.")
     return LoadedModel(name=name, path=path, model=model, tokenizer=tokenizer, layers=layers, heads=heads,

@@ -29,6 +29,7 @@ __all__ = [
     "ablation_figure",
     "ablation_frame",
     "attractor_frame",
+    "auto_block",
     "entropy_figure",
     "entropy_sentence",
     "head_labels",
@@ -49,7 +50,12 @@ __all__ = [
     "variants_frame",
 ]
 
-LOSS_BLOCK = 32  # positions averaged per point of the loss-vs-position curves
+LOSS_BLOCK = 32  # positions averaged per point of the loss-vs-position curves (at most)
+
+
+def auto_block(L: int) -> int:
+    """Positions per point of the loss curves: :data:`LOSS_BLOCK`, fewer for short texts (>= 16 points)."""
+    return max(1, min(LOSS_BLOCK, L // 16))
 
 
 def _tag(fig: go.Figure, view: str) -> go.Figure:
@@ -163,8 +169,10 @@ def loss_curve(nll: np.ndarray, block: int = LOSS_BLOCK) -> tuple[np.ndarray, np
     return np.arange(n) * block + (block - 1) / 2.0, y
 
 
-def stream_figure(r: StreamResult, block: int = LOSS_BLOCK) -> go.Figure:
-    """Loss against position for every setting (block means), the shape of StreamingLLM's figure."""
+def stream_figure(r: StreamResult, block: int | None = None) -> go.Figure:
+    """Loss against position for every setting (block means, :func:`auto_block` by default), the shape of
+    StreamingLLM's figure."""
+    block = auto_block(r.length) if block is None else block
     curves = []
     for i, s in enumerate(r.settings):
         x, y = loss_curve(r.nll[i].numpy(), block)

@@ -8,6 +8,7 @@ labels, and every head of a layer). Every builder tags its figure with the page'
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from ui.figures import (
     PALETTE,
     as_f32,
     axis_name,
+    downsample_stack,
     heatmap_trace,
     masked_legend,
     style,
@@ -363,16 +365,119 @@ def clickable_thumbnails(fig: go.Figure, customdata: Sequence[Sequence[int]], ho
 
 
 def layer_heads_figure(maps: Sequence[np.ndarray], *, layer: int = 0,
-                       selected: int | None = None) -> go.Figure:
+                       selected: int | None = None, kv_heads: int = 0) -> go.Figure:
     """Every head of one layer of a real model (``rt-heads``), the ``selected`` head outlined.
 
     Clickable: each thumbnail carries a grid of pick points (``customdata`` = layer, head), so a
-    click anywhere on it chooses that head. ``layout.meta``: ``view``, ``layer``, ``selected``.
+    click anywhere on it chooses that head. With grouped-query attention (``kv_heads`` < heads) each
+    title names the key/value head (``KV g``) and a row holds one group. ``layout.meta``: ``view``,
+    ``layer``, ``selected``.
     """
     heads = len(maps)
-    fig = figures.heatmap_grid(list(maps), [f"head {h}" for h in range(heads)], cols=min(6, heads),
+    groups = heads // kv_heads if kv_heads and kv_heads < heads and heads % kv_heads == 0 else 0
+    titles = [f"head {h} · KV {h // groups}" if groups else f"head {h}" for h in range(heads)]
+    fig = figures.heatmap_grid(list(maps), titles, cols=groups if groups and groups >= 3 else min(6, heads),
                                max_side=64, zmin=0.0, zmax=1.0)
     hovers = [f"layer {layer} · head {h}<br>click: show this head<extra></extra>" for h in range(heads)]
     clickable_thumbnails(fig, [(layer, h) for h in range(heads)], hovers, selected)
     return fig.update_layout(meta={"view": "rt-heads", "layer": layer, "selected": selected},
                              margin={"t": 30})
+
+
+def overview_layout(layers: int, heads: int, kv_heads: int, side: int) -> tuple[list[int], list[int]]:
+    """Where each tile of the layers x heads overview starts: (row offset per layer, column offset per
+    head) in cells. Tiles are ``side`` cells with one blank cell between heads and three between the
+    key/value groups (``heads / kv_heads`` query heads each), so a group reads as one block."""
+    groups = max(1, kv_heads) if kv_heads and heads % kv_heads == 0 else heads
+    per = heads // groups
+    cols, x = [], 0
+    for h in range(heads):
+        cols.append(x)
+        x += side + (3 if (h + 1) % per == 0 and per > 1 and h + 1 < heads else 1)
+    return [n * (side + 1) for n in range(layers)], cols
+
+
+def overview_figure(thumbs: np.ndarray, *, first: np.ndarray, entropy: np.ndarray, kv_heads: int = 0,
+                    selected: tuple[int, int] | None = None, name: str = "") -> go.Figure:
+    """Every head of every layer at once (``rt-overview``, bertviz's model view): rows = layers, columns =
+    heads grouped by the key/value head they share, each tile the head's map as block means.
+
+    ``thumbs`` (N, H, T, T) from :class:`attncore.models.HeadSummary`; ``first`` and ``entropy`` (N, H)
+    go in the hover. One heatmap trace (blank cells between tiles) and one pick point per tile
+    (``customdata`` = layer, head): a click opens that head. ``selected`` is outlined.
+    ``layout.meta``: ``view``, ``layers``, ``heads``, ``kv_heads``, ``side``, ``rows``, ``cols`` (tile
+    offsets).
+    """
+    t = np.asarray(thumbs, dtype=np.float32)
+    N, H, T = t.shape[0], t.shape[1], t.shape[-1]
+    side = T if T <= 12 else -(-T // 2)  # 24 x 24 summaries are drawn at 12 x 12: 270 tiles stay light
+    small = downsample_stack(t, side)[0] if side != T else t
+    side = small.shape[-1]
+    rows, cols = overview_layout(N, H, kv_heads, side)
+    z = np.full((rows[-1] + side, cols[-1] + side), np.nan, dtype=np.float32)
+    for n in range(N):
+        for h in range(H):
+            z[rows[n]:rows[n] + side, cols[h]:cols[h] + side] = small[n, h]
+    groups = H // kv_heads if kv_heads and H % kv_heads == 0 else 1
+    bar = {"thickness": 12, "len": 0.6, "title": {"text": "weight", "side": "right"}}
+    fig = go.Figure(go.Heatmap(z=z, colorscale=figures.SEQUENTIAL, zmin=0.0, zmax=1.0, hoverinfo="skip",
+                               colorbar=bar))
+    cx = [cols[h] + (side - 1) / 2 for n in range(N) for h in range(H)]
+    cy = [rows[n] + (side - 1) / 2 for n in range(N) for h in range(H)]
+    cd = np.array([[n, h] for n in range(N) for h in range(H)])
+    f, e = np.asarray(first, dtype=np.float64), np.asarray(entropy, dtype=np.float64)
+    gtxt = [f" · KV group {h // groups}" if groups > 1 else "" for n in range(N) for h in range(H)]
+    hover = [f"layer {n} · head {h}{g}<br>weight on the first token {f[n, h]:.3f}<br>mean entropy "
+             f"{e[n, h]:.2f} nats<br>click: open this head"
+             for (n, h), g in zip(cd.tolist(), gtxt, strict=True)]
+    pick = realtext_views.pick_points(cx, cy, cd, "%{text}<extra></extra>")
+    pick.update(text=hover, marker={"size": max(8, side * 2), "opacity": 0.0, "symbol": "square"})
+    fig.add_trace(pick)
+    fig.update_xaxes(range=[-0.5, z.shape[1] - 0.5], showgrid=False, zeroline=False, tickmode="array",
+                     tickvals=[c + (side - 1) / 2 for c in cols], ticktext=[str(h) for h in range(H)],
+                     title="head" + (f" (grouped by the {kv_heads} key/value heads they share)" if groups > 1
+                                     else ""), side="top")
+    step = 1 if N <= 12 else 5
+    fig.update_yaxes(range=[z.shape[0] - 0.5, -0.5], autorange=False, showgrid=False, zeroline=False,
+                     tickmode="array", tickvals=[rows[n] + (side - 1) / 2 for n in range(0, N, step)],
+                     ticktext=[str(n) for n in range(0, N, step)], title="layer")
+    if groups > 1:
+        for g in range(kv_heads):
+            x0, x1 = cols[g * groups] - 0.5, cols[(g + 1) * groups - 1] + side - 0.5
+            fig.add_shape(type="rect", x0=x0 - 0.7, x1=x1 + 0.7, y0=-1.2, y1=z.shape[0] + 0.2,
+                          line={"color": PALETTE[7], "width": 1, "dash": "dot"})
+    if selected is not None:
+        n, h = selected
+        if 0 <= n < N and 0 <= h < H:
+            fig.add_shape(type="rect", x0=cols[h] - 0.5, x1=cols[h] + side - 0.5, y0=rows[n] - 0.5,
+                          y1=rows[n] + side - 0.5, line={"color": PALETTE[5], "width": 3})
+    height = int(min(1500, max(320, 60 + N * (side + 1) * (9 if N > 12 else 14))))
+    style(fig, height=height)
+    return fig.update_layout(meta={"view": "rt-overview", "layers": N, "heads": H, "kv_heads": int(kv_heads),
+                                   "side": int(side), "rows": rows, "cols": cols, "name": html.escape(name)},
+                             showlegend=False)
+
+
+def generation_figure(weights: np.ndarray, prompt: Sequence[str], new: Sequence[str], *, layer: int,
+                      head: int) -> go.Figure:
+    """What each generated token's predicting query attended to (``rt-gen``): row t = step t (the query
+    that predicted generated token t), columns = keys (prompt, then the generated tokens), one head.
+
+    ``weights`` (T, S) with S = P + T - 1; a step's keys past its own position are blank.
+    ``layout.meta``: ``view``, ``layer``, ``head``.
+    """
+    w = np.asarray(weights, dtype=np.float64).copy()
+    T, S = w.shape
+    P = len(prompt)
+    for t in range(T):
+        w[t, P + t:] = np.nan
+    keys = [f"{j}: {chart(x)}" for j, x in enumerate(list(prompt) + list(new)[: S - P])]
+    rows = [f"→ {t}: {chart(x)}" for t, x in enumerate(new)]
+    fig = go.Figure(go.Heatmap(z=w, x=keys, y=rows, colorscale=figures.SEQUENTIAL, zmin=0.0, zmax=1.0,
+                               hoverongaps=False, colorbar={"thickness": 12, "title": {"text": "weight"}},
+                               hovertemplate="predicting %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>"))
+    fig.add_vline(x=P - 0.5, line={"color": PALETTE[7], "dash": "dash", "width": 1})
+    fig.update_yaxes(autorange="reversed", title="new token")
+    fig.update_xaxes(title="key (prompt | generated)", tickangle=-60)
+    style(fig, height=int(min(900, 160 + 22 * T)))
+    return fig.update_layout(meta={"view": "rt-gen", "layer": int(layer), "head": int(head)})

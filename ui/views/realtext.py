@@ -186,6 +186,11 @@ def heads_summary(att: TextAttention) -> tuple[int, int, int, float]:
     """Over every head of the model on this text: (heads, heads whose mean row entropy is below
     three quarters of the mean uniform entropy log n, heads that put more than half of their
     weight on the first token, that threshold in nats)."""
+    if not att.all_maps and att.summary is not None:  # a long text: the per-head summaries of every layer
+        L = len(att.tokens)
+        threshold = 0.75 * float(np.log(np.arange(1, L + 1) if att.causal else np.full(L, L)).mean())
+        ent, mass = att.summary.entropy.double(), att.summary.first.double()  # (N, H)
+        return int(ent.numel()), int((ent < threshold).sum()), int((mass > 0.5).sum()), threshold
     rs = row_stats(att.attentions, att.allowed)  # entropy (N, H, L); visible keys per row
     threshold = 0.75 * float(rs.visible.double().log().mean())
     low = int((rs.entropy.double().mean(-1) < threshold).sum())

@@ -1,0 +1,186 @@
+"""A decoder's next token: the distribution at a temperature, and generation with the attention of
+every generated token.
+
+Shape legend: ``N`` layers, ``H`` query heads, ``P`` prompt tokens, ``T`` generated tokens,
+``S`` keys (``P + T``), ``V`` vocabulary.
+
+Generation runs the prompt once, then one token at a time with the model's key/value cache (the way a
+decoder generates). Step ``t`` keeps the attention row of the query that predicted token ``t``: the last
+prompt token for ``t = 0``, generated token ``t - 1`` after it, over every key before it and itself.
+Greedy decoding takes the likeliest token; sampling draws from softmax(logits / temperature) with a
+``torch.Generator`` seeded from ``seed``, so one seed gives one continuation.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attncore.budget import check_bytes
+from attncore.errors import AttnInputError
+from attncore.models.capture import attention_modules, tokenize
+from attncore.models.loading import LoadedModel, first_line
+
+__all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "generate",
+           "next_distribution", "next_logits"]
+
+MAX_NEW_TOKENS = 64  # generated tokens at most per request
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 5.0
+
+
+def _check_decoder(lm: LoadedModel) -> None:
+    if not lm.causal or not hasattr(lm.model, "lm_head") and not hasattr(lm.model, "get_output_embeddings"):
+        raise AttnInputError(f"{lm.name} is not a causal language model: it predicts no next token.")
+
+
+def _check_temperature(temperature: float) -> float:
+    t = float(temperature)
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+        raise AttnInputError(f"the temperature is {t:g}; it must lie between {MIN_TEMPERATURE:g} and "
+                             f"{MAX_TEMPERATURE:g}.")
+    return t
+
+
+def next_logits(lm: LoadedModel, text: str) -> Tensor:
+    """(V,) float32 CPU: the logits of the token after ``text`` (read as :func:`run_text` reads it)."""
+    _check_decoder(lm)
+    enc = tokenize(lm, text)
+    dev = torch.device(lm.device)
+    try:
+        with torch.inference_mode():
+            out = lm.model(**{k: v.to(dev) for k, v in enc.inputs.items()}, logits_to_keep=1)
+    except Exception as exc:
+        raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
+    return out.logits[0, -1].float().cpu()
+
+
+def next_distribution(lm: LoadedModel, logits: Tensor, temperature: float,
+                      k: int) -> list[tuple[str, float]]:
+    """The ``k`` likeliest next tokens of ``logits`` (V,) at ``temperature``: (token as the tokenizer
+    writes it, probability of softmax(logits / temperature)), likeliest first (ties: lower id)."""
+    t = _check_temperature(temperature)
+    p = torch.softmax(logits.double() / t, dim=-1)  # (V,)
+    k = max(1, min(int(k), p.numel()))
+    # stable order: probability descending, then id ascending
+    top = torch.topk(p, min(p.numel(), k + 16)).indices.tolist()
+    order = sorted(top, key=lambda i: (-float(p[i]), i))[:k]
+    names = lm.tokenizer.convert_ids_to_tokens(order)
+    return [(str(n), float(p[i])) for n, i in zip(names, order, strict=True)]
+
+
+def _cache_of(out: Any) -> Any:
+    """The key/value cache a forward pass returned (``cache``; ``past_key_values`` before transformers 5)."""
+    keys = out.keys() if hasattr(out, "keys") else ()
+    return out["cache"] if "cache" in keys else out.past_key_values
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A continuation and where each of its tokens' predicting query looked.
+
+    Attributes:
+        prompt: (P,) the prompt's tokens; new: (T,) the generated tokens, as the tokenizer writes them.
+        new_ids: (T,) their ids; text: the continuation decoded to text.
+        probs: (T,) each chosen token's probability under softmax(logits / temperature).
+        attentions: (T, N, H, S) float32 CPU, S = P + T - 1: step t's row over keys 0 .. P + t - 1
+            (zero beyond); rows sum to 1.
+        greedy, temperature, seed: how the tokens were chosen.
+        stopped: True when the model produced its end-of-sequence token (kept as the last token).
+    """
+
+    prompt: tuple[str, ...]
+    new: tuple[str, ...]
+    new_ids: tuple[int, ...]
+    text: str
+    probs: tuple[float, ...]
+    attentions: Tensor
+    greedy: bool
+    temperature: float
+    seed: int
+    stopped: bool
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """(P + T,) prompt and continuation."""
+        return self.prompt + self.new
+
+
+def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, temperature: float = 1.0,
+             seed: int = 0) -> Generation:
+    """Generate up to ``n_new`` tokens after ``text`` (1 to :data:`MAX_NEW_TOKENS`), keeping the attention
+    of every step (see the module docstring). Memory is estimated before running; raises
+    :class:`AttnInputError` for a model that is not a Llama/Qwen-family decoder, a length or temperature
+    out of bounds, or empty text."""
+    _check_decoder(lm)
+    if not 1 <= int(n_new) <= MAX_NEW_TOKENS:
+        raise AttnInputError(f"asked for {n_new} new tokens; generate 1 to {MAX_NEW_TOKENS} at a time.")
+    n_new = int(n_new)
+    t = _check_temperature(temperature)
+    mods = attention_modules(lm.model)
+    if len(mods) != lm.layers:
+        raise AttnInputError(f"{lm.name}: generation with attention is read from Llama/Qwen-family "
+                             "decoders.")
+    enc = tokenize(lm, text, max_tokens=lm.token_limit - n_new)
+    P = enc.length
+    S = P + n_new - 1
+    width = int(getattr(lm.model.config, "hidden_size", 1024))
+    need = n_new * lm.layers * lm.heads * S * 4 + 3 * lm.heads * P * P * 4 + 2 * lm.layers * S * width * 4
+    check_bytes(need, f"generating {n_new} tokens after {P}", "Generate fewer tokens or use a shorter text.")
+    dev = torch.device(lm.device)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    rows: list[Tensor] = []  # per step: (N, H, S_t)
+    current: dict[int, Tensor] = {}
+
+    def hook(layer: int) -> Any:
+        def fn(_m: nn.Module, _args: Any, out: Any) -> Any:
+            w = out[1]
+            if w is None:
+                raise AttnInputError(f"{lm.name} does not return attention weights (eager attention).")
+            current[layer] = w[0, :, -1, :].detach().float().cpu()  # (H, S_t): the last query's row
+            return (out[0], None)
+
+        return fn
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+    ids = enc.ids.to(dev)
+    new_ids: list[int] = []
+    probs: list[float] = []
+    eos = getattr(lm.tokenizer, "eos_token_id", None)
+    # transformers 5 names the key/value cache argument ``cache`` (``past_key_values`` before)
+    cache_kw = "cache" if "cache" in inspect.signature(lm.model.forward).parameters else "past_key_values"
+    stopped = False
+    try:
+        with torch.inference_mode():
+            out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            for step in range(n_new):
+                rows.append(torch.stack([current[i] for i in range(lm.layers)]))  # (N, H, P + step)
+                p = torch.softmax(out.logits[0, -1].double().cpu() / t, dim=-1)  # (V,)
+                nxt = int(torch.argmax(p)) if greedy else int(torch.multinomial(p, 1, generator=gen))
+                new_ids.append(nxt)
+                probs.append(float(p[nxt]))
+                if eos is not None and nxt == eos:
+                    stopped = True
+                    break
+                if step + 1 < n_new:
+                    step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
+                    out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
+    except AttnInputError:
+        raise
+    except Exception as exc:
+        raise AttnInputError(f"{lm.name} could not generate from this text: {first_line(exc)}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    T = len(new_ids)
+    att = torch.zeros(T, lm.layers, lm.heads, P + T - 1)
+    for step, r in enumerate(rows):
+        att[step, :, :, : r.shape[-1]] = r
+    tok = lm.tokenizer
+    return Generation(prompt=tuple(tok.convert_ids_to_tokens(enc.ids[0].tolist())),
+                      new=tuple(tok.convert_ids_to_tokens(new_ids)), new_ids=tuple(new_ids),
+                      text=tok.decode(new_ids), probs=tuple(probs), attentions=att, greedy=bool(greedy),
+                      temperature=t, seed=int(seed), stopped=stopped)

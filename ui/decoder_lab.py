@@ -1,0 +1,304 @@
+"""A real decoder (SmolLM2) on the pages: the Attention sinks page's part "a real decoder" and the
+Entropy vs length page's real-model view.
+
+Widgets -> cached call (:mod:`ui.cached`) -> view (:mod:`ui.views.decoder`) -> text. The StreamingLLM
+panel runs setting by setting with a progress bar and a Stop button; every finished setting is kept in
+an in-process store, so a stopped panel shows what it has and a new run computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import streamlit as st
+import torch
+
+from attncore.decoder.entropy import CLASSES
+from attncore.decoder.induction import MAX_COPY
+from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape, forward_bytes
+from attncore.decoder.sinks import GU_TOKENS
+from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
+from attncore.decoder.text import SHIPPED_TEXT_NAME
+from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+from attncore.models import load_bytes
+from ui import cached, widgets
+from ui.admission import heavy
+from ui.page import PageContext
+from ui.realtext import MODEL_LOAD_BYTES
+from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the model picker
+from ui.state import Param
+from ui.views import decoder as view
+
+__all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "decoder_part", "entropy_part", "stream_store"]
+
+P_L = Param("dec_L", 256, lo=16, hi=1024)
+P_SHIFT = Param("dec_shift", 3, lo=1, hi=32)
+P_SL = Param("dec_sl", 512, lo=64, hi=MAX_DECODER_TOKENS)
+P_W1 = Param("dec_w1", 64, lo=4, hi=1024)
+P_W2 = Param("dec_w2", 128, lo=4, hi=1024)
+P_AW = Param("dec_aw", 4, lo=2, hi=8)
+P_AL = Param("dec_al", 256, lo=32, hi=512)
+P_T = Param("dec_T", 64, lo=4, hi=MAX_COPY)
+P_HEAD = Param("dec_ih", 0, lo=0, hi=2)
+DECODER_PARAMS = (P_L, P_SHIFT, P_SL, P_W1, P_W2, P_AW, P_AL, P_T, P_HEAD)
+P_EL = Param("ent_dl", 512, lo=16, hi=1024)
+P_FIRST = Param("ent_dfirst", "with", options=("with", "without"))
+P_SHOW = Param("ent_dec", False)
+ENTROPY_PARAMS = (P_SHOW, P_EL, P_FIRST)
+
+_STORE_SIZE = 64
+
+
+class _StreamStore:
+    """Finished StreamingLLM settings (per-position losses), shared by the sessions of this process."""
+
+    def __init__(self, size: int) -> None:
+        self._d: OrderedDict[tuple[Any, ...], tuple[torch.Tensor, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def get(self, key: tuple[Any, ...]) -> tuple[torch.Tensor, float] | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: tuple[Any, ...], value: tuple[torch.Tensor, float]) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self._size:
+                self._d.popitem(last=False)
+
+
+@st.cache_resource
+def stream_store() -> _StreamStore:
+    """The process-wide store of finished StreamingLLM settings."""
+    return _StreamStore(_STORE_SIZE)
+
+
+def _model(ctx: PageContext) -> Any:
+    with heavy(max(MODEL_LOAD_BYTES, load_bytes("smollm2")), seconds=5.0, label="loading the model"):
+        return cached.language_model("smollm2", ctx.device, progress=ProgressBar())
+
+
+@contextmanager
+def _passes(ctx: PageContext, L: int, passes: int, label: str) -> Iterator[None]:
+    """Queue ``passes`` forward passes of ``L`` tokens with every head's weights (ui.admission)."""
+    shape = decoder_shape(_model(ctx).model)
+    with heavy(forward_bytes(shape, L), seconds=0.5 * passes * max(1.0, L / 256), label=label):
+        yield
+
+
+def _say_what() -> None:
+    st.caption(f"Model: {MODEL_LABEL}. Text: {SHIPPED_TEXT_NAME}, shipped with the app; the tokenizer "
+               "adds no BOS token, so the first token is the text's own first word.")
+
+
+# ---------------------------------------------------------------------------- the sinks page
+
+
+def decoder_part(ctx: PageContext, eps: float) -> None:
+    """The Attention sinks page's part "a real decoder" (``eps``: the sink-head threshold)."""
+    where = ctx.controls
+    L = widgets.slider(P_L, "Your length (tokens)", where=where)
+    lm = _model(ctx)
+    kv = decoder_shape(lm.model).kv_heads
+    _say_what()
+    sinks_section(ctx, L, eps, kv)
+    variants_section(ctx, where, eps)
+    stream_section(ctx, where)
+    ablation_section(ctx, where)
+    induction_section(ctx, where, kv)
+
+
+def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
+    st.subheader("Sink heads (Gu et al. 2024)")
+    with _passes(ctx, L, 2, "the sink heads"):
+        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device)
+        big = cached.decoder_sinks(L, eps, ctx.device)
+    s64, sL = small.value, big.value
+    st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
+    st.caption(view.sink_sentence(s64, f"At {s64.length} tokens (their protocol)") + " "
+               + view.sink_sentence(sL, f"At {sL.length} tokens"))
+    widgets.caption_compute(ctx.device_label, small.seconds + big.seconds,
+                            "two passes with every head's weights")
+    shares = [(f"{s64.length} tokens", s64.share.numpy()), (f"{sL.length} tokens", sL.share.numpy())]
+    st.plotly_chart(view.share_figure(shares), key="chart_dec_sink_share")
+    st.markdown("**Which tokens draw weight besides the first?** Mean score of each kind of token against "
+                "what uniform attention gives it (dashes).")
+    st.plotly_chart(view.kind_figure(sL), key="chart_dec_kinds")
+    st.dataframe(view.attractor_frame(sL), hide_index=True)
+    st.markdown("**Value-state drain**: the first token's value vector against the others'." if sL.sink_heads
+                else "**Value norms** (no sink head at this length, so no drain to speak of).")
+    st.plotly_chart(view.value_figure(sL), key="chart_dec_value")
+    st.markdown("**Massive activations (Sun et al. 2024)**: the first token's residual stream against the "
+                "others'.")
+    st.plotly_chart(view.massive_figure(sL), key="chart_dec_massive")
+    peak = sL.peak_layer
+    dims = ", ".join(f"{int(d)} ({float(v):.0f})" for d, v in zip(sL.top_dims[peak], sL.top_values[peak],
+                                                                   strict=True))
+    st.caption(f"The first token's norm peaks after layer {peak} at {float(sL.first_norm[peak]):.0f} "
+               f"(others' median {float(sL.rest_norm[peak]):.1f}); its largest dims there: {dims}.")
+    widgets.csv_download(lambda: view.massive_frame(sL), "massive_activations.csv", key="dl_dec_massive")
+
+
+def variants_section(ctx: PageContext, where: Any, eps: float) -> None:
+    st.subheader("Does content matter?")
+    shift = widgets.slider(P_SHIFT, "Shift the text by (tokens)", where=where)
+    with _passes(ctx, GU_TOKENS, 3, "the three variants"):
+        res = cached.decoder_variants(shift, eps, ctx.device)
+    st.dataframe(view.variants_frame(res.value), hide_index=True)
+    v = res.value
+    st.caption(f"At {GU_TOKENS} tokens: {v[0].sink_heads} sink heads as written, {v[1].sink_heads} with "
+               f"another first token, {v[2].sink_heads} with the text shifted by {shift}.")
+
+
+def _settings(L: int, w1: int, w2: int) -> tuple[StreamSetting, ...]:
+    ws = tuple(sorted({min(w1, L - 1), min(w2, L - 1)}))
+    return default_settings(L, ws)
+
+
+def stream_section(ctx: PageContext, where: Any) -> None:
+    st.subheader("StreamingLLM on real text")
+    L = widgets.slider(P_SL, "Panel length (tokens)", where=where)
+    w1 = widgets.slider(P_W1, "Window 1 (keys)", where=where)
+    w2 = widgets.slider(P_W2, "Window 2 (keys)", where=where)
+    settings = _settings(L, w1, w2)
+    st.markdown(f"{len(settings)} settings, one forward pass each under a banded mask at the true positions: "
+                "at every layer query i sees keys i − W + 1 … i, plus the first k. That is a rolling KV "
+                "cache; StreamingLLM's cache re-indexes positions inside it, here the kept first tokens sit "
+                "at their true distance.")
+    result = run_panel(ctx, L, settings)
+    if result is None or not result.settings:
+        return
+    st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
+    st.caption(view.stream_sentence(result))
+    st.dataframe(view.stream_frame(result), hide_index=True)
+    widgets.caption_compute(ctx.device_label, sum(result.seconds),
+                            f"{len(result.settings)} passes of {L} tokens")
+    table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
+    st.caption(f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache 1,024): {table}.")
+
+
+def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> StreamResult | None:
+    """The panel's losses: stored settings at once, the rest after the Run button, with progress and Stop."""
+    store = stream_store()
+    key = "dec_stream"
+    base = (L, ctx.device)
+    found = {s: store.get((*base, s)) for s in settings}
+    missing = [s for s, v in found.items() if v is None]
+    flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
+    stopped = bool(st.session_state.pop(flag_stop, False))
+    run_now = bool(st.session_state.pop(flag_run, False))
+    slot = st.container()
+    if missing and (stopped or not run_now):
+        why = "Stopped. " if stopped else ""
+        slot.info(f"{why}{len(missing)} of {len(settings)} settings still to run ({L:,} tokens each). "
+                  "You can stop at any time; finished settings are kept.", icon=":material/hourglass_top:")
+        slot.button(f"Run {len(missing)} setting{'s' if len(missing) != 1 else ''}", key=f"{key}_btn",
+                    type="primary", icon=":material/play_arrow:",
+                    on_click=lambda: st.session_state.__setitem__(flag_run, True))
+    elif missing:
+        lm = _model(ctx)
+        ids = cached.shipped_ids(L, ctx.device)
+        bar = slot.progress(0.0, text=f"0 of {len(missing)} settings")
+        stop = slot.empty()
+        stop.button("Stop", key=f"{key}_btn", icon=":material/stop:",
+                    on_click=lambda: st.session_state.__setitem__(flag_stop, True))
+
+        def progress(done: int, total: int, s: StreamSetting) -> None:
+            bar.progress(done / total, text=f"{done} of {total} settings (last: {s.label})")
+
+        try:
+            with heavy(forward_bytes(decoder_shape(lm.model), L, weights=False), seconds=2.0 * len(missing),
+                       label="the StreamingLLM panel", where=slot):
+                for s in missing:
+                    t0 = time.perf_counter()
+                    r = stream_losses(lm.model, ids, (s,))
+                    store.put((*base, s), (r.nll[0], time.perf_counter() - t0))
+                    progress(missing.index(s) + 1, len(missing), s)
+        finally:
+            bar.empty()
+            stop.empty()
+    done = [(s, store.get((*base, s))) for s in settings]
+    have = [(s, v) for s, v in done if v is not None]
+    if not have:
+        return None
+    return StreamResult(tuple(s for s, _ in have), torch.stack([v[0] for _, v in have]), L,
+                        tuple(v[1] for _, v in have))
+
+
+def ablation_section(ctx: PageContext, where: Any) -> None:
+    st.subheader("Ablations of the first token")
+    n = widgets.slider(P_AW, "Text windows", where=where)
+    L = widgets.slider(P_AL, "Window length (tokens)", where=where)
+    with _passes(ctx, L, 4 * n + 1, "the ablations"):
+        res = cached.decoder_ablations(n, L, ctx.device)
+    abl = res.value
+    st.plotly_chart(view.ablation_figure(abl), key="chart_dec_ablation")
+    st.dataframe(view.ablation_frame(abl), hide_index=True)
+    parts = [f"{a.name}: {a.mean:+.3f} ± {a.se:.3f} nats/token" for a in abl]
+    st.caption(f"Loss change over {n} windows of {L} tokens (mean ± standard error): "
+               + "; ".join(parts) + ".")
+    widgets.caption_compute(ctx.device_label, res.seconds, f"{4 * n} passes")
+
+
+def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
+    st.subheader("Induction heads (Olsson et al. 2022)")
+    T = widgets.slider(P_T, "Random tokens per copy", where=where)
+    with _passes(ctx, 2 * T, 2, "the induction test"):
+        res = cached.decoder_induction(T, ctx.seed, ctx.device)
+    ind = res.value
+    st.plotly_chart(view.induction_figure(ind, kv), key="chart_dec_induction")
+    st.caption(view.induction_sentence(ind))
+    k = widgets.slider(P_HEAD, "Top head to show", where=where)
+    k = min(k, len(ind.top) - 1)
+    st.plotly_chart(view.induction_map_figure(ind, ind.top[k]), key="chart_dec_induction_map")
+    widgets.caption_compute(ctx.device_label, res.seconds, "two passes")
+
+
+# ---------------------------------------------------------------------------- the entropy page
+
+
+def entropy_part(ctx: PageContext) -> None:
+    """Entropy vs length's real-model view: per-position entropy of SmolLM2's heads (behind a toggle)."""
+    st.subheader("In a real model: SmolLM2")
+    if not widgets.toggle(P_SHOW, "Real model (SmolLM2)", where=ctx.controls):
+        st.caption("Switch on **Real model (SmolLM2)** in the sidebar to measure every head's entropy "
+                   "against position on a shipped text: query i sees i + 1 keys, so uniform attention gives "
+                   "ln(i + 1).")
+        return
+    L = widgets.slider(P_EL, "Tokens", where=ctx.controls)
+    first = widgets.radio(P_FIRST, "First token", where=ctx.controls,
+                          labels={"with": "with the first token", "without": "without it (renormalised)"})
+    _say_what()
+    with _passes(ctx, L, 1, "the entropy pass"):
+        res = cached.decoder_entropy(L, ctx.device)
+    e = res.value
+    st.plotly_chart(view.entropy_figure(e, without_first=first == "without"), key="chart_dec_entropy")
+    st.caption(view.entropy_sentence(e))
+    counts = e.counts
+    st.caption("Classes: sink-dominated = median weight on the first token above ½; local = median weight on "
+               "the query and its 3 predecessors above ½; broad = the rest. "
+               + ", ".join(f"{c}: {counts[c]}" for c in CLASSES) + ".")
+    widgets.caption_compute(ctx.device_label, res.seconds, "one pass with every head's weights")
+    widgets.csv_download(lambda: _entropy_frame(e), "decoder_entropy.csv", key="dl_dec_entropy")
+
+
+def _entropy_frame(e: Any) -> Any:
+    import pandas as pd
+
+    rows = {"band": [f"{lo}-{hi - 1}" for lo, hi in e.bands]}
+    for name, v in e.median.items():
+        rows[f"{name}"] = np.asarray(v)
+    for name, v in e.median_rest.items():
+        rows[f"{name} (no first token)"] = np.asarray(v)
+    return pd.DataFrame(rows)
