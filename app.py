@@ -15,8 +15,21 @@ SHIPPED = ("the results of the Training lab's experiments (trained once with sev
            "by that command.")
 
 
+TOUR = PAGES[0]  # the Tour, first in the navigation
+
+
+def start_here() -> None:
+    """The first thing on the home page: where a new visitor (or a lecture) starts."""
+    with st.container(border=True):
+        st.page_link(TOUR.path, label="Start here: the Tour", icon=TOUR.icon)
+        st.markdown("Eleven steps through the app, from the 1/√d scaling to attention sinks in a real model, "
+                    "FlashAttention's memory and the evidence, each a live view with one sentence of lesson, "
+                    "Previous / Next, and a link that opens it in full. Presenter mode: `?present=1`.")
+
+
 def body(ctx: PageContext) -> None:
     st.title("Attention Lab")
+    start_here()
     st.markdown(
         "See scaled dot-product attention at work, and where it breaks. The numbers on these pages are "
         f"computed live by **attncore**, a small torch package, on **{ctx.device_label}**, except what "
@@ -31,8 +44,9 @@ def body(ctx: PageContext) -> None:
         "dimension, since $\\operatorname{Var}(q\\cdot k)=d_k$ for unit-variance entries."
     )
     st.subheader("Pages")
-    cols = st.columns(min(3, len(PAGES)))
-    for i, entry in enumerate(PAGES):
+    pages = [e for e in PAGES if e is not TOUR]
+    cols = st.columns(min(3, len(pages)))
+    for i, entry in enumerate(pages):
         with cols[i % len(cols)].container(border=True):
             st.page_link(entry.path, label=entry.label, icon=entry.icon)
             st.caption(entry.summary)

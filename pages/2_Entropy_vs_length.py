@@ -301,7 +301,6 @@ def figure1(ctx: PageContext) -> None:
 
 
 def figure1_body(ctx: PageContext) -> None:
-    st.subheader("One spike against a growing crowd")
     st.markdown(
         "The setup of figure 1 in Nakanishi's *Scalable-Softmax Is Superior for Attention* (2025): one "
         "key has logit +3, every other key −2. Softmax lets the crowd win: the spike keeps 0.600 of the "
@@ -415,8 +414,23 @@ def body(ctx: PageContext) -> None:
             validity_table(series, frames, theories)
         explain_more()
         how_it_is_computed(engines[0].name)
-    figure1(ctx)
+    figure1_section(ctx)
     decoder_lab.entropy_part(ctx)
+
+
+FIG1_OPEN = "ent_fig1_open"  # the expander's open state (a view, not a setting)
+FIG1_TITLE = "One spike against a growing crowd: SSMax's figure 1"
+
+
+def figure1_section(ctx: PageContext) -> None:
+    """Figure 1 in an expander computed and drawn only when opened (issue 34: two of the page's three
+    charts), open from the start when the URL carries its own settings."""
+    linked = P_PEAK.key in st.query_params or P_REST.key in st.query_params
+    box = st.expander(FIG1_TITLE, expanded=linked, key=FIG1_OPEN, on_change="rerun",
+                      icon=":material/show_chart:")
+    if box.open:
+        with box:
+            figure1(ctx)
 
 
 SEED_NOTE = seed_note()

@@ -135,12 +135,20 @@ def lab(ctx: PageContext) -> None:
     spec.validate()
     zoo_res = cached.sink_zoo(spec, ctx.device)
     s_res = cached.sink_strength_sweep(spec, ctx.device)
-    c_res = cached.sink_content_sweep(spec, ctx.device)
     zoo, theory = zoo_res.value, zoo_theory(spec)
     sink_section(spec, zoo, theory, s_res.value)
-    nothing_section(spec, c_res.value)
-    zoo_section(spec, zoo, theory)
-    seconds = zoo_res.seconds + s_res.seconds + c_res.seconds
+    seconds = zoo_res.seconds + s_res.seconds
+    # Sections 2 and 3 (6 of the lab's 9 charts) are computed and sent only once opened (issue 34).
+    box = st.expander(NOTHING_TITLE, key=NOTHING_OPEN, on_change="rerun", icon=":material/block:")
+    if box.open:
+        with box:
+            c_res = cached.sink_content_sweep(spec, ctx.device)
+            nothing_section(spec, c_res.value)
+            seconds += c_res.seconds
+    box = st.expander(ZOO_TITLE, key=ZOO_OPEN, on_change="rerun", icon=":material/compare:")
+    if box.open:
+        with box:
+            zoo_section(spec, zoo, theory)
     widgets.caption_compute(ctx.device_label, seconds,
                             f"One head, {spec.n} queries × {spec.n + spec.sink} keys, d = 64, {spec.dtype}; "
                             f"sweeps of 41 points over the first {min(spec.n, SWEEP_QUERIES)} queries.")
@@ -188,8 +196,12 @@ def charts_row(spec: SinkSpec, soft, sweep) -> None:
     right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")
 
 
+NOTHING_TITLE = "2 · Nothing relevant: softmax must still spend 1"
+ZOO_TITLE = "3 · The same logits, six normalisers"
+NOTHING_OPEN, ZOO_OPEN = "snk_nothing_open", "snk_zoo_open"  # expanders' open state (a view, not a setting)
+
+
 def nothing_section(spec: SinkSpec, sweep) -> None:
-    st.markdown("##### 2 · Nothing relevant: softmax must still spend 1")
     st.markdown(
         "Here there is no sink token. As every real logit sinks ($c \\to -\\infty$), softmax renormalises "
         "and still hands out a total of 1, so the head keeps writing a full-sized mix of irrelevant values. "
@@ -210,7 +222,6 @@ def nothing_section(spec: SinkSpec, sweep) -> None:
 
 
 def zoo_section(spec: SinkSpec, zoo, theory) -> None:
-    st.markdown("##### 3 · The same logits, six normalisers")
     st.plotly_chart(view.zoo_maps_figure(zoo), key="chart_snk_zoo")
     for col, (field, label, log_y) in zip(st.columns(3), view.ZOO_FIELDS, strict=True):
         col.plotly_chart(view.zoo_bars_figure(zoo, theory, field, label, log_y), key=f"chart_snk_zoo_{field}")

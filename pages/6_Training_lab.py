@@ -38,7 +38,11 @@ P_CORPUS = Param("tr_corpus", "stdlib", options=("stdlib", "upload", "folder"))
 P_FILE = Param("tr_file", "")
 P_CMP = Param("tr_cmp", (), multi=True)
 P_JOB = Param("tr_job", "", pattern=JOB_ID_PATTERN)  # this page's job: a reloaded page finds it again
-PARAMS = (P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS,
+# The shipped experiments are tabs, one drawn at a time (issue 34: the first screen is one lesson, not 13
+# charts); which one is open is in the URL.
+P_TAB = Param("tr_tab", view.TAB_TITLES[RESULT_NAMES[0]],
+              options=tuple(view.TAB_TITLES[n] for n in RESULT_NAMES))
+PARAMS = (P_TAB, P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS,
           *sink_grid.GRID_PARAMS)
 
 JOB_KEY = P_JOB.key  # this session's job id
@@ -49,8 +53,7 @@ INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention s
          "task built from its character statistics) test published claims about training; your own runs "
          "are below.")
 POLL_S = 1.0
-TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
-          "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
+TITLES = view.TAB_TITLES
 # One sentence above each experiment's first chart: the question, and where the claim is published.
 QUESTIONS = {
     "lr_sweep": "Does fully scaled attention train *worse* than standard attention, as Graphcore's "
@@ -180,10 +183,13 @@ SECTIONS = {"lr_sweep": lr_sweep_section, "scaling": scaling_section, "sinks": s
 
 
 def shipped(ctx: PageContext) -> Any:
-    """The shipped experiments, one tab each; returns the "A sink forms" tab (its live runs go there)."""
+    """The shipped experiments, one tab each, only the open one computed and drawn; returns the "A sink
+    forms" tab when it is open (its live runs go there), else None."""
     st.subheader("Shipped experiments")
-    tabs = st.tabs([TITLES[n] for n in RESULT_NAMES])
+    tabs = st.tabs([TITLES[n] for n in RESULT_NAMES], key=P_TAB.key, on_change="rerun")
     for tab, name in zip(tabs, RESULT_NAMES, strict=True):
+        if not tab.open:
+            continue
         with tab:
             try:
                 d = cached.training_result(name)
@@ -202,7 +208,8 @@ def shipped(ctx: PageContext) -> Any:
                 st.warning(plain(f"The result file {name}.json is not in the form this page reads "
                                  f"({type(exc).__name__}: {exc}); remake it with python -m "
                                  f"attncore.training.experiments {name}."), icon=":material/draft:")
-    return tabs[RESULT_NAMES.index("null_attention")]
+    sink_tab = tabs[RESULT_NAMES.index("null_attention")]
+    return sink_tab if sink_tab.open else None
 
 
 # ---------------------------------------------------------------------------- live runs
@@ -362,8 +369,9 @@ def body(ctx: PageContext) -> None:
     sink_tab = shipped(ctx)
     corpus = live(ctx)
     compare(ctx)
-    with sink_tab:
-        learned.live_section(ctx, corpus)
+    if sink_tab is not None:
+        with sink_tab:
+            learned.live_section(ctx, corpus)
 
 
 run_page(title="Training lab", icon=":material/model_training:", params=PARAMS, body=body)

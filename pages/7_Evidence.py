@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from attncore.evidence import CLAIMS, EXACT, LIVE, SHIPPED, SOURCES, Claim, Row, judge
-from attncore.training.io import RESULTS_DIR
 from ui import cached, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -41,11 +38,6 @@ def controls(where) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sources) or tuple(SOURCES), tuple(view.VERDICT_KEYS[v] for v in verdicts) or tuple(
         view.VERDICT_KEYS.values()
     )
-
-
-def results_stamp() -> float:
-    """The latest modification time of the shipped result files (a rewritten file is measured again)."""
-    return max((p.stat().st_mtime for p in Path(RESULTS_DIR).glob("*.json")), default=0.0)
 
 
 def measure(ctx: PageContext, claims: list[Claim], stamp: float, note: str) -> list[Row]:
@@ -144,7 +136,7 @@ def body(ctx: PageContext) -> None:
         "to the view that shows it."
     )
     sources, verdicts = controls(ctx.controls)
-    stamp = results_stamp()
+    stamp = cached.results_stamp()
     fast, slow = [c for c in CLAIMS if not c.slow], [c for c in CLAIMS if c.slow]
     rows = measure(ctx, fast, stamp, "Measuring claim")
     slots = [st.empty(), st.empty(), st.empty()]

@@ -26,7 +26,7 @@ from attncore.sweeps import (
     sweep_work,
 )
 from attncore.theory import fully_scaled_multiplier, peak_weight
-from tests.chart_data import decode, figure, no_errors, page_device, run_app, same
+from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, same
 from ui.views.entropy import (
     ASYMPTOTE_RTOL,
     Controls,
@@ -187,6 +187,15 @@ def test_every_control_changes_the_charts_and_the_url() -> None:
 
 def test_figure1_panel_matches_attncore_and_the_closed_forms() -> None:
     at = run(**SMALL)
+    no_errors(at)
+    # issue 34: figure 1 is an expander computed and sent only when opened (or linked with its settings)
+    shown = [(f["layout"].get("meta") or {}).get("view") for f in figures(at)]
+    assert "ssmax-figure1" not in shown and "ssmax-margin" not in shown, shown
+    linked = run(**SMALL, ent_peak="3")
+    no_errors(linked)
+    figure(linked, "ssmax-figure1")
+    at.session_state["ent_fig1_open"] = True
+    at.run()
     no_errors(at)
     caption = " ".join(c.value for c in at.caption)
     assert "softmax 0.600 at n = 100 and 0.129 at n = 1000" in caption

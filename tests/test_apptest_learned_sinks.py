@@ -33,11 +33,13 @@ from attncore.training.null_attention import (
     verdicts,
 )
 from tests import test_apptest_training as training_tests
-from tests.chart_data import all_data, decode, figure, no_errors, run_app, traces_named
+from tests.chart_data import all_data, decode, figure, figures, no_errors, run_app, traces_named
 from ui import corpus as corpora
 from ui import learned
 from ui.jobs import QUEUE
+from ui.learned import MAPS_OPEN
 from ui.views import learned_sinks as view
+from ui.views.training import TAB_TITLES
 
 LAB = "pages/6_Training_lab.py"
 SINKS = "pages/4_Attention_sinks.py"
@@ -46,6 +48,12 @@ if not SHAKESPEARE.is_file():
     SHAKESPEARE = Path("/work/shared/data/tinyshakespeare.txt")
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def run_lab(**query: str) -> AppTest:
+    """The Training lab with its tab "4 · A sink forms" open (only the open tab is drawn)."""
+    return run_app(LAB, tr_tab=TAB_TITLES["null_attention"], **query)
+
 
 cache = training_tests.cache  # fixture: runs are kept in a temporary folder
 _queue_idle = training_tests._queue_idle  # autouse: every test leaves the process-wide queue idle
@@ -80,7 +88,7 @@ def markdown_text(at: AppTest) -> str:
 
 
 def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> None:
-    at = run_app(LAB)
+    at = run_lab()
     no_errors(at)
     sm = summarise(results["runs"])
     fig = figure(at, "sk-curves")
@@ -107,6 +115,11 @@ def test_sink_tab_charts_equal_the_summary_and_the_models(results, cache) -> Non
     # every shipped model's head on the first held-out sequence
     task = shipped_task()
     ids = eval_sequences(task, results["sizes"]["config"]["context"], n=1)[0, :-1]
+    # the seven maps are computed and sent only once their expander is opened
+    assert "sk-maps" not in [(f["layout"].get("meta") or {}).get("view") for f in figures(at)]
+    at.session_state[MAPS_OPEN] = True
+    at.run()
+    no_errors(at)
     maps = figure(at, "sk-maps")
     heat = [t for t in maps["data"] if t["type"] == "heatmap"]
     for t, name in zip(heat, SHIPPED, strict=True):
@@ -149,7 +162,7 @@ def plan(at: AppTest) -> str:
 
 
 def test_live_controls_change_the_plan_and_the_url(results, cache) -> None:
-    at = run_app(LAB)
+    at = run_lab()
     no_errors(at)
     assert plan(at).startswith("2 runs × 600 steps = 4,915,200 training tokens")  # softmax and softmax1
     at.multiselect(key="sk_vars").set_value(["standard", "sink_logit", "relu"]).run()
@@ -178,22 +191,22 @@ def test_bad_input_gives_plain_messages(results, cache, tmp_path, monkeypatch) -
     folder.mkdir()
     (folder / "two.txt").write_text("ab" * 5000, encoding="utf-8")
     monkeypatch.setenv(corpora.CORPUS_DIRS_ENV, str(folder))
-    at = run_app(LAB, tr_corpus="folder")
+    at = run_lab(tr_corpus="folder")
     no_errors(at)
     assert any("the Bigram-Backcopy task needs at least 4" in w for w in texts(at, "warning")), texts(at, "warning")
     assert at.button(key="sk_run").disabled
     # out-of-range URL values are clamped, with a notice
-    at = run_app(LAB, sk_steps="99999", sk_seeds="0", sk_layers="9")
+    at = run_lab(sk_steps="99999", sk_seeds="0", sk_layers="9")
     no_errors(at)
     assert at.slider(key="sk_steps").value == 2000 and at.number_input(key="sk_seeds").value == 1
     assert at.slider(key="sk_layers").value == 3
     # too much work for one Run: refused before it starts
-    at = run_app(LAB, sk_vars="standard,softmax1,sink_logit,sigmoid,gated,relu", sk_seeds="5", sk_steps="2000",
+    at = run_lab(sk_vars="standard,softmax1,sink_logit,sigmoid,gated,relu", sk_seeds="5", sk_steps="2000",
                  sk_layers="3")
     no_errors(at)
     assert any("one Run may take at most" in w for w in texts(at, "warning"))
     assert at.button(key="sk_run").disabled
-    at = run_app(LAB, sk_vars="")
+    at = run_lab(sk_vars="")
     assert any("Pick at least one variant" in w for w in texts(at, "warning"))
 
 
@@ -206,7 +219,7 @@ def start(at: AppTest) -> Any:
 
 
 def test_live_run_equals_attncore_and_is_kept(results, cache) -> None:
-    at = run_app(LAB, sk_vars="standard", sk_steps="50")
+    at = run_lab(sk_vars="standard", sk_steps="50")
     job = start(at)
     assert QUEUE.wait(job, 300) and job.state == "done", (job.state, job.error)
     at.run()
@@ -232,7 +245,7 @@ def test_live_run_equals_attncore_and_is_kept(results, cache) -> None:
 
 def test_divergence_stops_the_curve_and_no_nan(results, cache, monkeypatch) -> None:
     monkeypatch.setattr(bbm_mod, "divergence_threshold", lambda v: 0.0)
-    at = run_app(LAB, sk_vars="relu", sk_steps="50")
+    at = run_lab(sk_vars="relu", sk_steps="50")
     job = start(at)
     assert QUEUE.wait(job, 120) and job.state == "done"
     (rec,) = job.records
@@ -248,7 +261,7 @@ def test_divergence_stops_the_curve_and_no_nan(results, cache, monkeypatch) -> N
 
 
 def test_stop_mid_run_keeps_what_was_trained(results, cache) -> None:
-    at = run_app(LAB, sk_vars="standard", sk_steps="2000")
+    at = run_lab(sk_vars="standard", sk_steps="2000")
     job = start(at)
     while job.snapshot()["step"] < 30:
         assert job.active, (job.state, job.error)

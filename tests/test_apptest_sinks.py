@@ -82,6 +82,19 @@ def lab_spec(at: AppTest) -> SinkSpec:
                     dtype=s["dtype"])
 
 
+NOTHING_OPEN, ZOO_OPEN = "snk_nothing_open", "snk_zoo_open"  # the lab's two expanders drawn when opened
+
+
+def run_lab(**query: str) -> AppTest:
+    """The synthetic lab with sections 2 and 3 opened (they are computed and sent only when open)."""
+    at = run_app(PAGE, **query)
+    views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
+    assert not views & {"snk-nothing-mass", "snk-nothing-rms", "snk-zoo"}, views  # closed: not sent
+    at.session_state[NOTHING_OPEN] = True
+    at.session_state[ZOO_OPEN] = True
+    return at.run()
+
+
 def check_lab(at: AppTest) -> None:
     """Every chart of the synthetic lab equals attncore's numbers for the current controls."""
     no_errors(at)
@@ -140,7 +153,7 @@ def check_lab(at: AppTest) -> None:
 
 
 def test_lab_defaults_show_a_sink() -> None:
-    at = run_app(PAGE)
+    at = run_lab()
     check_lab(at)
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["Weight on the sink"]) > 0.8  # s = 6 against 32 tokens of logit ~0
@@ -175,14 +188,14 @@ LAB_CHANGES = [
 
 
 def test_lab_every_control_changes_the_charts() -> None:
-    at = run_app(PAGE)
+    at = run_lab()
     walk(at, LAB_CHANGES, check_lab)
     # The sink's sliders kept their values while the sink was switched off.
     assert (at.session_state["snk_s"], at.session_state["snk_v"]) == (9.0, 0.5)
 
 
 def test_lab_without_a_sink_and_nothing_relevant() -> None:
-    at = run_app(PAGE, snk_sink="0", snk_c="-10", snk_n="256")
+    at = run_lab(snk_sink="0", snk_c="-10", snk_n="256")
     check_lab(at)
     soft = figure(at, "snk-zoo-row_sum")
     sums = dict(zip(decode(trace(soft, 0)["x"]) if isinstance(trace(soft, 0)["x"], dict) else trace(soft, 0)["x"],
@@ -194,13 +207,14 @@ def test_lab_without_a_sink_and_nothing_relevant() -> None:
 
 
 def test_lab_url_values_are_clamped_with_a_message() -> None:
-    at = run_app(PAGE, snk_n="99999", snk_s="nan", snk_gate="both", snk_view="bogus")
-    check_lab(at)
-    notes = " ".join(w.value for w in at.warning)
+    query = {"snk_n": "99999", "snk_s": "nan", "snk_gate": "both", "snk_view": "bogus"}
+    at = run_app(PAGE, **query)
+    notes = " ".join(w.value for w in at.warning)  # said once, on the run that read the URL
     for needle in ("snk_n=99999 is above its limit 1024", "snk_s must be a finite number", "snk_gate='both'",
                    "snk_view='bogus'"):
         assert needle in notes, needle
     assert at.session_state["snk_n"] == 1024
+    check_lab(run_lab(**query))
 
 
 # ---------------------------------------------------------------------------- real model

@@ -97,6 +97,15 @@ def texts(at: AppTest, kind: str) -> list[str]:
     return [e.value for e in getattr(at, kind)]
 
 
+# The shipped experiments are tabs of which only the open one is computed and drawn (tr_tab in the URL).
+TAB = view.TAB_TITLES
+
+
+def open_tab(name: str, **query: str) -> AppTest:
+    """The page with the tab of the shipped experiment ``name`` open."""
+    return run_app(PAGE, tr_tab=TAB[name], **query)
+
+
 def ys(fig: dict) -> list[np.ndarray]:
     return [decode(t["y"]) for t in fig["data"]]
 
@@ -135,8 +144,10 @@ def best_cells(d: dict[str, Any]) -> dict[str, float]:
 
 
 def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> None:
-    at = run_app(PAGE)
-    no_errors(at)
+    ats = [open_tab(name) for name in ("lr_sweep", "scaling", "sinks")]
+    for at in ats:
+        no_errors(at)
+    at, at2, at3 = ats
     lr, sc, sk = results["lr_sweep"], results["scaling"], results["sinks"]
     assert lr["seeds"] == [0, 1, 2]
     # 1: mean final training loss against lr (error bars: sd over seeds), one line per variant
@@ -162,7 +173,7 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
         (t,) = traces_named(fig, f"{v} (lr {b:g}) validation")
         np.testing.assert_allclose(decode(t["y"]), mean_curve(runs, "val_loss"), rtol=1e-6)
     # 2: per head dim, validation loss, saturation and gradient panels (standard, unscaled in each)
-    fig = figure(at, "tr-scaling")
+    fig = figure(at2, "tr-scaling")
     dhs = sorted({r["d_head"] for r in sc["runs"]})
     got = ys(fig)
     assert len(got) == 6 * len(dhs)
@@ -174,10 +185,10 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
     # 3: mean α₀ per layer and head over seeds, and the StreamingLLM bars (from zero, ±1 sd)
     labels = list(dict.fromkeys(r["label"] for r in sk["runs"]))
     for label in labels:
-        z = decode(figure(at, f"tr-sinks-{label}")["data"][0]["z"])
+        z = decode(figure(at3, f"tr-sinks-{label}")["data"][0]["z"])
         np.testing.assert_allclose(z, np.mean([r["sink_alpha"] for r in cell_runs(sk, label=label)], axis=0),
                                    rtol=1e-5)
-    fig = figure(at, "tr-streaming")
+    fig = figure(at3, "tr-streaming")
     assert fig["layout"]["yaxis"]["range"][0] == 0.0
     for key, name in view.STREAM_KEYS:
         (t,) = traces_named(fig, name)
@@ -185,7 +196,7 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
         np.testing.assert_allclose(decode(t["y"]), [statistics.fmean(v) for v in vals], rtol=1e-6)
         np.testing.assert_allclose(decode(t["error_y"]["array"]), [statistics.stdev(v) for v in vals], atol=1e-6)
     # one table row per cell: seeds, mean and sd, the best validation point (computed here from the runs)
-    frames = [df.value for df in at.dataframe]
+    frames = [df.value for a in ats for df in a.dataframe]
     for d, keys in ((lr, ("variant", "lr")), (sc, ("variant", "d_head")), (sk, ("label",))):
         (df,) = [f for f in frames if list(f.columns[: len(keys)]) == list(keys)
                  and len(f) == len({tuple(r[k] for k in keys) for r in d["runs"]})]
@@ -201,7 +212,7 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
             steps = [r["steps"][r["val_loss"].index(min(r["val_loss"]))] for r in runs]
             assert row["best val step (median)"] == statistics.median(steps)
     # the claims, this run's measurements and the verdicts are on the page, with the sizes used
-    text = markdown_text(at)
+    text = "\n".join(markdown_text(a) for a in ats)
     for d, verdict, measured in ((lr, view.lr_sweep_verdict, view.lr_sweep_measured),
                                  (sc, view.scaling_verdict, view.scaling_measured),
                                  (sk, view.sinks_verdict, view.sinks_measured)):
@@ -209,7 +220,7 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
         assert measured(d) in text
         for sentence in verdict(d):
             assert sentence in text, sentence
-    captions = "\n".join(texts(at, "caption"))
+    captions = "\n".join(c for a in ats for c in texts(a, "caption"))
     for d in (lr, sc, sk):
         assert view.provenance(d) in captions
         c = d["sizes"]["config"]
@@ -519,7 +530,7 @@ def test_fully_scaled_formula_defines_its_symbols(results, cache) -> None:
 
 
 def test_intro_and_scaling_tab_say_what_is_true(results, cache) -> None:
-    at = run_app(PAGE)
+    at = open_tab("scaling")
     text = markdown_text(at)
     assert "Every other page shows attention at initialisation" not in text
     assert "Heatmaps and Attention sinks also show trained models" in text
@@ -961,10 +972,12 @@ def test_incomplete_or_malformed_result_files_give_plain_notes(tiny_results, tmp
     no_errors(at)
     n_lr = len(json.loads((tiny_results / "lr_sweep.json").read_text())["runs"])
     assert any(f"still running ({n_lr} runs so far)" in x for x in texts(at, "info")), texts(at, "info")
+    at = open_tab("scaling")
+    no_errors(at)
     assert any("scaling.json is not in the form this page reads" in w for w in texts(at, "warning"))
-    figure(at, "tr-streaming")  # the intact one is still drawn
+    figure(open_tab("sinks"), "tr-streaming")  # the intact one is still drawn
     (tmp_path / "sinks.json").unlink()
-    at = run_app(PAGE)
+    at = open_tab("sinks")
     no_errors(at)
     assert any("no result file for sinks" in w for w in texts(at, "warning"))
 
@@ -974,7 +987,7 @@ def test_the_sink_task_estimate_comes_from_its_own_calibration(results, cache) -
     from attncore.training.null_attention import train_and_test
     from ui import learned
 
-    at = run_app(PAGE)
+    at = open_tab("null_attention")
     no_errors(at)
     (line,) = [c for c in texts(at, "caption") if "training tokens of the task" in c]
     defaults = {"variants": list(learned.P_LVARS.default), "b0": float(learned.P_LB0.default),

@@ -32,6 +32,9 @@ def test_entropy_page_opens_redraws_and_keeps_state_in_the_url(page: Page, app_u
 def test_entropy_page_default_view_and_figure1(page: Page, app_url: str) -> None:
     open_page(page, f"{app_url}/{PAGE}", timeout_s=180)
     assert_clean(page)
+    # figure 1 is an expander drawn when opened (issue 34)
+    page.get_by_text("One spike against a growing crowd").click()
+    wait_idle(page, 120)
     caption = page.get_by_text(re.compile(r"softmax 0\.600 at n = 100 and 0\.129 at n = 1000"))
     expect(caption).to_be_visible()
     screenshot(page, "entropy-default", height=2300)

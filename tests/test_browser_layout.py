@@ -25,7 +25,7 @@ def first_chart_top(page: Page) -> float:
 
 
 # Pages arranged chart-first: all of ui.nav.PAGES; a new page joins once it is arranged the same way.
-CHART_FIRST = {"Heatmaps", "Entropy vs length", "Saturation & gradients", "Attention sinks", "Kernels",
+CHART_FIRST = {"Tour", "Heatmaps", "Entropy vs length", "Saturation & gradients", "Attention sinks", "Kernels",
                "Training lab", "Evidence"}
 
 

@@ -43,6 +43,9 @@ def test_sink_tab_shows_the_result_and_a_live_run(page: Page, app_url: str) -> N
         expect(panel.get_by_text("This run measured")).to_be_visible()
         expect(panel.get_by_text("Verdict over settings.").first).to_be_visible()
         expect(panel.get_by_text("At the shipped setting").first).to_be_visible()
+        # the seven maps are drawn once their expander is opened (issue 34)
+        panel.get_by_text("Every variant's head on one held-out sequence").click()
+        wait_idle(page)
         for view in ("sk-curves", "sk-maps", "sk-nowhere", "sk-value"):
             page.wait_for_function(VIEW_JS, arg=view, timeout=60_000)
     else:

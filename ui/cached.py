@@ -43,7 +43,7 @@ from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthe
 from attncore.models import generation as _generation
 from attncore.normalizers import peak_weight_sweep
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
-from attncore.sweeps import SweepSpec, query_norms
+from attncore.sweeps import SweepSpec, query_norms, run_sweep
 from attncore.synthetic import QKV
 from attncore.training import bbm as _bbm
 from attncore.training import io as _training_io
@@ -521,6 +521,21 @@ def _sink_claims(grid: str, grid_mtime: float, null_mtime: float) -> tuple[_sink
     return _sink_verdicts.sink_claims(header, runs, shipped), header
 
 
+
+
+def results_stamp() -> float:
+    """The latest modification time of the shipped result files (a rewritten file is measured again)."""
+    return max((p.stat().st_mtime for p in Path(_training_io.RESULTS_DIR).glob("*.json")), default=0.0)
+
+
+# ---------------------------------------------------------------------------- the Tour (issue 34)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def tour_entropy_sweep(spec: SweepSpec, device: str) -> Timed[pd.DataFrame]:
+    """One small entropy sweep (the Tour's step: a few query rows, n up to 2^14), no progress bar."""
+    spec.validate()
+    return timed(lambda: run_sweep(spec, device=device))
 
 
 # --------------------------------------------------------------------------- a real decoder (SmolLM2)

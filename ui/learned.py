@@ -176,8 +176,21 @@ def shipped_section(d: dict[str, Any], ctx: Any = None) -> None:
     st.caption(provenance(d) + " " + MODEL_NOTE)
 
 
+MAPS_OPEN = "sk_maps_open"  # the expander's open state (a view choice, not a setting: not in the URL)
+
+
 def maps_section(d: dict[str, Any]) -> None:
-    """Every shipped variant's head on the first held-out sequence."""
+    """Every shipped variant's head on the first held-out sequence, in an expander computed and drawn only
+    when it is opened (seven maps: two thirds of the tab's chart bytes)."""
+    box = st.expander("Every variant's head on one held-out sequence", key=MAPS_OPEN, on_change="rerun",
+                      icon=":material/grid_view:")
+    if not box.open:
+        return
+    with box:
+        _maps(d)
+
+
+def _maps(d: dict[str, Any]) -> None:
     try:
         task = cached.learned_task()
         ids = _first_held_out(task, int((d.get("sizes") or {}).get("config", {}).get("context", CONTEXT)))

@@ -51,14 +51,16 @@ class _Look(NamedTuple):
     color: str  # its bars in the overview chart
     badge: str  # its badge's colour in the table
     plural: str  # the summary's words for rows with it ('26 hold')
+    singular: str  # ... and for one row ('1 holds')
 
 
 _LOOKS: dict[str, _Look] = {
-    HOLDS: _Look("holds", PALETTE[2], "green", "hold"),
-    CAVEAT: _Look("caveat", PALETTE[4], "blue", "hold with a caveat"),
-    FAILS: _Look("fails", PALETTE[5], "orange", "do not hold here"),
-    MISPRINT: _Look("misprint", PALETTE[3], "violet", "are misprints in the source"),
-    UNTESTABLE: _Look("untestable", PALETTE[7], "gray", "are not testable here"),
+    HOLDS: _Look("holds", PALETTE[2], "green", "hold", "holds"),
+    CAVEAT: _Look("caveat", PALETTE[4], "blue", "hold with a caveat", "holds with a caveat"),
+    FAILS: _Look("fails", PALETTE[5], "orange", "do not hold here", "does not hold here"),
+    MISPRINT: _Look("misprint", PALETTE[3], "violet", "are misprints in the source",
+                    "is a misprint in the source"),
+    UNTESTABLE: _Look("untestable", PALETTE[7], "gray", "are not testable here", "is not testable here"),
 }
 VERDICT_KEYS: dict[str, str] = {look.key: v for v, look in _LOOKS.items()}  # URL value -> verdict
 COLORS: dict[str, str] = {v: look.color for v, look in _LOOKS.items()}
@@ -250,10 +252,11 @@ def counts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
     return out
 
 
-def verdict_figure(rows: Sequence[Row]) -> go.Figure:
-    """Stacked horizontal bars: per source, how many of its claims got each verdict."""
+def verdict_figure(rows: Sequence[Row], only: Sequence[str] = ()) -> go.Figure:
+    """Stacked horizontal bars: per source (``only`` these, if given), how many of its claims got each
+    verdict."""
     by = counts(rows)
-    sources = list(SOURCES)[::-1]  # the first source on top
+    sources = [s for s in SOURCES if not only or s in only][::-1]  # the first source on top
     labels = [SOURCES[s].short for s in sources]
     traces = [
         go.Bar(
@@ -281,7 +284,7 @@ def verdict_figure(rows: Sequence[Row]) -> go.Figure:
 def summary(rows: Sequence[Row]) -> str:
     """'47 claims: 26 hold, 11 hold with a caveat, …' over the given rows."""
     c = Counter(r.judgement.verdict for r in rows)
-    parts = [f"{c[v]} {_LOOKS[v].plural}" for v in VERDICTS if c[v]]
+    parts = [f"{c[v]} {_LOOKS[v].singular if c[v] == 1 else _LOOKS[v].plural}" for v in VERDICTS if c[v]]
     return (
         f"{len(rows)} claim{'s' if len(rows) != 1 else ''}: " + (", ".join(parts) if parts else "none") + "."
     )

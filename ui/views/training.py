@@ -37,6 +37,7 @@ from ui.jobs import Estimate
 from ui.views.sinks import labelled_heatmap
 
 __all__ = [
+    "TAB_TITLES",
     "best_runs",
     "calibration_text",
     "cells_frame",
@@ -75,6 +76,10 @@ VARIANT_COLORS = {"standard": PALETTE[0], "fully_scaled": PALETTE[5], "fully_sca
                   "unscaled": PALETTE[5], "ssmax": PALETTE[2], "softmax1": PALETTE[3],
                   "sink_logit": PALETTE[4], "gated": PALETTE[6]}
 SINK_COLORS = {"softmax": PALETTE[0], "softmax1": PALETTE[3], "sink_logit": PALETTE[4], "gated": PALETTE[6]}
+# The Training lab's tab of each shipped experiment (attncore.training.RESULT_NAMES); the open tab is in
+# the URL as tr_tab=<title>, which the Tour's links write too.
+TAB_TITLES = {"lr_sweep": "1 · Fully scaled attention", "scaling": "2 · Without 1/√d",
+              "sinks": "3 · First-token attention (Shakespeare)", "null_attention": "4 · A sink forms"}
 
 
 def shown(x: float) -> float:

@@ -1,0 +1,76 @@
+"""Real browser: the Tour walked with Next from step 1 to the end, in normal and in presenter mode, at 1280x720:
+every step clean, its chart on the first screen, the step in the URL, a screenshot of each
+(docs/tour-<n>-<step>[-present].png with ATTNLAB_UPDATE_SCREENSHOTS=1); Previous; and "Open this in full"."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser_utils import assert_clean, open_page, report, screenshot, wait_idle
+from ui.tour import STEPS
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1280, "height": 720}
+VISIBLE_PX = 120  # the chart starts at least this far above the bottom edge (as tests/test_browser_layout.py)
+
+
+def chart_top(page: Page) -> float:
+    return float(page.locator(".js-plotly-plot").first.bounding_box()["y"])
+
+
+def walk(page: Page, app_url: str, present: bool) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Tour" + ("?present=1" if present else ""), timeout_s=180)
+    for i, step in enumerate(STEPS, start=1):
+        assert_clean(page)
+        expect(page.get_by_role("heading", name=f"Tour · {step.title}").first).to_be_visible()
+        if i > 1:
+            assert re.search(rf"[?&]tour={i}(&|$)", page.url), page.url
+        if present:
+            assert "present=1" in page.url
+            sizes = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot .xtick text'))"
+                                  ".map(t => parseFloat(getComputedStyle(t).fontSize))")
+            assert not sizes or min(sizes) >= 16, (step.key, sizes)
+        top = chart_top(page)
+        assert top < VIEWPORT["height"] - VISIBLE_PX, f"step {i} ({step.key}): chart starts at {top:.0f} px"
+        screenshot(page, f"tour-{i:02d}-{step.key}" + ("-present" if present else ""))
+        if i == len(STEPS):
+            expect(page.get_by_role("button", name="Next →")).to_be_disabled()
+            break
+        t0 = time.perf_counter()
+        page.get_by_role("button", name="Next →").click()
+        page.wait_for_function(f"() => location.search.includes('tour={i + 1}')", timeout=120_000)
+        wait_idle(page, 900)  # the real-decoder step loads SmolLM2 the first time (minutes on a loaded machine)
+        page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+        report(f"tour next {i}->{i + 1}{' (presenter)' if present else ''}: {time.perf_counter() - t0:.2f} s "
+               "(loaded machine: not a speed measurement)")
+
+
+def test_walk_every_step_with_next(page: Page, app_url: str) -> None:
+    walk(page, app_url, present=False)
+
+
+def test_walk_every_step_in_presenter_mode(page: Page, app_url: str) -> None:
+    walk(page, app_url, present=True)
+
+
+def test_previous_and_open_this_in_full(page: Page, app_url: str) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Tour?tour=2&tour_d=64", timeout_s=180)
+    assert_clean(page)
+    page.get_by_role("button", name="← Previous").click()
+    page.wait_for_function("() => !location.search.includes('tour=2')", timeout=120_000)
+    wait_idle(page, 120)
+    expect(page.get_by_role("heading", name=f"Tour · {STEPS[0].title}").first).to_be_visible()
+    page.get_by_role("link", name="Open this in full").click()
+    page.wait_for_url(re.compile(r"/Heatmaps\?"), timeout=120_000)
+    page.wait_for_selector(".js-plotly-plot", timeout=180_000)
+    wait_idle(page, 180)
+    assert_clean(page)
+    for part in ("L=12", "S=12", "heads=1", "kv=1"):
+        assert part in page.url, page.url
