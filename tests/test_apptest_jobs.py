@@ -24,6 +24,7 @@ from ui.views import training as view
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PAGE = "pages/6_Training_lab.py"
+SINK_TAB = view.TAB_TITLES["null_attention"]  # the sink live runs live in this tab, drawn only when open
 LONG = {"tr_var": "standard", "tr_size": "tiny", "tr_steps": "1000"}  # trains long enough to be seen running
 
 
@@ -85,21 +86,21 @@ def test_a_bad_job_id_in_the_url_is_a_notice() -> None:
 def test_the_caption_never_names_this_sessions_own_sink_job() -> None:
     """F7: with this session's "A sink forms" job running, the old page said another session's job was
     training (only the Training lab's own job key was compared)."""
-    at = run_app(PAGE, sk_steps="2000", sk_seeds="1", sk_vars="standard")
+    at = run_app(PAGE, tr_tab=SINK_TAB, sk_steps="2000", sk_seeds="1", sk_vars="standard")
     job = start(at, key="sk_run")
     while job.state == "queued":
         QUEUE.wait(job, 0.05)
     at.run()
     no_errors(at)
     assert job.state == "running" and not other_caption(at)
-    other = run_app(PAGE)  # another session does see it, with its step
+    other = run_app(PAGE, tr_tab=SINK_TAB)  # another session does see it, with its step
     (line,) = other_caption(other)
     assert f"({job.snapshot()['label']}, step " in line
 
 
 def test_one_job_per_session_is_said_plainly() -> None:
     """F3: a second Run of the same session while its job runs (here from the sink tab) is refused in words."""
-    at = run_app(PAGE, **LONG, sk_steps="2000", sk_seeds="1", sk_vars="standard")
+    at = run_app(PAGE, **LONG, tr_tab=SINK_TAB, sk_steps="2000", sk_seeds="1", sk_vars="standard")
     first = start(at)
     at.button(key="sk_run").click().run()
     no_errors(at)

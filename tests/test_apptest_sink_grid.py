@@ -21,6 +21,7 @@ from tests.chart_data import decode, figure, no_errors, run_app
 from tests.test_sink_verdicts import NONE, SINK, VARIANTS, grun
 from ui import sink_grid as section
 from ui.views import sink_grid as view
+from ui.views.training import TAB_TITLES
 
 LAB = "pages/6_Training_lab.py"
 
@@ -68,7 +69,7 @@ def test_the_shipped_grid_and_its_verdicts() -> None:
     header, runs = load_grid()
     null = load_result("null_attention")
     claims = sink_claims(header, runs, null)
-    at = run_app(LAB, timeout=600)
+    at = run_app(LAB, timeout=600, tr_tab=TAB_TITLES["null_attention"])
     no_errors(at)
     check_grid(at, claims)
     text = md(at)
@@ -115,7 +116,7 @@ def test_a_partial_counterfactual_grid_and_the_cell_controls(partial_results: Pa
     header, runs = load_grid(partial_results / FILE)
     claims = sink_claims(header, runs, load_result("null_attention", partial_results))
     assert claims.fixes.kind == "some"
-    at = run_app(LAB, timeout=600, sk_gvar="softmax1", sk_gset="learned_0.01_1200")
+    at = run_app(LAB, timeout=600, tr_tab=TAB_TITLES["null_attention"], sk_gvar="softmax1", sk_gset="learned_0.01_1200")
     no_errors(at)
     check_grid(at, claims)
     text = md(at)
