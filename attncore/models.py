@@ -248,7 +248,9 @@ def load_model(source: str = BUNDLED, device: torch.device | str = "cpu") -> Loa
                                           trust_remote_code=False, attn_implementation="eager",
                                           dtype=torch.float32)
     except Exception as exc:  # transformers raises many kinds; the message is what matters
-        raise AttnInputError(f"could not load the model in {folder}: {_first_line(exc)}") from exc
+        # the bundled model's folder is inside the server's Python installation: name it, not its path
+        why = _first_line(exc).replace(str(folder), name)
+        raise AttnInputError(f"could not load the model {name}: {why}") from exc
     dev = torch.device(device)
     model = model.to(dev).eval()
     cfg = model.config
