@@ -101,7 +101,7 @@ def draw(
     )
     if kept or waiting:
         table.table(
-            view.display_frame(view.frame(kept, waiting, ctx.device_label)),
+            view.display_frame(view.frame(kept, waiting, ctx.device_label), present=ctx.present),
             hide_index=True,
             border="horizontal",
         )
