@@ -576,6 +576,9 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
     lay = copy.deepcopy(_grid_layout(*key))  # a plain dict: built into the figure once, at the end
     one_x_title = len({p.x_title for p in panels}) == 1
     seen: set[str] = set()
+    # A band shades the range of a curve of its name: the legend entry is the curve's (its swatch the
+    # curve's colour), not the band's pale fill (issue 34: softmax and sigmoid looked alike).
+    curve_groups = {c.extra.get("legendgroup", c.name) if c.extra else c.name for p in panels for c in p.curves}
 
     def legend_once(name: str) -> bool:
         first = name not in seen
@@ -605,7 +608,8 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
             traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]),
                            "y": np.concatenate([as_f32(b.hi), as_f32(b.lo)[::-1]]),
                            "fill": "toself", "fillcolor": _rgba(b.color, 0.18), "line": {"width": 0},
-                           "name": b.name, "legendgroup": b.name, "showlegend": legend_once(b.name),
+                           "name": b.name, "legendgroup": b.name,
+                           "showlegend": b.name not in curve_groups and legend_once(b.name),
                            "hoverinfo": "skip", **on})
         for tr in _curve_traces(p.curves):
             group = tr.get("legendgroup") or tr["name"]
