@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -578,7 +579,7 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
     seen: set[str] = set()
     # A band shades the range of a curve of its name: the legend entry is the curve's (its swatch the
     # curve's colour), not the band's pale fill (issue 34: softmax and sigmoid looked alike).
-    curve_groups = {c.extra.get("legendgroup", c.name) if c.extra else c.name for p in panels for c in p.curves}
+    curve_groups = {(c.extra or {}).get("legendgroup", c.name) for p in panels for c in p.curves}
 
     def legend_once(name: str) -> bool:
         first = name not in seen
@@ -684,7 +685,20 @@ def legend_below(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def log_ticks(fig: go.Figure) -> go.Figure:
-    """Powers of ten only, written as 10^k, on a log y axis."""
-    fig.update_yaxes(dtick=1, exponentformat="power")
+MAX_LOG_LABELS = 6  # decade labels on a log y axis of an ordinary chart (a 400 px chart, 16 px text)
+
+
+def log_ticks(fig: go.Figure, max_labels: int = MAX_LOG_LABELS) -> go.Figure:
+    """Powers of ten only, written as 10^k, on a log y axis: every decade, or every k-th decade when the
+    data span more than ``max_labels`` of them (issue 34: a row sum falling to 1e-40 put 40 labels on a
+    400 px axis, piled into one block)."""
+    ys = [np.asarray(tr.y, dtype=np.float64).ravel() for tr in fig.data if getattr(tr, "y", None) is not None]
+    ys = [y[np.isfinite(y) & (y > 0)] for y in ys]
+    ys = [y for y in ys if y.size]
+    step = 1
+    if ys:
+        lo = math.floor(math.log10(min(float(y.min()) for y in ys)))
+        hi = math.ceil(math.log10(max(float(y.max()) for y in ys)))
+        step = max(1, math.ceil((hi - lo) / max_labels))
+    fig.update_yaxes(dtick=step, exponentformat="power")
     return fig
