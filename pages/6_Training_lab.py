@@ -105,7 +105,7 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
 def cells_table(name: str, d: dict[str, Any]) -> None:
     """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
     frame = view.cells_frame(d)
-    st.dataframe(frame, hide_index=True)
+    st.dataframe(view.cells_shown(frame), hide_index=True)
     note = view.cells_note(frame)
     if note:
         st.caption(note)

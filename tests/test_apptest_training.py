@@ -432,9 +432,12 @@ def test_cells_tables_have_one_type_per_column(cache) -> None:
     # experiments (every setting 3 seeds) get no such line
     seeds = [len(cell_runs(lr, variant=v, lr=x)) for v, x in {(r["variant"], r["lr"]) for r in lr["runs"]}]
     one = sum(n == 1 for n in seeds)
-    want = (f"{one} of {len(seeds)} settings ran one seed, so their sd cells are empty (no spread from one run); "
+    want = (f"{one} of {len(seeds)} settings ran one seed, so their sd cells say “one seed” (no spread from one run); "
             "the others ran 3 seeds, and the verdicts compare only those.")
     assert one == 9 and want in texts(at, "caption")
+    # issue 34: those cells read "one seed" (they printed "None"); a 3-seed cell shows its number
+    shown = view.cells_shown(view.cells_frame(lr)).to_html()
+    assert "None" not in shown and shown.count(">one seed<") == 9 * 3, shown.count(">one seed<")
     assert view.cells_note(view.cells_frame(shipped["scaling"])) is None
     assert view.cells_note(view.cells_frame(shipped["sinks"])) is None
     # a run that diverged keeps its step a whole number in the CSV (nullable integers, not 120.0)

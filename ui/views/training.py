@@ -181,13 +181,21 @@ def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
     return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
 
 
+def cells_shown(frame: pd.DataFrame) -> Any:
+    """The cells table as the page shows it: a one-seed setting's empty sd cells read "one seed" (issue 34:
+    they printed "None"); the numbers stay numbers (a pandas Styler over :func:`cells_frame`)."""
+    sd = [c for c in frame.columns if str(c).endswith("(sd)")]
+    one = frame["seeds"] == 1 if "seeds" in frame else pd.Series(False, index=frame.index)
+    return frame.style.format(na_rep="one seed", precision=4, subset=pd.IndexSlice[one, sd])
+
+
 def cells_note(frame: pd.DataFrame) -> str | None:
     """What an empty sd cell of :func:`cells_frame` means, where there is one: a setting run with one seed."""
     one = int((frame["seeds"] == 1).sum()) if "seeds" in frame else 0
     if not one:
         return None
     many = sorted({int(n) for n in frame["seeds"] if n > 1})
-    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells are empty (no spread from "
+    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells say “one seed” (no spread from "
             "one run)")
     if not many:
         return head + "; with one seed no comparison here has a spread."
