@@ -130,3 +130,18 @@ def test_a_bands_curve_owns_the_legend_entry() -> None:
     for name, colour in (("softmax", PALETTE[0]), ("sigmoid", PALETTE[1])):
         assert by_name[name].get("fill") is None and by_name[name]["line"]["color"] == colour, by_name[name]
     assert by_name["alone"]["fill"] == "toself"
+
+
+def test_log_ticks_keep_a_few_labels_whatever_the_span() -> None:
+    """Issue 34: a row sum falling to 1e-40 got a label per decade (40 on a 400 px axis, piled into one
+    block); now every k-th decade, at most MAX_LOG_LABELS labels, and every decade for a short span."""
+    import math
+
+    import plotly.graph_objects as go
+
+    for lo_exp, want in ((-3, 1), (-6, 1), (-40, 7), (-300, 50)):
+        fig = figures.log_ticks(go.Figure(go.Scatter(x=[0, 1, 2], y=[1.0, 10.0 ** (lo_exp / 2), 10.0 ** lo_exp])))
+        step = fig.layout.yaxis.dtick
+        assert step == want, (lo_exp, step)
+        assert math.ceil(-lo_exp / step) <= figures.MAX_LOG_LABELS
+        assert fig.layout.yaxis.exponentformat == "power"
