@@ -25,7 +25,7 @@ VIEWS = [(url_path(p.path), {}) for p in PAGES] + EXTRA
 
 
 def tabs(page: Page):
-    return page.locator("[data-testid=stMain] [data-baseweb=tab-list] button[role=tab]")
+    return page.locator("[data-testid=stMain] [data-testid=stTab]")
 
 
 def check_view(page: Page, url: str, name: str) -> tuple[dict[str, list[str]], int, int]:

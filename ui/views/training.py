@@ -448,8 +448,10 @@ def scaling_figure(d: dict[str, Any]) -> go.Figure:
                           x_title="step"))
         sat.append(Panel(f"d_head {dh}: rows with max weight > 0.99", sc, y_title="share of rows",
                          x_title="step", y_range=(0.0, 1.0)))
-        grad.append(Panel(f"d_head {dh}: |∂loss/∂W_q,k| (second half right of {half:g})", gc,
-                          y_title="gradient norm", x_title="step", log_y=True))
+        # the half's bound in the axis title: in the panel's title it ran into the next panel's (issue 34)
+        grad.append(Panel(f"d_head {dh}: |∂loss/∂W_q,k|", gc,
+                          y_title="gradient norm", x_title=f"step (second half: right of {half:g})",
+                          log_y=True))
     fig = figures.panel_grid([*loss, *sat, *grad], cols=max(1, len(a.d_heads)), height=880)
     return _view(fig, "tr-scaling")
 
