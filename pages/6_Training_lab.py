@@ -18,7 +18,6 @@ from ui.jobs import (
     JOB_ID_PATTERN,
     QUEUE,
     SIZES,
-    cache_dir,
     job_tokens,
     list_runs,
     make_configs,
@@ -112,7 +111,7 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
 def cells_table(name: str, d: dict[str, Any]) -> None:
     """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
     frame = view.cells_frame(d)
-    st.dataframe(frame, hide_index=True)
+    st.dataframe(view.cells_shown(frame), hide_index=True)
     note = view.cells_note(frame)
     if note:
         st.caption(note)
@@ -336,7 +335,7 @@ def compare(ctx: PageContext) -> None:
                              format_func=lambda i: view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
-        st.caption(f"No kept runs yet. Finished runs are kept in {plain(cache_dir())}.")
+        st.caption("No kept runs yet. Finished runs are kept on this server and listed here.")
         return
     if not chosen:
         st.caption(runs_listed(runs) + ": choose some under Compare in the sidebar to overlay their curves.")
@@ -351,15 +350,15 @@ def compare(ctx: PageContext) -> None:
 
 
 def runs_listed(runs: list[dict[str, Any]]) -> str:
-    """'3 kept runs in <folder>', and the runs the folder refused (held in memory) counted apart."""
+    """'3 kept runs', and the runs the server's run folder refused (held in memory) counted apart; no
+    folder is named (issue 34: nothing of the server's file system is shown)."""
     held = {r["id"] for r in QUEUE.unsaved()}
     n_held = sum(r["id"] in held for r in runs)
     n_kept = len(runs) - n_held
-    folder = plain(cache_dir())
-    parts = [f"{n_kept} kept run{'s' if n_kept != 1 else ''} in {folder}"] if n_kept else []
+    parts = [f"{n_kept} kept run{'s' if n_kept != 1 else ''}"] if n_kept else []
     if n_held:
-        parts.append(f"{n_held} run{'s' if n_held != 1 else ''} that could not be kept in {folder}, listed "
-                     "until the server restarts")
+        parts.append(f"{n_held} run{'s' if n_held != 1 else ''} that could not be kept on this server, "
+                     "listed until the server restarts")
     return "; ".join(parts)
 
 

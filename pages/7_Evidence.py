@@ -10,7 +10,9 @@ from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import evidence as view
 
-P_SRC = Param("ev_src", tuple(SOURCES), options=tuple(SOURCES), multi=True)
+# Sources: none chosen = all five; one click on a source shows only its claims (issue 34: the multiselect of
+# all five took four clicks to reach one).
+P_SRC = Param("ev_src", (), options=tuple(SOURCES), multi=True)
 P_VERDICT = Param("ev_v", tuple(view.VERDICT_KEYS), options=tuple(view.VERDICT_KEYS), multi=True)
 PARAMS = (P_SRC, P_VERDICT)
 # The table fits the page: fixed column shares, and long identifiers (attncore.kernels.notebook_attention)
@@ -27,12 +29,13 @@ SLOW_DONE = "_ev_slow_done"  # settings whose slow rows this session has measure
 def controls(where) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Widgets: the source and verdict filters (empty = all)."""
     where.markdown("#### Filter the claims")
-    sources = widgets.multiselect(
+    sources = widgets.pills(
         P_SRC,
         "Sources",
         where=where,
         labels={k: s.short for k, s in SOURCES.items()},
-        help="Claims from these texts (a claim several texts make is listed under each).",
+        help="Click a text to show only its claims, more texts to add theirs; none chosen shows all five "
+             "(a claim several texts make is listed under each).",
     )
     verdicts = widgets.multiselect(P_VERDICT, "Verdicts", where=where, labels=view.VERDICT_KEYS)
     return tuple(sources) or tuple(SOURCES), tuple(view.VERDICT_KEYS[v] for v in verdicts) or tuple(
@@ -93,7 +96,7 @@ def draw(
     )
     if kept or waiting:
         table.table(
-            view.display_frame(view.frame(kept, waiting, ctx.device_label)),
+            view.display_frame(view.frame(kept, waiting, ctx.device_label), present=ctx.present),
             hide_index=True,
             border="horizontal",
         )

@@ -112,7 +112,8 @@ def test_overview_chart_counts_equal_attncores_verdicts(default: AppTest) -> Non
 
 def test_filters_from_the_widgets_follow_the_url_and_the_rows(default: AppTest) -> None:
     at = default
-    at.multiselect(key="ev_src").set_value(["graphcore"]).run()
+    assert at.pills(key="ev_src").value == []  # none chosen: all five
+    at.pills(key="ev_src").set_value(["graphcore"]).run()  # one click: one source
     no_errors(at)
     want = [r.claim.key for r in rows() if "graphcore" in r.claim.sources]
     assert keys_shown(at) == want and len(want) >= 5
@@ -124,9 +125,11 @@ def test_filters_from_the_widgets_follow_the_url_and_the_rows(default: AppTest) 
     assert len(at.table) == 0 and any("No claim matches" in i.value for i in at.info)
     assert at.query_params["ev_v"] == "misprint"
     # every source again: the two misprints of the "Why √d" tutorial
-    at.multiselect(key="ev_src").set_value(list(SOURCES)).run()
+    at.pills(key="ev_src").set_value([]).run()
     assert untimed(keys_shown(at)) == [r.claim.key for r in rows() if r.judgement.verdict == "misprint in the source"]
-    assert "ev_src" not in at.query_params  # the default is left out of the URL
+    assert "ev_src" not in at.query_params  # the default (none chosen: all) is left out of the URL
+    at.pills(key="ev_src").set_value(list(SOURCES)).run()  # every source chosen: the same rows
+    assert untimed(keys_shown(at)) == [r.claim.key for r in rows() if r.judgement.verdict == "misprint in the source"]
     # an empty selection means all
     at.multiselect(key="ev_v").set_value([]).run()
     assert len(table(at)) == len(CLAIMS)

@@ -443,9 +443,12 @@ def test_cells_tables_have_one_type_per_column(cache) -> None:
     # experiments (every setting 3 seeds) get no such line
     seeds = [len(cell_runs(lr, variant=v, lr=x)) for v, x in {(r["variant"], r["lr"]) for r in lr["runs"]}]
     one = sum(n == 1 for n in seeds)
-    want = (f"{one} of {len(seeds)} settings ran one seed, so their sd cells are empty (no spread from one run); "
+    want = (f"{one} of {len(seeds)} settings ran one seed, so their sd cells say “one seed” (no spread from one run); "
             "the others ran 3 seeds, and the verdicts compare only those.")
     assert one == 9 and want in texts(at, "caption")
+    # issue 34: those cells read "one seed" (they printed "None"); a 3-seed cell shows its number
+    shown = view.cells_shown(view.cells_frame(lr)).to_html()
+    assert "None" not in shown and shown.count(">one seed<") == 9 * 3, shown.count(">one seed<")
     assert view.cells_note(view.cells_frame(shipped["scaling"])) is None
     assert view.cells_note(view.cells_frame(shipped["sinks"])) is None
     # a run that diverged keeps its step a whole number in the CSV (nullable integers, not 120.0)
@@ -839,7 +842,7 @@ def test_unwritable_cache_folder_keeps_the_run_in_memory(tmp_path, monkeypatch) 
     job = QUEUE.submit([tiny(5)], corpora.stdlib_corpus().text, corpus="stdlib", device="cpu")
     assert QUEUE.wait(job, 60) and job.state == "done"
     (note,) = job.notes
-    assert "could not be kept in the cache folder" in note and str(blocker / "runs") in note
+    assert "could not be kept in the server's run folder" in note and str(tmp_path) not in note
     assert job.records[0]["id"] in [r["id"] for r in jobs.list_runs()]  # still listed on this server
 
 
@@ -862,7 +865,7 @@ def test_read_only_cache_folder_gives_a_plain_message(results, tmp_path, monkeyp
         assert QUEUE.wait(job, 60) and job.state == "done"
         at.run()
         no_errors(at)
-        assert any("could not be kept in the cache folder" in w for w in texts(at, "warning"))
+        assert any("could not be kept in the server's run folder" in w for w in texts(at, "warning"))
         figure(at, "tr-job")  # the run is still shown
     finally:
         ro.chmod(0o700)

@@ -109,3 +109,39 @@ def test_heatmap_row_colour_bars_can_be_left_out_per_map() -> None:
     assert [t.showscale for t in fig.data] == [False, False, True]
     assert fig.data[0].zmin == -1.0 and fig.data[0].zmax == 1.0 and fig.data[0].zmid == 0.0
     assert [a.text for a in fig.layout.annotations] == ["a · ±1", "b", "c"]
+
+
+def test_a_bands_curve_owns_the_legend_entry() -> None:
+    """Issue 34: the band (drawn first, pale fill) took the legend entry of its curve, so the legend showed
+    pale swatches and two variants looked alike. The entry is the curve's line, in the curve's colour; a band
+    without a curve keeps its own entry."""
+    from ui.figures import PALETTE, Band, Curve, Panel, panel_grid
+
+    x = np.arange(4.0)
+    panels = [Panel(f"p{i}", curves=[Curve("softmax", x, x, color=PALETTE[0]),
+                                     Curve("sigmoid", x, x + 1, color=PALETTE[1])],
+                    bands=[Band("softmax", x, x - 1, x + 1, color=PALETTE[0]),
+                           Band("sigmoid", x, x, x + 2, color=PALETTE[1]),
+                           Band("alone", x, x, x + 3, color=PALETTE[2])]) for i in range(2)]
+    fig = panel_grid(panels, cols=2).to_dict()
+    shown = [t for t in fig["data"] if t.get("showlegend")]
+    by_name = {t["name"]: t for t in shown}
+    assert sorted(t["name"] for t in shown) == ["alone", "sigmoid", "softmax"]
+    for name, colour in (("softmax", PALETTE[0]), ("sigmoid", PALETTE[1])):
+        assert by_name[name].get("fill") is None and by_name[name]["line"]["color"] == colour, by_name[name]
+    assert by_name["alone"]["fill"] == "toself"
+
+
+def test_log_ticks_keep_a_few_labels_whatever_the_span() -> None:
+    """Issue 34: a row sum falling to 1e-40 got a label per decade (40 on a 400 px axis, piled into one
+    block); now every k-th decade, at most MAX_LOG_LABELS labels, and every decade for a short span."""
+    import math
+
+    import plotly.graph_objects as go
+
+    for lo_exp, want in ((-3, 1), (-6, 1), (-40, 7), (-300, 50)):
+        fig = figures.log_ticks(go.Figure(go.Scatter(x=[0, 1, 2], y=[1.0, 10.0 ** (lo_exp / 2), 10.0 ** lo_exp])))
+        step = fig.layout.yaxis.dtick
+        assert step == want, (lo_exp, step)
+        assert math.ceil(-lo_exp / step) <= figures.MAX_LOG_LABELS
+        assert fig.layout.yaxis.exponentformat == "power"

@@ -163,9 +163,9 @@ def test_a_cache_folder_that_refuses_runs_is_not_called_their_keeper(tmp_path, m
     assert job is not None and QUEUE.wait(job, 120) and job.state == "done", (job and job.state)
     at.run()
     no_errors(at)
-    assert any("could not be kept in the cache folder" in s for s in shown(at))
+    assert any("could not be kept in the server's run folder" in s for s in shown(at))
     (line,) = [visible(c.value) for c in at.caption if "choose some under Compare" in c.value]
     held = len({r["id"] for r in QUEUE.unsaved()})  # this server's refused runs (earlier tests' too)
     assert held >= 1 and "kept run" not in line, line
-    assert line == (f"{held} run{'s' if held != 1 else ''} that could not be kept in {folder}, listed until the "
+    assert line == (f"{held} run{'s' if held != 1 else ''} that could not be kept on this server, listed until the "
                     "server restarts: choose some under Compare in the sidebar to overlay their curves."), line

@@ -71,7 +71,7 @@ def stdlib_corpus() -> Corpus:
             continue
         used.append(name)
     if not parts:
-        raise AttnInputError(f"the Python standard library's source was not found under {root}; "
+        raise AttnInputError("the Python standard library's source was not found on this server; "
                              "upload a .txt file instead.")
     return Corpus(f"Python standard library source ({', '.join(used)})", "\n".join(parts))
 
@@ -150,7 +150,7 @@ def read_folder_file(key: str) -> Corpus:
     if not _inside(path, root):
         raise AttnInputError(f"{name} points outside its folder; it is refused.")
     if not path.is_file():
-        raise AttnInputError(f"{name} is not a file in {root}.")
+        raise AttnInputError(f"{name} is not a file in {root.name}.")
     if path.stat().st_size > MAX_CORPUS_BYTES:
         raise AttnInputError(f"{name} is larger than {MAX_CORPUS_BYTES // 1024**2} MB.")
     corpus = decode_text(name, path.read_bytes())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -576,6 +577,9 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
     lay = copy.deepcopy(_grid_layout(*key))  # a plain dict: built into the figure once, at the end
     one_x_title = len({p.x_title for p in panels}) == 1
     seen: set[str] = set()
+    # A band shades the range of a curve of its name: the legend entry is the curve's (its swatch the
+    # curve's colour), not the band's pale fill (issue 34: softmax and sigmoid looked alike).
+    curve_groups = {(c.extra or {}).get("legendgroup", c.name) for p in panels for c in p.curves}
 
     def legend_once(name: str) -> bool:
         first = name not in seen
@@ -605,7 +609,8 @@ def panel_grid(panels: Sequence[Panel], *, cols: int = 2, height: int | None = N
             traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]),
                            "y": np.concatenate([as_f32(b.hi), as_f32(b.lo)[::-1]]),
                            "fill": "toself", "fillcolor": _rgba(b.color, 0.18), "line": {"width": 0},
-                           "name": b.name, "legendgroup": b.name, "showlegend": legend_once(b.name),
+                           "name": b.name, "legendgroup": b.name,
+                           "showlegend": b.name not in curve_groups and legend_once(b.name),
                            "hoverinfo": "skip", **on})
         for tr in _curve_traces(p.curves):
             group = tr.get("legendgroup") or tr["name"]
@@ -680,7 +685,20 @@ def legend_below(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def log_ticks(fig: go.Figure) -> go.Figure:
-    """Powers of ten only, written as 10^k, on a log y axis."""
-    fig.update_yaxes(dtick=1, exponentformat="power")
+MAX_LOG_LABELS = 6  # decade labels on a log y axis of an ordinary chart (a 400 px chart, 16 px text)
+
+
+def log_ticks(fig: go.Figure, max_labels: int = MAX_LOG_LABELS) -> go.Figure:
+    """Powers of ten only, written as 10^k, on a log y axis: every decade, or every k-th decade when the
+    data span more than ``max_labels`` of them (issue 34: a row sum falling to 1e-40 put 40 labels on a
+    400 px axis, piled into one block)."""
+    ys = [np.asarray(tr.y, dtype=np.float64).ravel() for tr in fig.data if getattr(tr, "y", None) is not None]
+    ys = [y[np.isfinite(y) & (y > 0)] for y in ys]
+    ys = [y for y in ys if y.size]
+    step = 1
+    if ys:
+        lo = math.floor(math.log10(min(float(y.min()) for y in ys)))
+        hi = math.ceil(math.log10(max(float(y.max()) for y in ys)))
+        step = max(1, math.ceil((hi - lo) / max_labels))
+    fig.update_yaxes(dtick=step, exponentformat="power")
     return fig

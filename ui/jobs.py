@@ -374,7 +374,7 @@ def save_run(record: dict[str, Any], directory: Path | None = None) -> Path:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         why = exc.strerror or type(exc).__name__
-        raise StoreError(f"This run could not be kept in the cache folder {d} ({why}); it is shown here "
+        raise StoreError(f"This run could not be kept in the server's run folder ({why}); it is shown here "
                          f"and listed until the server restarts. Set {CACHE_DIR_ENV} to a writable "
                          "folder to keep runs.") from exc
     return path

@@ -55,12 +55,26 @@ COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 3.6rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding: 0 0 0.25rem 0; }
 </style>"""
-# Presenter mode: larger page text as well as larger chart text (ui.figures.present).
+# Presenter mode: larger page text as well as larger chart text (ui.figures.present), and nothing smaller
+# than in normal mode (issue 34): a metric's value is Markdown inside its value <div>, so the paragraph rule
+# must not reach it (it made the value 19.2 px against 36 px normally); captions and table text >= 16 px.
 PRESENT_CSS = """<style>
 [data-testid="stMainBlockContainer"] { font-size: 1.2rem; max-width: 100%; padding-left: 1.5rem;
   padding-right: 1.5rem; }
 [data-testid="stMainBlockContainer"] [data-testid="stMarkdownContainer"] p { font-size: 1.2rem; }
-[data-testid="stMetricValue"] { font-size: 2.6rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stMetricValue"],
+[data-testid="stMainBlockContainer"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p {
+  font-size: 2.6rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p,
+[data-testid="stMainBlockContainer"] [data-testid="stMetricDelta"] [data-testid="stMarkdownContainer"] p {
+  font-size: 1.1rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stCaptionContainer"],
+[data-testid="stMainBlockContainer"] [data-testid="stCaptionContainer"] p { font-size: 1.05rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stTable"] table,
+[data-testid="stMainBlockContainer"] [data-testid="stTable"] th,
+[data-testid="stMainBlockContainer"] [data-testid="stTable"] td,
+[data-testid="stMainBlockContainer"] [data-testid="stTable"] p { font-size: 1.05rem; }
+.st-key-attnlab_topnav [data-testid="stMarkdownContainer"] p { font-size: 1rem; }
 </style>"""
 
 
@@ -73,7 +87,7 @@ class PageContext:
     seed: int
     dtype: str
     controls: Any  # sidebar container for the page's own controls, below the compute section
-    present: bool = False  # presenter mode (?present=1): charts restyled centrally, sidebar collapsed
+    present: bool = False  # presenter mode (?present=1): charts restyled, pages in a row at the top
 
     @property
     def sample_dtype(self) -> str:
@@ -107,15 +121,91 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     admission.sidebar_status(box)  # heavy jobs running / waiting on this server (ui.admission)
     if problem:
         side.warning(plain(problem))
-    present = widgets.toggle(PRESENT, "Presenter mode", where=side,
-                             help="For a projector: chart text ≥ 16 px, wider charts, high-contrast colour "
-                                  "scales, sidebar collapsed on load. In the URL as present=1.")
+    side.toggle("Presenter mode", key=PRESENT.key, on_change=_present_changed,
+                help="For a projector: chart and page text ≥ 16 px, wider charts, high-contrast colour "
+                     "scales, the sidebar collapsed with the pages in a row at the top. It stays on for "
+                     "this session and in every link (present=1 in the URL) until switched off.")
+    present = bool(state.value(PRESENT))
     if present:
         st.html(PRESENT_CSS)
     if has_controls:
         side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
                        controls=side.container(), present=present)
+
+
+# Presenter mode is a setting of the session (issue 34): kept under a key of its own, which no page switch
+# clears (Streamlit drops a widget's state when another page's script draws it), and carried in the URL of
+# every link a page draws (st.page_link, st.switch_page), so a new tab or a full page load keeps it too.
+_PRESENT_SESSION = "_attnlab_present"
+
+
+def _presenting() -> tuple[bool, str | None]:
+    """Presenter mode for this run: the URL's ``present=`` when it has one (a link, a bookmark), else the
+    session's setting. Written to the toggle's key before the toggle is drawn. Returns the notice for a
+    malformed URL value."""
+    note = None
+    raw = st.query_params.get(PRESENT.key)
+    if raw is not None:
+        on, note = PRESENT.parse(raw)
+        st.session_state[_PRESENT_SESSION] = bool(on)
+    on = bool(st.session_state.get(_PRESENT_SESSION, False))
+    st.session_state[PRESENT.key] = on
+    return on, note
+
+
+def _present_changed() -> None:
+    """The toggle moved: the session's setting and the URL follow it before the page runs."""
+    on = bool(st.session_state.get(PRESENT.key))
+    st.session_state[_PRESENT_SESSION] = on
+    if on:
+        st.query_params[PRESENT.key] = "1"
+    elif PRESENT.key in st.query_params:
+        del st.query_params[PRESENT.key]
+
+
+def _with_present(query: Any) -> Any:
+    """A link's query parameters with ``present=1`` added while this session presents."""
+    if not st.session_state.get(_PRESENT_SESSION):
+        return query
+    if query is None:
+        return {PRESENT.key: "1"}
+    if isinstance(query, dict):
+        return {**query, PRESENT.key: "1"}
+    return query  # another form (pairs, a QueryParams object): left as the page wrote it
+
+
+def _presented_page_link(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``page_link`` that keeps presenter mode in the link's URL (an app page, not an external URL)."""
+    if getattr(original, "_attnlab_presenter", False):
+        return original
+
+    @functools.wraps(original)
+    def page_link(self: Any, page: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (isinstance(page, str) and page.startswith(("http://", "https://", "mailto:"))):
+            kwargs["query_params"] = _with_present(kwargs.get("query_params"))
+        return original(self, page, *args, **kwargs)
+
+    page_link._attnlab_presenter = True  # type: ignore[attr-defined]
+    return page_link
+
+
+def _presented_switch_page(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``st.switch_page`` that keeps presenter mode in the URL of the page it opens."""
+    if getattr(original, "_attnlab_presenter", False):
+        return original
+
+    @functools.wraps(original)
+    def switch_page(page: Any, *, query_params: Any = None) -> Any:
+        return original(page, query_params=_with_present(query_params))
+
+    switch_page._attnlab_presenter = True  # type: ignore[attr-defined]
+    return switch_page
+
+
+DeltaGenerator.page_link = _presented_page_link(DeltaGenerator.page_link)  # type: ignore[method-assign]
+st.page_link = functools.partial(DeltaGenerator.page_link, st._main)  # type: ignore[attr-defined]
+st.switch_page = _presented_switch_page(st.switch_page)
 
 
 def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,11 +236,16 @@ DeltaGenerator.plotly_chart = _presented_plotly_chart(DeltaGenerator.plotly_char
 st.plotly_chart = functools.partial(DeltaGenerator.plotly_chart, st._main)  # type: ignore[attr-defined]
 
 
-def _nav() -> None:
-    side = st.sidebar
-    side.page_link("app.py", label="Home", icon=":material/home:")
-    for entry in PAGES:
-        side.page_link(entry.path, label=entry.label, icon=entry.icon)
+def _nav(present: bool) -> None:
+    """The page links in the sidebar and, in presenter mode (sidebar collapsed), in a row at the top of
+    the page, so moving to another page stays one click."""
+    rows = [st.sidebar]
+    if present:
+        rows.append(st.container(horizontal=True, gap="small", key="attnlab_topnav"))
+    for where in rows:
+        where.page_link("app.py", label="Home", icon=":material/home:")
+        for entry in PAGES:
+            where.page_link(entry.path, label=entry.label, icon=entry.icon)
 
 
 def run_page(
@@ -172,15 +267,15 @@ def run_page(
     # flushing them to zero changes no value the app shows. The setting belongs to a thread, and
     # every session runs its script in a thread of its own, so it is made on every run.
     torch.set_flush_denormal(True)
-    presenting = st.query_params.get(PRESENT.key) == "1" or bool(st.session_state.get(PRESENT.key))
+    presenting, present_note = _presenting()
     st.set_page_config(page_title=f"{title} · Attention Lab", page_icon=icon, layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
     all_params = (*GLOBAL_PARAMS, *params)
-    notices = state.init(all_params)
+    notices = ([present_note] if present_note else []) + state.init(all_params)
     gpu_oom = False
     try:
         st.html(COMPACT_CSS)
-        _nav()
+        _nav(presenting)
         ctx = _sidebar(bool(params), seed_note)
         for note in notices:
             st.warning(plain(note), icon=":material/link:")

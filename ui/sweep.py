@@ -30,6 +30,7 @@ import streamlit as st
 from attncore.budget import check_limit
 from attncore.sweeps import SweepPlan, SweepSpec, check_sweep, max_sweep_work, plan, run_sweep, run_sweep_set
 from attncore.sweeps.draws import draw_cache_bytes
+from attncore.sweeps.engine import stream_key
 from ui.admission import heavy
 
 __all__ = ["AUTO_RUN_S", "PARTIAL_AFTER_S", "SweepResult", "estimate_seconds", "run_sweeps"]
@@ -101,11 +102,38 @@ def _rate(spec: SweepSpec, device: str, costs: SweepPlan, i: int) -> float:
     return rates[key]
 
 
-def _learn(spec: SweepSpec, engine: str, device: str, work: int, seconds: float) -> None:
+def _set_key(specs: Sequence[SweepSpec], device: str, engine: str) -> tuple:
+    """The rate of curves run together depends on how many passes they take: curves on shared draws
+    (:func:`attncore.sweeps.engine.stream_key`) draw their random numbers once (about half a CPU sweep)."""
+    return (device, specs[0].method, engine, len(specs), len({stream_key(s) for s in specs}))
+
+
+def _shared(specs: Sequence[SweepSpec], costs: SweepPlan) -> bool:
+    """The specs run as one set on one engine with one method (what :func:`_set_rate` calibrates)."""
+    return len(specs) > 1 and len({(s.method, e) for s, e in zip(specs, costs.engines, strict=True)}) == 1
+
+
+def _set_rate(specs: Sequence[SweepSpec], device: str, costs: SweepPlan) -> float:
+    """Seconds per work unit of ``specs`` run together, calibrated on this server (issue 34: the sum of
+    single-curve rates put a 25 s sweep of three curves on shared draws at 52 s): their probes are run as
+    one set, as the sweep will run, once per :func:`_set_key` (then refined by real runs, :func:`_learn`)."""
+    rates = _rates()
+    key = _set_key(specs, device, costs.engines[0])
+    if key not in rates:
+        if device.startswith("cuda"):  # compiles the kernels / starts the device: not part of the rate
+            run_sweep_set(costs.probes, device=device, engine=costs.engines[0])
+        t0 = time.perf_counter()
+        run_sweep_set(costs.probes, device=device, engine=costs.engines[0])
+        rates[key] = (time.perf_counter() - t0) / max(1, sum(costs.probe_work))
+    return rates[key]
+
+
+def _learn(spec: SweepSpec, engine: str, device: str, work: int, seconds: float,
+           together: Sequence[SweepSpec] = ()) -> None:
     if work < _LEARN_WORK or seconds <= 0:
         return  # too small to say much about the rate
     rates = _rates()
-    key = (device, spec.method, engine)
+    key = _set_key(together, device, engine) if len(together) > 1 else (device, spec.method, engine)
     measured = seconds / work
     rates[key] = measured if key not in rates else 0.5 * rates[key] + 0.5 * measured
 
@@ -113,6 +141,8 @@ def _learn(spec: SweepSpec, engine: str, device: str, work: int, seconds: float)
 def estimate_seconds(specs: Sequence[SweepSpec], device: str, costs: SweepPlan | None = None) -> float:
     """Estimated seconds for the specs on this machine (from the measured rate; ``costs`` = their plan)."""
     costs = costs or plan(specs, device)
+    if _shared(specs, costs):
+        return costs.total * _set_rate(specs, device, costs)
     return sum(w * _rate(s, device, costs, i) for i, (s, w) in enumerate(zip(specs, costs.work, strict=True)))
 
 
@@ -228,7 +258,7 @@ def _compute(specs: Sequence[SweepSpec], missing: list[int], costs: SweepPlan, l
             store.put((specs[i], device), (df, share))
         if len({(s.method, e) for s, e in zip(todo, costs.engines, strict=True)}) == 1:
             # the set as one: sharing makes it cheaper than its parts
-            _learn(todo[0], costs.engines[0], device, total, sec)
+            _learn(todo[0], costs.engines[0], device, total, sec, todo)
         else:
             for j, i in enumerate(missing):
                 _learn(specs[i], costs.engines[j], device, work[j], sec * work[j] / total)

@@ -93,6 +93,15 @@ def multiselect(p: Param, label: str, *, labels: dict[Any, str] | None = None,
     return value(p)
 
 
+def pills(p: Param, label: str, *, labels: dict[Any, str] | None = None,
+          help: str | None = None, where: Any = st) -> Any:
+    """``p.options`` as buttons, one click each (several when ``p.multi``)."""
+    names = labels or {}
+    where.pills(label, options=list(p.options or ()), selection_mode="multi" if p.multi else "single",
+                key=p.key, help=help, format_func=lambda o: names.get(o, str(o)))
+    return value(p)
+
+
 def toggle(p: Param, label: str, *, help: str | None = None, where: Any = st) -> bool:
     """An on/off switch."""
     where.toggle(label, key=p.key, help=help)

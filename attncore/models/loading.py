@@ -185,7 +185,9 @@ def load_model(source: str = _bundled.BUNDLED, device: torch.device | str = "cpu
     except AttnInputError:
         raise
     except Exception as exc:  # transformers raises many kinds; the message is what matters
-        raise AttnInputError(f"could not load the model in {folder}: {first_line(exc)}") from exc
+        # the bundled models' folders are inside the server's installation or cache: name them, not their path
+        why = first_line(exc).replace(str(folder), name) if folder is not None else first_line(exc)
+        raise AttnInputError(f"could not load the model {name}: {why}") from exc
     return wrap_model(model, tokenizer, name=name, path=str(folder), device=device,
                       seconds=time.perf_counter() - t0, description=b.description if b else "",
                       converted=converted)

@@ -178,7 +178,9 @@ class BigramBackcopy:
             d = json.loads(p.read_text(encoding="utf-8"))
             return cls.from_counts(str(d["chars"]), torch.tensor(d["unigrams"], dtype=torch.int64),
                                    torch.tensor(d["bigrams"], dtype=torch.int64), int(d["corpus_chars"]))
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        except OSError as exc:  # its text would hold the full path
+            raise AttnInputError(f"{p.name} cannot be read: {exc.strerror or type(exc).__name__}.") from exc
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise AttnInputError(f"{p.name} is not a saved Bigram-Backcopy task: {exc}") from exc
 
     @property

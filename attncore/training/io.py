@@ -60,7 +60,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Cha
     d = Path(directory)
     wpath, mpath = d / WEIGHTS, d / META
     if not wpath.is_file() or not mpath.is_file():
-        raise AttnInputError(f"no saved character model in {d} (need {WEIGHTS} and {META}).")
+        raise AttnInputError(f"no saved character model in the folder {d.name} (need {WEIGHTS} and {META}).")
     if wpath.stat().st_size > MAX_MODEL_BYTES:
         raise AttnInputError(f"{wpath.name} is larger than {MAX_MODEL_BYTES // 1024**2} MB.")
     try:
@@ -113,11 +113,13 @@ def load_result(name: str, directory: str | Path | None = None) -> dict[str, Any
     if not path.is_file():
         raise AttnInputError(
             f"no result file for {name} ({path.name}); make it with "
-            f"python -m attncore.training.experiments {name} --out {path.parent}."
+            f"python -m attncore.training.experiments {name} --out DIR."
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its text would hold the full path
+        raise AttnInputError(f"{path.name} cannot be read: {exc.strerror or type(exc).__name__}.") from exc
+    except ValueError as exc:
         raise AttnInputError(f"{path.name} cannot be read: {exc}") from exc
     if not isinstance(data, dict) or data.get("experiment") != name:
         raise AttnInputError(f"{path.name} is not a result of the {name} experiment.")

@@ -38,7 +38,7 @@ from ui.figures import PALETTE, Curve, Panel
 
 __all__ = ["ASYMPTOTE_RTOL", "Controls", "Series", "asymptote_holds", "build_series", "engine_sentence",
            "figure1_charts", "figure1_frame", "lengths_for", "main_chart", "mark_stale", "n_label",
-           "panel_frame", "seed_note", "sweep_spec", "theory_lengths", "validity_frame"]
+           "panel_frame", "partial_note", "seed_note", "sweep_spec", "theory_lengths", "validity_frame"]
 
 RULE_SHORT = {"sqrt_d": "1/√d", "none": "unscaled", "ssmax": "SSMax", "llama4": "Llama 4"}
 ERR_Z = 2.0  # error bars: +- 2 standard errors
@@ -301,21 +301,22 @@ EMPTY_SWEEP = pd.DataFrame({c: pd.Series(dtype="int64" if c == "n" else "float64
 """A sweep frame with no lengths yet (a curve whose sweep has not reported any)."""
 
 
+def partial_note(n_done: int) -> str:
+    """The line above the panels while a sweep streams."""
+    return f"Measuring… the curves reach n ≤ {n_label(n_done)} so far; the longer lengths follow."
+
+
 def mark_partial(fig: go.Figure, n_done: int) -> go.Figure:
-    """The panels while a sweep streams: measured up to ``n_done`` so far (``meta.partial``)."""
-    fig.add_annotation(text=f"measuring… n ≤ {n_label(n_done)} so far", xref="paper", yref="paper",
-                       x=1.0, y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
-                       font={"size": 14, "color": PALETTE[7]})
+    """The panels while a sweep streams: measured up to ``n_done`` so far (``meta.partial``). The page
+    says so above the chart (:func:`partial_note`): a note on the figure sat over the panels' titles."""
     return fig.update_layout(meta={**(fig.layout.meta or {}), "partial": True, "n_done": int(n_done)})
 
 
 def mark_stale(fig: go.Figure) -> go.Figure:
-    """A copy of a panel figure marked as showing previous settings (greyed, labelled, ``meta.stale``)."""
+    """A copy of a panel figure marked as showing previous settings (greyed, ``meta.stale``); the page's
+    warning above it says which settings (a label on the figure sat over the panels' titles)."""
     out = go.Figure(fig)
     out.update_traces(opacity=0.45)
-    out.add_annotation(text="STALE · previous settings", xref="paper", yref="paper", x=1.0, y=1.0,
-                       xanchor="right", yanchor="bottom", showarrow=False,
-                       font={"size": 14, "color": PALETTE[5]})
     return out.update_layout(meta={**(fig.layout.meta or {}), "stale": True})
 
 

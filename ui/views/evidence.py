@@ -216,10 +216,14 @@ def _page_name(url: str) -> str:
     return url.lstrip("/").split("?", 1)[0].replace("_", " ")
 
 
-def display_frame(df: pd.DataFrame) -> pd.DataFrame:
+def display_frame(df: pd.DataFrame, *, present: bool = False) -> pd.DataFrame:
     """The table the page shows (``st.table`` renders Markdown): every text escaped with ``ui.text.plain``;
     the verdict as a coloured badge before the quote, then the source and the link to the view; the basis
-    before the measurement; the rule and the scale after the test."""
+    before the measurement; the rule and the scale after the test. ``present``: the links keep presenter
+    mode (``present=1``: a Markdown link opens the page afresh, so the URL must carry it)."""
+
+    def keep(u: str) -> str:
+        return u + ("&" if "?" in u else "?") + "present=1" if present else u
 
     def badge(v: str) -> str:
         return f":{BADGES[v]}-badge[{plain(v)}]" if v in BADGES else plain(v)
@@ -227,7 +231,7 @@ def display_frame(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "claim and verdict": [
-                f"{badge(v)} “{plain(q)}” *({plain(src)})* [{_page_name(u)} ↗]({u})"
+                f"{badge(v)} “{plain(q)}” *({plain(src)})* [{_page_name(u)} ↗]({keep(u)})"
                 for v, q, src, u in zip(df["verdict"], df["claim"], df["source"], df["view"], strict=True)
             ],
             "measured here": [

@@ -126,7 +126,9 @@ def weights_with_row_stats(
     ent = as_f32(row_entropy)
     mx = as_f32(row_max)
     # title above the bar: written sideways on its right it reached into the entropy panel
-    bar = {"thickness": 10, "len": 0.8, "x": 0.625, "xanchor": "left", "y": 0.5,
+    # issue 34: the bar, its tick labels and its title need ~70 px at presenter mode's 16 px text; the gap
+    # of 0.08 of the width (~55 px) let them reach into the entropy panel beside it
+    bar = {"thickness": 10, "len": 0.8, "x": 0.605, "xanchor": "left", "y": 0.5,
            "title": {"text": "weight", "side": "top"}}
     if log_color:
         z = np.log10(np.maximum(w, 10.0**LOG_FLOOR))
@@ -153,7 +155,7 @@ def weights_with_row_stats(
     traces.append(go.Bar(x=mx, y=y, orientation="h", name="max weight", marker_color=PALETTE[1],
                          xaxis="x3", yaxis="y",
                          hovertemplate="query %{y}<br>max weight %{x:.4f}<extra></extra>"))
-    d1, d2, d3 = (0.0, 0.62), (0.70, 0.84), (0.86, 1.0)
+    d1, d2, d3 = (0.0, 0.60), (0.74, 0.86), (0.88, 1.0)
     top = float(np.nanmax(mx)) if mx.size and np.isfinite(mx).any() else 1.0
     mx_range = [0.0, max(top, 1e-6) * 1.08]
     layout = {

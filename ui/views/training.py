@@ -187,13 +187,21 @@ def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
     return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
 
 
+def cells_shown(frame: pd.DataFrame) -> Any:
+    """The cells table as the page shows it: a one-seed setting's empty sd cells read "one seed" (issue 34:
+    they printed "None"); the numbers stay numbers (a pandas Styler over :func:`cells_frame`)."""
+    sd = [c for c in frame.columns if str(c).endswith("(sd)")]
+    one = frame["seeds"] == 1 if "seeds" in frame else pd.Series(False, index=frame.index)
+    return frame.style.format(na_rep="one seed", precision=4, subset=pd.IndexSlice[one, sd])
+
+
 def cells_note(frame: pd.DataFrame) -> str | None:
     """What an empty sd cell of :func:`cells_frame` means, where there is one: a setting run with one seed."""
     one = int((frame["seeds"] == 1).sum()) if "seeds" in frame else 0
     if not one:
         return None
     many = sorted({int(n) for n in frame["seeds"] if n > 1})
-    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells are empty (no spread from "
+    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells say “one seed” (no spread from "
             "one run)")
     if not many:
         return head + "; with one seed no comparison here has a spread."
@@ -446,8 +454,10 @@ def scaling_figure(d: dict[str, Any]) -> go.Figure:
                           x_title="step"))
         sat.append(Panel(f"d_head {dh}: rows with max weight > 0.99", sc, y_title="share of rows",
                          x_title="step", y_range=(0.0, 1.0)))
-        grad.append(Panel(f"d_head {dh}: |∂loss/∂W_q,k| (second half right of {half:g})", gc,
-                          y_title="gradient norm", x_title="step", log_y=True))
+        # the half's bound in the axis title: in the panel's title it ran into the next panel's (issue 34)
+        grad.append(Panel(f"d_head {dh}: |∂loss/∂W_q,k|", gc,
+                          y_title="gradient norm", x_title=f"step (second half: right of {half:g})",
+                          log_y=True))
     fig = figures.panel_grid([*loss, *sat, *grad], cols=max(1, len(a.d_heads)), height=880)
     return _view(fig, "tr-scaling")
 

@@ -1,0 +1,130 @@
+"""Real browser, issue 34: presenter mode is a setting of the session.
+
+It survives every way of moving between pages (the row of page links presenter mode draws at the top,
+the sidebar, a page's own links), every URL the user moves to keeps ``present=1``, switching it off drops
+it, and in it no text is smaller than in normal mode: metric values (their Markdown ``<p>`` was 19.2 px
+against 36 px normally), captions and table text at least 16 px.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page
+
+from tests.browser_utils import assert_clean, open_page, screenshot, wait_idle
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1280, "height": 720}
+
+
+def toggle_on(page: Page) -> bool:
+    box = page.locator("[data-testid=stSidebar] [data-testid=stCheckbox]").filter(has_text="Presenter mode")
+    return bool(box.first.locator("input[type=checkbox]").is_checked())
+
+
+def charts_presented(page: Page) -> list[bool]:
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .map(g => !!(g.layout && g.layout.meta && g.layout.meta.present))""")
+
+
+def follow(page: Page, link) -> None:
+    link.click()
+    page.wait_for_timeout(800)
+    wait_idle(page, 180)
+    page.wait_for_selector(".js-plotly-plot", timeout=180_000)
+    wait_idle(page, 180)
+
+
+def expand_sidebar(page: Page) -> None:
+    button = page.locator("[data-testid=stExpandSidebarButton]")
+    if button.count() and button.first.is_visible():
+        button.first.click()
+        page.wait_for_timeout(600)
+
+
+def assert_presenting(page: Page, where: str) -> None:
+    assert_clean(page)
+    assert "present=1" in page.url, f"{where}: {page.url}"
+    assert toggle_on(page), f"{where}: the toggle is off"
+    shown = charts_presented(page)
+    assert shown and all(shown), f"{where}: charts drawn for presenter mode {shown}"
+
+
+def test_presenter_mode_survives_every_navigation(page: Page, app_url: str) -> None:
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Heatmaps?present=1", timeout_s=180)
+    assert_presenting(page, "Heatmaps from the URL")
+    top = page.locator(".st-key-attnlab_topnav")
+    assert top.is_visible(), "presenter mode shows the pages in a row at the top"
+    box = top.bounding_box()
+    assert box and box["y"] + box["height"] < VIEWPORT["height"] / 4, box
+    screenshot(page, "presenter-topnav")
+
+    # one click in the top row
+    follow(page, top.locator("a", has_text="Entropy vs length"))
+    assert "/Entropy_vs_length" in page.url
+    assert_presenting(page, "after the top row's link")
+
+    # the sidebar's link
+    expand_sidebar(page)
+    follow(page, page.locator("[data-testid=stSidebar] a", has_text="Attention sinks"))
+    assert "/Attention_sinks" in page.url
+    assert_presenting(page, "after the sidebar's link")
+
+    # a page's own link (the home page's cards)
+    page.locator(".st-key-attnlab_topnav a", has_text="Home").click()
+    page.wait_for_timeout(800)
+    wait_idle(page, 180)
+    assert "present=1" in page.url and toggle_on(page), page.url
+    follow(page, page.locator("[data-testid=stMain] [data-testid=stPageLink] a", has_text="Saturation").first)
+    assert "/Saturation_and_gradients" in page.url
+    assert_presenting(page, "after a home card")
+
+    # switched off: the URL drops it and the next page is drawn normally
+    expand_sidebar(page)
+    page.locator("[data-testid=stSidebar] [data-testid=stCheckbox]").filter(has_text="Presenter mode").click()
+    page.wait_for_timeout(800)
+    wait_idle(page, 180)
+    assert "present=" not in page.url and not toggle_on(page), page.url
+    follow(page, page.locator("[data-testid=stSidebar] a", has_text="Heatmaps"))
+    assert "present=" not in page.url and not toggle_on(page)
+    assert not any(charts_presented(page))
+    assert page.locator(".st-key-attnlab_topnav").count() == 0
+
+
+SIZES_JS = """() => {
+  const px = el => parseFloat(getComputedStyle(el).fontSize);
+  const all = sel => Array.from(document.querySelectorAll('[data-testid=stMain] ' + sel)).filter(
+    el => el.offsetParent !== null && (el.textContent || '').trim());
+  const pick = sel => all(sel).map(px);
+  return {
+    metric: pick('[data-testid=stMetricValue] p').concat(pick('[data-testid=stMetricValue]')),
+    caption: pick('[data-testid=stCaptionContainer] p').concat(pick('[data-testid=stCaptionContainer]')),
+    table: pick('[data-testid=stTable] td').concat(pick('[data-testid=stTable] td p')),
+    text: pick('[data-testid=stMarkdownContainer] > p'),
+  };
+}"""
+
+
+@pytest.mark.parametrize(("path", "kinds"), [
+    ("Entropy_vs_length", ("metric", "caption", "text")),
+    ("Evidence", ("table", "caption", "text")),
+])
+def test_presenter_mode_makes_no_text_smaller(page: Page, app_url: str, path: str, kinds: tuple[str, ...]) -> None:
+    page.set_viewport_size(VIEWPORT)
+    sizes = {}
+    for mode, query in (("normal", ""), ("present", "?present=1")):
+        open_page(page, f"{app_url}/{path}{query}", timeout_s=240)
+        assert_clean(page)
+        sizes[mode] = page.evaluate(SIZES_JS)
+        screenshot(page, f"presenter-sizes-{path}-{mode}")
+    for kind in kinds:
+        normal, present = sizes["normal"][kind], sizes["present"][kind]
+        assert normal and present, (kind, sizes)
+        assert min(present) >= max(normal) or min(present) >= min(normal), (kind, normal, present)
+        assert min(present) >= min(normal), f"{path} {kind}: presenter {min(present)} px < normal {min(normal)} px"
+        if kind in ("caption", "table", "text"):
+            assert min(present) >= 16, f"{path} {kind}: {min(present)} px in presenter mode"
+    if "metric" in kinds:
+        assert min(sizes["present"]["metric"]) >= max(sizes["normal"]["metric"]), sizes

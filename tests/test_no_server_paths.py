@@ -1,0 +1,139 @@
+"""Nothing of the server is shown (issue 34): no file-system path (the checkout, the run cache, the home
+folder, the Python installation) in any page's text, chart strings included, nor in the messages attncore
+and ui raise for missing or unreadable files and models.
+
+Every page is found through ``ui.nav.PAGES`` (``tests.page_probe.ALL_PAGES``), so a new page is checked
+without being listed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from attncore.errors import AttnInputError
+from tests.chart_data import ROOT, run_app
+from tests.page_probe import ALL_PAGES, element_texts
+from ui import corpus as corpora
+from ui import jobs
+
+
+def server_paths(*extra: Path) -> list[str]:
+    """The folders of this server a page must never name (longest first, so a hit names the deepest)."""
+    found = {str(ROOT), str(Path.home()), str(jobs.cache_dir()), sys.prefix, sys.base_prefix,
+             sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"], *map(str, extra)}
+    found |= {str(Path(p).resolve()) for p in found}  # .venv may be a link to another checkout's
+    return sorted((p for p in found if len(p) > 1), key=len, reverse=True)
+
+
+def leaks(text: str, paths: list[str]) -> list[str]:
+    return [p for p in paths if p in text]
+
+
+def test_the_check_can_fail() -> None:
+    paths = server_paths()
+    assert leaks(f"Finished runs are kept in {jobs.cache_dir()}.", paths)
+    assert leaks(f"see {ROOT}/attncore", paths)
+    assert not leaks("Finished runs are kept on this server.", paths)
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh (empty) run cache in a folder of its own, no corpus folders."""
+    monkeypatch.setenv(jobs.CACHE_DIR_ENV, str(tmp_path / "runs"))
+    monkeypatch.delenv(corpora.CORPUS_DIRS_ENV, raising=False)
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize("script", ALL_PAGES)
+def test_no_page_names_a_server_path(script: str, cache: Path) -> None:
+    at = run_app(script)
+    assert not at.exception, [e.value for e in at.exception]
+    paths = server_paths(cache, cache.parent)
+    texts = [(f"{ft.element}.{ft.field}", ft.text) for ft in element_texts(at)]
+    assert len(texts) > 20, "the page's text was read"
+    bad = [f"{where}: {leaks(text, paths)} in {text[:200]!r}" for where, text in texts if leaks(text, paths)]
+    assert not bad, "\n".join(bad[:10])
+
+
+def test_the_kept_runs_line_names_no_folder(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With kept runs the Compare caption counted them 'in <folder>'."""
+    runs = [{"id": f"run{i}", "label": "standard", "config": {"n_layer": 2, "d_model": 64},
+             "batch_loss": [3.0, 2.5], "created_utc": f"2026-01-0{i + 1}T10:00:00"} for i in range(2)]
+    monkeypatch.setattr(jobs, "list_runs", lambda directory=None: list(runs))
+    at = run_app("pages/6_Training_lab.py")
+    assert not at.exception, [e.value for e in at.exception]
+    (line,) = [c.value for c in at.caption if "choose some under Compare" in c.value]
+    assert line.startswith("2 kept runs"), line
+    assert not leaks(line, server_paths(cache, cache.parent)), line
+
+
+# ---------------------------------------------------------------------------- messages for missing files
+
+def message(call: Callable[[], object]) -> str:
+    with pytest.raises(AttnInputError) as got:
+        call()
+    return str(got.value)
+
+
+def test_messages_for_missing_files_name_no_folder(tmp_path: Path) -> None:
+    from attncore.training import io
+    from attncore.training.bbm import BigramBackcopy
+    from attncore.training.null_attention import shipped_model
+
+    where = tmp_path / "deep" / "results"
+    where.mkdir(parents=True)
+    (where / "scaling.json").write_bytes(b"\xff\xfe not json")
+    (where / "lr_sweep.json").mkdir()  # a folder where the file should be: the read fails with an OSError
+    unreadable = tmp_path / "task.json"
+    unreadable.mkdir()
+    paths = server_paths(where, tmp_path)
+    cases = {
+        "model folder missing": lambda: io.load_model(where / "nope"),
+        "result missing": lambda: io.load_result("sinks", where),
+        "result not JSON": lambda: io.load_result("scaling", where),
+        "shipped model missing": lambda: shipped_model("softmax", directory=where),
+        "task unreadable": lambda: BigramBackcopy.load(unreadable),
+        "task missing": lambda: BigramBackcopy.load(where / "task.json"),
+    }
+    msgs = {name: message(call) for name, call in cases.items()}
+    # lr_sweep.json is a folder: is_file() is False, so it reads as missing
+    msgs["result is a folder"] = message(lambda: io.load_result("lr_sweep", where))
+    bad = {name: m for name, m in msgs.items() if leaks(m, paths)}
+    assert not bad, json.dumps(bad, indent=1)
+    assert "nope" in msgs["model folder missing"] and "sinks.json" in msgs["result missing"]
+
+
+def test_the_stdlib_corpus_message_names_no_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    paths = server_paths(tmp_path)
+    monkeypatch.setattr(corpora.sysconfig, "get_paths", lambda: {"stdlib": str(tmp_path / "no-stdlib")})
+    m = message(corpora.stdlib_corpus)
+    assert "standard library" in m and not leaks(m, paths), m
+
+
+def test_a_refused_run_folder_is_not_named(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(jobs.StoreError) as got:
+        jobs.save_run({"id": "x1"}, blocker / "runs")
+    assert jobs.CACHE_DIR_ENV in str(got.value)
+    assert not leaks(str(got.value), server_paths(tmp_path, blocker)), str(got.value)
+
+
+def test_a_bundled_model_that_fails_to_load_names_no_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attncore import models
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise OSError(f"Can't load tokenizer for '{args[0]}'.")
+
+    import transformers
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", broken)
+    m = message(lambda: models.load_model(models.BUNDLED, "cpu"))
+    assert not leaks(m, server_paths()), m
+    assert os.sep in str(ROOT)
