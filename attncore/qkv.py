@@ -39,6 +39,7 @@ from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.models import LoadedModel, tokenize
 from attncore.models.capture import attention_modules
+from attncore.models.modules import hooked_run
 from attncore.training.inspect import MAX_INSPECT_CHARS, char_label, encode
 from attncore.training.model import CharTransformer, apply_rotary
 
@@ -167,7 +168,7 @@ def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> 
         return hook
 
     handles = []
-    try:
+    with hooked_run(lm.name, handles):
         for i, m in enumerate(mods):
             for name in ("query", "key", "value"):
                 handles.append(getattr(m, name).register_forward_hook(keep(i, name)))
@@ -175,13 +176,6 @@ def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> 
         dev = torch.device(lm.device)
         with torch.inference_mode():
             lm.model(**{k: v.to(dev) for k, v in enc.inputs.items()})
-    except AttnInputError:
-        raise
-    except Exception as exc:
-        raise AttnInputError(f"{lm.name} could not run on this text: {type(exc).__name__}: {exc}") from exc
-    finally:
-        for h in handles:
-            h.remove()
     stack = {name: torch.stack([store[(i, name)] for i in range(lm.layers)])
              for name in ("query", "key", "value", "output")}  # each (N, H, L, E)
     causal = bool(getattr(lm.model.config, "is_decoder", False))
@@ -277,7 +271,7 @@ def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
         return hook
 
     handles = []
-    try:
+    with hooked_run(lm.name, handles):
         for i, m in enumerate(mods):
             q_src = m.q_norm if isinstance(getattr(m, "q_norm", None), nn.Module) else m.q_proj
             k_src = m.k_norm if isinstance(getattr(m, "k_norm", None), nn.Module) else m.k_proj
@@ -288,13 +282,6 @@ def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
         dev = torch.device(lm.device)
         with torch.inference_mode():
             lm.model(**{k: v.to(dev) for k, v in enc.inputs.items()}, logits_to_keep=1)
-    except AttnInputError:
-        raise
-    except Exception as exc:
-        raise AttnInputError(f"{lm.name} could not run on this text: {type(exc).__name__}: {exc}") from exc
-    finally:
-        for h in handles:
-            h.remove()
     groups = H // Hkv
     qs, ks, vs = [], [], []
     for i in range(lm.layers):

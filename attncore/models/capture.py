@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from attncore.budget import check_bytes, check_limit, fmt_count
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
-from attncore.models.modules import attention_modules
+from attncore.models.modules import attention_modules, hooked_run
 
 __all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
            "run_text", "summary_of",
@@ -332,14 +332,6 @@ def _kept_maps(lm: LoadedModel, inputs: dict[str, Tensor],
         return fn
 
     handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
-    try:
-        with torch.inference_mode():
-            lm.model(**inputs, **_forward_kwargs(lm.model))
-    except AttnInputError:
-        raise
-    except Exception as exc:
-        raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
-    finally:
-        for h in handles:
-            h.remove()
+    with hooked_run(lm.name, handles), torch.inference_mode():
+        lm.model(**inputs, **_forward_kwargs(lm.model))
     return torch.stack([maps[x] for x in kept]), _stack_summary([rows[i] for i in range(lm.layers)])

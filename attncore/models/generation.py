@@ -24,6 +24,7 @@ from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.models.capture import attention_modules, tokenize
 from attncore.models.loading import LoadedModel, first_line
+from attncore.models.modules import hooked_run
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "generate",
            "next_distribution", "next_logits"]
@@ -153,28 +154,20 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
     # transformers 5 names the key/value cache argument ``cache`` (``past_key_values`` before)
     cache_kw = "cache" if "cache" in inspect.signature(lm.model.forward).parameters else "past_key_values"
     stopped = False
-    try:
-        with torch.inference_mode():
-            out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            for step in range(n_new):
-                rows.append(torch.stack([current[i] for i in range(lm.layers)]))  # (N, H, P + step)
-                p = torch.softmax(out.logits[0, -1].double().cpu() / t, dim=-1)  # (V,)
-                nxt = int(torch.argmax(p)) if greedy else int(torch.multinomial(p, 1, generator=gen))
-                new_ids.append(nxt)
-                probs.append(float(p[nxt]))
-                if eos is not None and nxt == eos:
-                    stopped = True
-                    break
-                if step + 1 < n_new:
-                    step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
-                    out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
-    except AttnInputError:
-        raise
-    except Exception as exc:
-        raise AttnInputError(f"{lm.name} could not generate from this text: {first_line(exc)}") from exc
-    finally:
-        for h in handles:
-            h.remove()
+    with hooked_run(lm.name, handles, "generate from this text"), torch.inference_mode():
+        out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        for step in range(n_new):
+            rows.append(torch.stack([current[i] for i in range(lm.layers)]))  # (N, H, P + step)
+            p = torch.softmax(out.logits[0, -1].double().cpu() / t, dim=-1)  # (V,)
+            nxt = int(torch.argmax(p)) if greedy else int(torch.multinomial(p, 1, generator=gen))
+            new_ids.append(nxt)
+            probs.append(float(p[nxt]))
+            if eos is not None and nxt == eos:
+                stopped = True
+                break
+            if step + 1 < n_new:
+                step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
+                out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
     T = len(new_ids)
     att = torch.zeros(T, lm.layers, lm.heads, P + T - 1)
     for step, r in enumerate(rows):

@@ -18,7 +18,7 @@ from attncore.errors import AttnInputError
 from attncore.models import bundled as _bundled
 from attncore.models.bundled import BUNDLED_MODELS, SMOLLM2, Progress
 from attncore.models.folders import resolve_model_folder
-from attncore.models.modules import attention_modules
+from attncore.models.modules import attention_modules, first_line
 
 __all__ = [
     "MAX_DECODER_TOKENS",
@@ -96,12 +96,6 @@ def _model_limit(config: Any, tokenizer: Any, cap: int) -> int:
     if isinstance(tm, int) and 0 < tm < 1_000_000:
         limits.append(tm)
     return min(limits)
-
-
-def first_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters), for plain error messages."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def canonical_source(source: str) -> str:

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 from torch import nn
 
-__all__ = ["attention_modules"]
+from attncore.errors import AttnInputError
+
+__all__ = ["attention_modules", "first_line", "hooked_run"]
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for plain error messages."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def hooked_run(name: str, handles: list[Any], doing: str = "run on this text") -> Iterator[None]:
+    """Around a forward pass with capture hooks: an :class:`AttnInputError` passes through, any other
+    exception becomes one (``'<name> could not <doing>: Type: message'``), and the hooks in ``handles``
+    (appended to inside the block too) are removed however the block ends."""
+    try:
+        yield
+    except AttnInputError:
+        raise
+    except Exception as exc:  # transformers raises many kinds; the message is what matters
+        raise AttnInputError(f"{name} could not {doing}: {first_line(exc)}") from exc
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def attention_modules(model: nn.Module) -> list[nn.Module]:
