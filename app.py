@@ -22,9 +22,7 @@ def start_here() -> None:
     """The first thing on the home page: where a new visitor (or a lecture) starts."""
     with st.container(border=True):
         st.page_link(TOUR.path, label="Start here: the Tour", icon=TOUR.icon)
-        st.markdown("Eleven steps through the app, from the 1/√d scaling to attention sinks in a real model, "
-                    "FlashAttention's memory and the evidence, each a live view with one sentence of lesson, "
-                    "Previous / Next, and a link that opens it in full. Presenter mode: `?present=1`.")
+        st.markdown(TOUR.summary + " Presenter mode: `?present=1`.")  # the nav entry's words, said once
 
 
 def body(ctx: PageContext) -> None:
@@ -51,7 +49,8 @@ def body(ctx: PageContext) -> None:
             st.page_link(entry.path, label=entry.label, icon=entry.icon)
             st.caption(entry.summary)
     st.subheader("Real text")
-    st.caption("A real transformer (all-MiniLM-L6-v2, bundled, offline) or this app's own character model "
+    st.caption("A real transformer (the all-MiniLM-L6-v2 encoder or the SmolLM2-135M-Instruct decoder, bundled, "
+               "offline) or this app's own character model "
                "on the text you type: click a head to open it, click a row to pick a query token, and see "
                "that token's attention over the text, its q, k, v and its output.")
     left, right = st.columns(2)
