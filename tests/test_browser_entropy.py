@@ -20,7 +20,8 @@ def test_entropy_page_opens_redraws_and_keeps_state_in_the_url(page: Page, app_u
     open_page(page, f"{app_url}/{PAGE}?ent_hi=14&ent_vary=scale_rule&ent_rules=sqrt_d,ssmax")
     assert_clean(page)
     expect(page.get_by_role("heading", name="Entropy vs length")).to_be_visible()
-    expect(page.locator(".js-plotly-plot")).to_have_count(3)
+    # the panels alone: SSMax's figure 1 is an expander drawn when opened (issue 34)
+    expect(page.locator(".js-plotly-plot")).to_have_count(1)
     # Moving the upper end of the n range redraws the panels and lands in the URL.
     seconds = nudge_and_time(page, "Sequence lengths n", presses=1)
     assert_clean(page)
@@ -47,7 +48,8 @@ def test_entropy_page_default_view_and_figure1(page: Page, app_url: str) -> None
 
 def test_entropy_long_sweep_waits_for_run_and_can_be_stopped(page: Page, app_url: str) -> None:
     # 1024 rows x 2^22 keys: 4.3 G random numbers, under the cap but far too long to start by itself
-    open_page(page, f"{app_url}/{PAGE}?ent_lo=22&ent_hi=22&ent_q=1024&ent_vary=none", charts=True,
+    # no chart before Run: the sweep waits for it, and figure 1 is an expander drawn when opened (issue 34)
+    open_page(page, f"{app_url}/{PAGE}?ent_lo=22&ent_hi=22&ent_q=1024&ent_vary=none", charts=False,
               timeout_s=180)
     assert_clean(page)
     run = page.get_by_role("button", name=re.compile("Run sweep"))
