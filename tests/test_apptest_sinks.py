@@ -280,6 +280,8 @@ MODEL_CHANGES = [
 def test_model_view_every_control_changes_the_charts(lm: LoadedModel) -> None:
     at = run_app(PAGE, snk_view="model")
     walk(at, MODEL_CHANGES, lambda a: check_model(a, lm))
+    at.session_state[NOTHING_OPEN] = True  # the lab's sections 2 and 3 are drawn once opened
+    at.session_state[ZOO_OPEN] = True
     _set(at, "radio", "snk_view", "lab")
     check_lab(at)
 
