@@ -19,6 +19,7 @@ from tests.streamlit_markdown import visible
 from ui import corpus as corpora
 from ui import jobs, learned
 from ui.jobs import QUEUE, SIZES, JobQueue
+from ui.views.training import TAB_TITLES
 
 TRAINING = "pages/6_Training_lab.py"
 ICON = ":material/home:"
@@ -88,7 +89,8 @@ def test_a_txt_upload_in_capitals_is_accepted(cache) -> None:
 
 RUN_BUTTONS = [  # the live runs, and the tab "A sink forms" (the same job panel, ui.job_panel)
     ("tr_run", "tr_job", {"tr_var": "standard", "tr_steps": "10"}, "standard · lr 0.003"),
-    ("sk_run", "sk_job", {"sk_vars": "standard", "sk_steps": "50"}, "softmax · seed 0"),
+    ("sk_run", "sk_job", {"sk_vars": "standard", "sk_steps": "50", "tr_tab": TAB_TITLES["null_attention"]},
+     "softmax · seed 0"),
 ]
 
 
