@@ -429,6 +429,97 @@ def audit_gqa(m: Measurement) -> None:
     assert m.num("kv_ratio") == 0.25
 
 
+
+# --------------------------------------------------------------------------- the SmolLM2 rows (issue 30)
+# Recomputed from transformers' own forward pass (eager attention, output_attentions / hidden states), not
+# attncore.decoder's hooks; the model and its tokenizer come from the bundled loader.
+
+
+def _smollm2(limit: int) -> tuple[Any, torch.Tensor]:
+    from attncore.decoder.text import shipped_text
+    from attncore.evidence import decoder as dec
+
+    model, tok = dec.LOADER[0]()
+    ids = tok(shipped_text(), return_tensors="pt", add_special_tokens=True)["input_ids"][:, :limit]
+    return model, ids
+
+
+def _maps(model: Any, ids: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+
+
+def audit_llm_sinks(m: Measurement) -> None:
+    if m.missing:
+        pytest.skip(m.missing)
+    model, ids = _smollm2(int(m.num("L")))
+    out = _maps(model, ids)
+    first = torch.stack([a[0, :, :, 0].mean(-1) for a in out.attentions])  # (N, H): mean weight on token 0
+    assert int((first > 0.3).sum()) == int(m.num("sink_heads")) and first.numel() == int(m.num("heads"))
+    close(float(first.mean()), m.num("mean_first"), rel=1e-4)
+    L = int(m.num("L"))
+    close(m.num("uniform_first"), sum(1.0 / k for k in range(1, L + 1)) / L)
+
+
+def audit_llm_drain(m: Measurement) -> None:
+    if m.missing:
+        pytest.skip(m.missing)
+    model, ids = _smollm2(int(m.num("L")))
+    out = _maps(model, ids)
+    cfg = model.config
+    Hkv, E, g = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads, cfg.num_attention_heads // \
+        cfg.num_key_value_heads
+    sink, rest = [], []
+    for n, layer in enumerate(model.model.layers):
+        with torch.no_grad():
+            v = layer.self_attn.v_proj(layer.input_layernorm(out.hidden_states[n]))[0]  # (L, Hkv * E)
+        norms = v.view(v.shape[0], Hkv, E).norm(dim=-1)  # (L, Hkv)
+        ratio = norms[0] / norms[1:].median(dim=0).values  # (Hkv,)
+        score = out.attentions[n][0, :, :, 0].mean(-1)  # (H,)
+        for h in range(cfg.num_attention_heads):
+            (sink if score[h] > 0.3 else rest).append(float(ratio[h // g]))
+    close(float(np.median(sink)), m.num("drain_sink"), rel=1e-3)
+    close(float(np.median(rest)), m.num("drain_rest"), rel=1e-3)
+    assert sum(r < 1.0 for r in sink) == int(m.num("drain_below_one"))
+
+
+def audit_llm_window(m: Measurement) -> None:
+    if m.missing:
+        pytest.skip(m.missing)
+    L, W = int(m.num("L")), int(m.num("W"))
+    model, ids = _smollm2(L)
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    causal = j <= i
+
+    def ppl(allowed: torch.Tensor) -> float:
+        mask = torch.zeros(1, 1, L, L).masked_fill(~allowed, float("-inf"))  # additive 4-D mask
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits[0, :-1].double()
+        nll = F.cross_entropy(logits, ids[0, 1:], reduction="none")[W:]  # predictions of tokens W+1..L-1
+        return float(torch.exp(nll.mean()))
+
+    close(ppl(causal), m.num("ppl_dense"), rel=2e-3)
+    close(ppl(causal & (i - j < W)), m.num("ppl_window"), rel=2e-3)
+    close(ppl(causal & ((i - j < W) | (j < 4))), m.num("ppl_keep4"), rel=2e-3)
+
+
+def audit_llm_gqa(m: Measurement) -> None:
+    if m.missing:
+        pytest.skip(m.missing)
+    model, _ = _smollm2(1)
+    cfg = model.config
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    assert (int(m.num("heads")), int(m.num("kv_heads")), int(m.num("head_dim"))) == (H, Hkv, cfg.hidden_size // H)
+    g = torch.Generator().manual_seed(SEED)
+    L, E = int(m.num("L")), cfg.hidden_size // H
+    q, k, v = (torch.randn(1, n, L, E, generator=g, dtype=torch.float64) for n in (H, Hkv, Hkv))
+    kk, vv = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # every query head its K/V
+    s = (q @ kk.transpose(-2, -1)) / math.sqrt(E)
+    s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    want = torch.softmax(s, -1) @ vv
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert float((got - want).abs().max()) < 1e-12 and m.num("diff") <= 2e-5
+
 AUDITS: dict[str, Callable[[Measurement], None]] = {
     "entropy_grows": audit_entropy,
     "sharp_needs_log_n": audit_margins,
@@ -472,6 +563,10 @@ AUDITS: dict[str, Callable[[Measurement], None]] = {
     "flash_default": audit_default,
     "flash_speed": audit_speed,
     "flash_memory": audit_memory,
+    "llm_sinks": audit_llm_sinks,
+    "llm_value_drain": audit_llm_drain,
+    "llm_window": audit_llm_window,
+    "llm_gqa_same": audit_llm_gqa,
 }
 
 

@@ -209,7 +209,7 @@ GOLDEN_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n
 GOLDEN_CONFIG = dict(n_layer=2, n_head=2, d_model=32, context=16, batch=4, steps=12, warmup=2, eval_every=4,
                      lr=3e-3, seed=3)
 # Made by the code before TrainConfig had dropout (commit ef07fcb), torch 2.13.0+cpu, one thread, AMD EPYC.
-GOLDEN_BEFORE_DROPOUT = {'softmax1': {'batch_loss': ['0x1.b14f4c0000000p+1', '0x1.b0dfb00000000p+1', '0x1.995f3e0000000p+1',
+GOLDEN_OTHER_CPU = {'softmax1': {'batch_loss': ['0x1.b14f4c0000000p+1', '0x1.b0dfb00000000p+1', '0x1.995f3e0000000p+1',
                              '0x1.8856c20000000p+1', '0x1.8736e60000000p+1', '0x1.866d420000000p+1',
                              '0x1.7513080000000p+1', '0x1.8388f60000000p+1', '0x1.7a6c200000000p+1',
                              '0x1.7d16340000000p+1', '0x1.71883a0000000p+1', '0x1.68f7c80000000p+1'],
@@ -219,6 +219,12 @@ GOLDEN_BEFORE_DROPOUT = {'softmax1': {'batch_loss': ['0x1.b14f4c0000000p+1', '0x
                              '0x1.75b4640000000p+1', '0x1.8405c20000000p+1', '0x1.7b9bf80000000p+1',
                              '0x1.7d90900000000p+1', '0x1.71f9a20000000p+1', '0x1.697e4a0000000p+1'],
               'val_loss': ['0x1.88d19bfdd23f3p+1', '0x1.7a19e052ca9f1p+1', '0x1.74e4cee91f977p+1']}}
+
+# The same commit (ef07fcb) rerun on an AMD EPYC whose torch CPU capability is AVX2 (the one above rounds differently
+# in the last bits, so it was made on another vector unit): torch 2.13.0+cpu, one thread.
+GOLDEN_AVX2 = {"standard": {"batch_loss": ["0x1.b135f20000000p+1", "0x1.b0f71e0000000p+1", "0x1.99cacc0000000p+1", "0x1.8923320000000p+1", "0x1.88172c0000000p+1", "0x1.866a200000000p+1", "0x1.75b4640000000p+1", "0x1.8405c20000000p+1", "0x1.7b9bf60000000p+1", "0x1.7d90920000000p+1", "0x1.71f9a60000000p+1", "0x1.697e4a0000000p+1"], "val_loss": ["0x1.88d19bdd23f2fp+1", "0x1.7a19e09427379p+1", "0x1.74e4cf677d46dp+1"]}, "softmax1": {"batch_loss": ["0x1.b14f4c0000000p+1", "0x1.b0dfb00000000p+1", "0x1.995f400000000p+1", "0x1.8856c20000000p+1", "0x1.8736e80000000p+1", "0x1.866d420000000p+1", "0x1.7513080000000p+1", "0x1.8388f60000000p+1", "0x1.7a6c200000000p+1", "0x1.7d16340000000p+1", "0x1.71883a0000000p+1", "0x1.68f7c80000000p+1"], "val_loss": ["0x1.88599f378eb4dp+1", "0x1.7980e217f7490p+1", "0x1.744196415c988p+1"]}}
+GOLDEN_BEFORE_DROPOUT = {"AVX2": GOLDEN_AVX2}  # by torch.backends.cpu.get_cpu_capability(); other: GOLDEN_OTHER_CPU
+
 
 
 def _cpu_model() -> str:
@@ -235,7 +241,7 @@ def test_dropout_zero_reproduces_the_runs_made_before_dropout_existed_bit_for_bi
         pytest.skip("the golden values were recorded with torch 2.13.0+cpu on an AMD EPYC; other builds and "
                     "CPUs round float32 differently (the portable check is the next test)")
     r = train(TrainConfig(variant=variant, **GOLDEN_CONFIG), GOLDEN_TEXT, device="cpu")
-    want = GOLDEN_BEFORE_DROPOUT[variant]
+    want = GOLDEN_BEFORE_DROPOUT.get(torch.backends.cpu.get_cpu_capability(), GOLDEN_OTHER_CPU)[variant]
     assert [float(x).hex() for x in r.batch_loss] == want["batch_loss"]
     assert [float(x).hex() for x in r.val_loss] == want["val_loss"]
 

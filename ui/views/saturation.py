@@ -244,8 +244,10 @@ def overflow_figure(ov: OverflowSweep) -> go.Figure:
                 curves.append(Curve(f"{name}: NaN output", ov.x[bad], np.full(int(bad.sum()), NAN_ROW[name]),
                                     color=DTYPE_C[name],
                                     extra={"mode": "markers", "marker": {"symbol": "x", "size": 6}}))
-        marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t], y=0.45)
-                 for t, lab in (("float16", "f16"), ("float32", "bf16/f32"), ("float64", "f64"))]
+        # each label at its own height: on a narrow panel "bf16/f32" at x = 88.7 runs into "f64" at 709.8
+        marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t], y=y)
+                 for t, lab, y in (("float16", "f16", 0.3), ("float32", "bf16/f32", 0.45),
+                                   ("float64", "f64", 0.6))]
         panels.append(Panel(method, curves=curves, markers=marks, x_title="largest logit x",
                             y_title="max |error|  (✕ above 1: NaN)", log_x=True, log_y=True,
                             y_range=(1e-21, 1e6)))
