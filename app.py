@@ -49,8 +49,8 @@ def body(ctx: PageContext) -> None:
             st.page_link(entry.path, label=entry.label, icon=entry.icon)
             st.caption(entry.summary)
     st.subheader("Real text")
-    st.caption("A real transformer (the all-MiniLM-L6-v2 encoder or the SmolLM2-135M-Instruct decoder, bundled, "
-               "offline) or this app's own character model "
+    st.caption("A real transformer (the all-MiniLM-L6-v2 encoder or the SmolLM2-135M-Instruct decoder, "
+               "bundled, offline) or this app's own character model "
                "on the text you type: click a head to open it, click a row to pick a query token, and see "
                "that token's attention over the text, its q, k, v and its output.")
     left, right = st.columns(2)

@@ -34,9 +34,10 @@ PAGES: tuple[PageEntry, ...] = (
               "naive softmax overflows in float16, bfloat16 and float32."),
     PageEntry("pages/4_Attention_sinks.py", "Attention sinks", ":material/anchor:",
               "Why a head dumps its weight on a meaningless token: a synthetic sink, softmax against "
-              "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, a sink learned "
-              "in training, and the sinks of real transformers, offline: all-MiniLM-L6-v2 on your own text and "
-              "the SmolLM2-135M decoder (sink heads, value drain, massive activations, StreamingLLM's window)."),
+              "softmax1, a learned sink logit, sigmoid and gated attention on the same logits, a sink "
+              "learned in training, and the sinks of real transformers, offline: all-MiniLM-L6-v2 on your "
+              "own text and the SmolLM2-135M decoder (sink heads, value drain, massive activations, "
+              "StreamingLLM's window)."),
     PageEntry("pages/5_Kernels.py", "Kernels", ":material/bolt:",
               "What F.scaled_dot_product_attention really runs: which backends (flash, memory-efficient, "
               "cuDNN, math) accept a call and torch's reasons when they refuse, the default choice, time "
