@@ -134,3 +134,19 @@ def test_induction_views(model: torch.nn.Module) -> None:
     a, b = ind.top[0]
     assert f"L{a}H{b} {float(ind.score[a, b]):.2f}" in text and f"{ind.loss_second:.2f}" in text
     assert f"{sum(1 / (16 + j + 1) for j in range(16)) / 16:.3f}" in text
+
+
+def test_each_ablation_bar_prints_its_own_mean() -> None:
+    """A +0.19-nat bar is invisible beside a +10-nat one on the shared axis, so each bar says its value (the
+    Tour's screenshot showed only two bars); the labels are the bars' own means."""
+    from attncore.decoder.streaming import Ablation
+    from ui.views.decoder import ablation_figure
+
+    deltas = {"mask first token": [0.1868, 0.1857], "zero massive dims": [10.95, 8.48],
+              "mean-replace massive dims": [0.002, -0.0012]}
+    abl = [Ablation(name=n, deltas=torch.tensor(d, dtype=torch.float64),
+                    base=torch.tensor([3.0, 4.0], dtype=torch.float64), layer=11, dims=(507,), values=())
+           for n, d in deltas.items()]
+    bar = ablation_figure(abl).data[0]
+    assert list(bar.text) == [f"{sum(d) / 2:+.3g}" for d in deltas.values()] == ["+0.186", "+9.71", "+0.0004"]
+    assert bar.textposition == "outside" and bar.cliponaxis is False

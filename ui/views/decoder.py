@@ -214,7 +214,10 @@ def stream_sentence(r: StreamResult) -> str:
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
     """Loss change of each first-token ablation, mean over text windows ± standard error."""
     fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.se for a in abl],
-                           y_title="loss change (nats/token)", height=280)
+                           y_title="Δ loss (nats/token)", height=320)
+    # each bar says its value: a +0.19 bar is invisible beside a +10 one on the shared axis
+    fig.update_traces(selector={"type": "bar"}, text=[f"{a.mean:+.3g}" for a in abl], textposition="outside",
+                      cliponaxis=False)
     return _tag(fig, "dec_ablation")
 
 
