@@ -23,6 +23,8 @@ from attncore.sinks import SinkSpec, normaliser_zoo, zoo_theory
 from attncore.sweeps import SweepSpec, run_sweep
 from attncore.training.bbm import SINK_THRESHOLD
 from attncore.training.io import load_result
+from attncore.training.sink_grid import load_grid
+from attncore.training.sink_verdicts import sink_claims
 from tests.chart_data import decode, figures, no_errors, page_device, run_app
 from ui import tour
 from ui.views import learned_sinks as ls_view
@@ -160,8 +162,13 @@ def check_learned(at: AppTest) -> None:
     curve = first["curves"]["bos_other_curve"]
     close(decode(named(fig, first["label"])["y"]),
           [np.nan if v is None else v for v in curve["mean"]], rtol=1e-6)
-    rows = [(k, s["n_sink"], s["n_usable"], s["bos_other"]["mean"]) for k, s in summary.items()]
-    assert lesson(at) == view.learned_lesson(rows, SINK_THRESHOLD)
+    # the weight the sink rule reads (the last 3 evaluation points' mean), and the verdict over the grid
+    rows = [(k, s["n_sink"], s["n_usable"], s["bos_end"]["mean"]) for k, s in summary.items()]
+    header, runs = load_grid()
+    over = "Over the Training lab's grid of settings: " + sink_claims(header, runs, load_result(
+        "null_attention")).fixes.headline
+    assert lesson(at) == view.learned_lesson(rows, SINK_THRESHOLD, over)
+    assert "at some settings only" in lesson(at)
     soft = summary["softmax"]
     assert soft["n_sink"] > 0 and "softmax formed a sink" in lesson(at)
 

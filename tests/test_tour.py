@@ -89,8 +89,11 @@ def test_sink_lesson() -> None:
 def test_learned_lesson_names_the_variants_with_and_without_a_sink() -> None:
     rows = [("softmax", 3, 3, 0.90), ("softmax1", 0, 3, 0.0003), ("gated", 0, 3, 0.13),
             ("sink logit b₀=-5", 3, 3, 0.83)]
-    text = view.learned_lesson(rows, 0.3)
-    assert text.startswith("In the shipped runs softmax formed a sink in 3 of 3 seeds (BOS weight 0.90); ")
+    text = view.learned_lesson(rows, 0.3, "Over the grid: at some settings only.")
+    assert text.startswith("In the shipped runs (one setting: rotary positions, learning rate 0.01, 600 steps) "
+                           "softmax formed a sink in 3 of 3 seeds (BOS weight 0.90); ")
+    assert text.endswith("over the last 3 evaluation points, from positions with nothing to copy. Over the grid: "
+                         "at some settings only.")
     assert "sink logit b₀=-5 formed a sink in 3 of 3 seeds (BOS weight 0.83)" in text
     assert "softmax1, gated in none (BOS weight at most 0.13)" in text
     assert "more than 0.3 of the weight" in text

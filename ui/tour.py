@@ -232,9 +232,10 @@ def show_sink(ctx: Any, where: Any) -> Shown:
 def show_learned(ctx: Any, where: Any) -> Shown:
     d = cached.training_result("null_attention")
     summary = ls_view.summary_of(d["runs"])
-    rows = [(label, int(s["n_sink"]), int(s["n_usable"]), s["bos_other"]["mean"])
+    rows = [(label, int(s["n_sink"]), int(s["n_usable"]), s["bos_end"]["mean"])
             for label, s in summary.items()]
-    return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD),
+    over = "Over the Training lab's grid of settings: " + cached.sink_claims()[0].fixes.headline
+    return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD, over),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "
                  "Bigram-Backcopy task, one curve per attention variant (mean over seeds, band: their "

@@ -115,9 +115,12 @@ def sink_lesson(strength: float, sink_weight: float, theory_weight: float, rms: 
             f"{theory_rms:.3f}) against {rms_no_sink:.3f} without it: the head writes almost nothing.")
 
 
-def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold: float) -> str:
-    """Step 'learned': per variant (label, seeds with a sink, usable seeds, final BOS weight from positions
-    that have nothing to copy); a sink is a BOS weight above ``threshold``."""
+def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold: float,
+                   over_settings: str = "") -> str:
+    """Step 'learned': per variant (label, seeds with a sink, usable seeds, BOS weight from positions that
+    have nothing to copy, averaged over the last 3 evaluation points: what the sink rule reads); a sink is
+    such a weight above ``threshold``. ``over_settings``: the verdict over the grid of settings, said after
+    (the shipped runs are one setting)."""
     sinks = [r for r in rows if r[1] > 0]
     none = [r for r in rows if r[1] == 0 and r[2] > 0]
     said = []
@@ -130,8 +133,10 @@ def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold
         said.append(f"{', '.join(r[0] for r in none)} in none{most}")
     if not said:
         return "No finished run to read."
-    return (f"In the shipped runs {'; '.join(said)}. A sink: more than {threshold:g} of the weight on the "
-            "first token at the end of training, from positions with nothing to copy.")
+    after = f" {over_settings}" if over_settings else ""
+    return (f"In the shipped runs (one setting: rotary positions, learning rate 0.01, 600 steps) "
+            f"{'; '.join(said)}. A sink: more than {threshold:g} of the weight on the first token over the "
+            f"last 3 evaluation points, from positions with nothing to copy.{after}")
 
 
 def real_sink_lesson(sink_heads: int, heads: int, length: int, eps: float, mask_mean: float, mask_se: float,
