@@ -39,7 +39,7 @@ from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.models import LoadedModel, tokenize
 from attncore.models.capture import attention_modules
-from attncore.models.modules import hooked_run
+from attncore.models.modules import exclusive, hooked_run
 from attncore.training.inspect import MAX_INSPECT_CHARS, char_label, encode
 from attncore.training.model import CharTransformer, apply_rotary
 
@@ -168,7 +168,7 @@ def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> 
         return hook
 
     handles = []
-    with hooked_run(lm.name, handles):
+    with exclusive(lm.model), hooked_run(lm.name, handles):
         for i, m in enumerate(mods):
             for name in ("query", "key", "value"):
                 handles.append(getattr(m, name).register_forward_hook(keep(i, name)))
@@ -217,15 +217,16 @@ def capture_char(model: CharTransformer, text: str) -> HeadVectors:
         return hook
 
     handles = []
-    try:
-        for i, blk in enumerate(model.blocks):
-            handles.append(blk.attn.register_forward_pre_hook(qkv_hook(i)))
-            handles.append(blk.attn.proj.register_forward_pre_hook(out_hook(i)))
-        with torch.no_grad():
-            model(ids[None], return_attn=True)
-    finally:
-        for h in handles:
-            h.remove()
+    with exclusive(model):
+        try:
+            for i, blk in enumerate(model.blocks):
+                handles.append(blk.attn.register_forward_pre_hook(qkv_hook(i)))
+                handles.append(blk.attn.proj.register_forward_pre_hook(out_hook(i)))
+            with torch.no_grad():
+                model(ids[None], return_attn=True)
+        finally:
+            for h in handles:
+                h.remove()
     stack = {name: torch.stack([store[(i, name)] for i in range(c.n_layer)]) for name in "qkvo"}
     scale = 1.0 if c.variant == "unscaled" else 1.0 / math.sqrt(E)
     return HeadVectors(tokens=tuple(char_label(ch) for ch in text), q=stack["q"], k=stack["k"], v=stack["v"],
@@ -271,7 +272,7 @@ def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
         return hook
 
     handles = []
-    with hooked_run(lm.name, handles):
+    with exclusive(lm.model), hooked_run(lm.name, handles):
         for i, m in enumerate(mods):
             q_src = m.q_norm if isinstance(getattr(m, "q_norm", None), nn.Module) else m.q_proj
             k_src = m.k_norm if isinstance(getattr(m, "k_norm", None), nn.Module) else m.k_proj

@@ -22,10 +22,10 @@ from torch import Tensor, nn
 from attncore.budget import check_bytes, check_limit, fmt_count
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
-from attncore.models.modules import attention_modules, hooked_run
+from attncore.models.modules import attention_implementation, attention_modules, exclusive, hooked_run
 
 __all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
-           "run_text", "summary_of",
+           "row_entropy", "run_text", "summary_of",
            "summarize", "token_kinds", "tokenize"]
 
 THUMB = 24  # side of the block-mean thumbnail of every head kept for the layers x heads overview
@@ -51,14 +51,44 @@ class HeadSummary:
     thumbs: Tensor
 
 
-def summarize(w: Tensor, thumb: int = THUMB) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+ROW_BLOCK = 64  # rows per block of :func:`row_entropy` (a block's products stay in the CPU's cache)
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def row_entropy(w: Tensor, causal: bool = False, rest: bool = False,
+                block: int = ROW_BLOCK) -> tuple[Tensor, Tensor | None]:
+    """Entropy -Σ_j p_j ln p_j (nats) of every row of ``w`` (..., L, S) float32: (..., L), and with
+    ``rest`` the sum Σ_{j>0} p_j ln p_j over the keys after key 0 (..., L) (else None).
+
+    Computed ``block`` rows at a time; with ``causal`` (L = S and nothing above the diagonal) a block of
+    rows r0..r1-1 reads only keys 0..r1-1, half the work. ``p ln p`` is taken as ``p ln max(p, tiny)``:
+    exactly 0 for p = 0, and for subnormal p off by at most p x 87, below float32's resolution of the sum.
+    """
+    *lead, L, S = w.shape
+    ent = torch.empty(*lead, L, dtype=w.dtype, device=w.device)
+    rst = torch.empty_like(ent) if rest else None
+    for r0 in range(0, L, block):
+        r1 = min(L, r0 + block)
+        p = w[..., r0:r1, : (min(r1, S) if causal else S)]  # (..., rows, keys)
+        t = p.clamp_min(_TINY)
+        t.log_()
+        t.mul_(p)  # p ln p
+        ent[..., r0:r1] = -t.sum(dim=-1)
+        if rst is not None:
+            rst[..., r0:r1] = t[..., 1:].sum(dim=-1)
+    return ent, rst
+
+
+def summarize(w: Tensor, thumb: int = THUMB,
+              causal: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(first, previous, entropy, max_weight, thumbs) of one layer's maps ``w`` (H, L, S), float32 CPU:
-    four (H,) vectors and (H, T, T) block means (see :class:`HeadSummary`)."""
+    four (H,) vectors and (H, T, T) block means (see :class:`HeadSummary`). ``causal``: nothing above
+    the diagonal (a decoder's maps), which halves the entropy's work."""
     w = w.float()
     H, L, S = w.shape
     first = w[:, :, 0].mean(-1)  # (H,)
     prev = w[:, 1:, :].diagonal(dim1=-2, dim2=-1).mean(-1) if L > 1 else torch.zeros(H, device=w.device)
-    ent = torch.special.entr(w).sum(-1).mean(-1)  # (H,)
+    ent = row_entropy(w, causal=causal and L == S)[0].mean(-1)  # (H,)
     mx = w.amax(-1).mean(-1)  # (H,)
     T = min(thumb, L, S)
     thumbs = torch.nn.functional.adaptive_avg_pool2d(w[None], (T, T))[0]  # (H, T, T)
@@ -78,14 +108,15 @@ def summary_of(att: TextAttention) -> HeadSummary:
     return _stack_summary([summarize(att.attentions[n]) for n in range(att.attentions.shape[0])])
 
 
-def decoder_pass_bytes(lm: LoadedModel, L: int, kept_layers: int) -> int:
+def decoder_pass_bytes(lm: LoadedModel, L: int, kept_layers: int, copies: int = 1) -> int:
     """Peak bytes of one forward pass that keeps ``kept_layers`` layers' maps: the maps kept
-    (N_kept x H x L^2 float32), one layer's scores, weights and softmax temporary (3 x H x L^2), the
-    activations (about 16 x L x width floats) and the model's weights already in memory excluded."""
+    (N_kept x H x L^2 float32, ``copies`` times: 2 where transformers returns them and they are then
+    stacked), one layer's scores, weights and softmax temporary (3 x H x L^2), the activations (about
+    16 x L x width floats) and the model's weights already in memory excluded."""
     cfg = lm.model.config
     width = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1024)
     per_map = lm.heads * L * L * 4
-    return kept_layers * per_map + 3 * per_map + 16 * L * width * 4
+    return copies * kept_layers * per_map + 3 * per_map + 16 * L * width * 4
 
 
 @dataclass(frozen=True)
@@ -259,17 +290,25 @@ def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None,
         kept = tuple(sorted({int(x) for x in (layers or (0,))}))
         if any(not 0 <= x < lm.layers for x in kept):
             raise AttnInputError(f"{lm.name} has layers 0–{lm.layers - 1}; asked for {kept}.")
-    check_bytes(decoder_pass_bytes(lm, L, lm.layers if keep_all else len(kept or ())),
+    # a Llama/Qwen-family decoder's maps are caught layer by layer by hooks, each summarised and copied
+    # once into the result; another model's come back from ``output_attentions`` and are then stacked
+    hooked = len(attention_modules(lm.model)) == lm.layers
+    check_bytes(decoder_pass_bytes(lm, L, lm.layers if keep_all else len(kept or ()), 1 if hooked else 2),
                 f"one pass of {lm.name} over {L} tokens", "Use a shorter text.")
     ids, tok = enc.ids, lm.tokenizer
     dev = torch.device(lm.device)
     inputs = {k: v.to(dev) for k, v in enc.inputs.items()}
-    if keep_all:
+    if hooked:
+        attn, summary = _kept_maps(lm, inputs, tuple(range(lm.layers)) if keep_all else (kept or (0,)))
+        causal = L > 1
+    elif keep_all:
         attn = _all_maps(lm, inputs, L)
-        summary = _stack_summary([summarize(attn[n]) for n in range(attn.shape[0])])
+        # a decoder's maps are causal at every layer, an encoder's at none: layer 0 tells which
+        causal = L > 1 and bool((attn[0].triu(diagonal=1) == 0).all())
+        summary = _stack_summary([summarize(attn[n], causal=causal) for n in range(attn.shape[0])])
     else:
-        attn, summary = _kept_maps(lm, inputs, kept or (0,))
-    causal = L > 1 and bool((attn.triu(diagonal=1) == 0).all())
+        raise AttnInputError(f"{lm.name}: long texts (past {lm.full_map_limit} tokens) are read from "
+                             "Llama/Qwen-family decoders only; use a shorter text.")
     id_list = ids[0].tolist()
     tokens = tuple(tok.convert_ids_to_tokens(id_list))
     structural = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # [UNK] is text the model lacks
@@ -291,7 +330,7 @@ def _forward_kwargs(model: nn.Module) -> dict[str, Any]:
 def _all_maps(lm: LoadedModel, inputs: dict[str, Tensor], L: int) -> Tensor:
     """(N, H, L, L) float32 CPU: every map, from ``output_attentions``."""
     try:
-        with torch.inference_mode():
+        with exclusive(lm.model), torch.inference_mode():
             out = lm.model(**inputs, output_attentions=True, **_forward_kwargs(lm.model))
     except Exception as exc:
         raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
@@ -312,11 +351,10 @@ def _kept_maps(lm: LoadedModel, inputs: dict[str, Tensor],
     """Maps of the ``kept`` layers and every layer's summary, one layer at a time inside the pass (each
     attention module returns its (1, H, L, L) weights to a hook that summarises them and drops them)."""
     mods = attention_modules(lm.model)
-    if len(mods) != lm.layers:
-        raise AttnInputError(f"{lm.name}: long texts (past {lm.full_map_limit} tokens) are read from "
-                             "Llama/Qwen-family decoders only; use a shorter text.")
+    L = int(inputs["input_ids"].shape[-1])
     rows: dict[int, tuple[Tensor, ...]] = {}
-    maps: dict[int, Tensor] = {}
+    maps = torch.empty(len(kept), lm.heads, L, L)  # (len(kept), H, L, L): each kept map copied in once
+    slot = {layer: j for j, layer in enumerate(kept)}
 
     def hook(layer: int) -> Any:
         def fn(_m: nn.Module, _args: Any, out: Any) -> Any:
@@ -324,14 +362,15 @@ def _kept_maps(lm: LoadedModel, inputs: dict[str, Tensor],
             if w is None:
                 raise AttnInputError(f"{lm.name} does not return attention weights (eager attention).")
             w = w[0].detach()  # (H, L, L)
-            rows[layer] = summarize(w)
-            if layer in kept:
-                maps[layer] = w.float().cpu().clone()
+            rows[layer] = summarize(w, causal=True)  # the Llama family: causal maps
+            if layer in slot:
+                maps[slot[layer]].copy_(w)
             return (out[0], None)  # the decoder layer drops the weights anyway
 
         return fn
 
-    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
-    with hooked_run(lm.name, handles), torch.inference_mode():
-        lm.model(**inputs, **_forward_kwargs(lm.model))
-    return torch.stack([maps[x] for x in kept]), _stack_summary([rows[i] for i in range(lm.layers)])
+    with exclusive(lm.model), attention_implementation(lm.model, "eager"):
+        handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+        with hooked_run(lm.name, handles), torch.inference_mode():
+            lm.model(**inputs, **_forward_kwargs(lm.model))
+    return maps, _stack_summary([rows[i] for i in range(lm.layers)])

@@ -24,7 +24,7 @@ from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
 from attncore.models.capture import attention_modules, tokenize
 from attncore.models.loading import LoadedModel, first_line
-from attncore.models.modules import hooked_run
+from attncore.models.modules import exclusive, hooked_run
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "generate",
            "next_distribution", "next_logits"]
@@ -52,7 +52,7 @@ def next_logits(lm: LoadedModel, text: str) -> Tensor:
     enc = tokenize(lm, text)
     dev = torch.device(lm.device)
     try:
-        with torch.inference_mode():
+        with exclusive(lm.model), torch.inference_mode():
             out = lm.model(**{k: v.to(dev) for k, v in enc.inputs.items()}, logits_to_keep=1)
     except Exception as exc:
         raise AttnInputError(f"{lm.name} could not run on this text: {first_line(exc)}") from exc
@@ -146,28 +146,29 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
 
         return fn
 
-    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
-    ids = enc.ids.to(dev)
-    new_ids: list[int] = []
-    probs: list[float] = []
-    eos = getattr(lm.tokenizer, "eos_token_id", None)
-    # transformers 5 names the key/value cache argument ``cache`` (``past_key_values`` before)
-    cache_kw = "cache" if "cache" in inspect.signature(lm.model.forward).parameters else "past_key_values"
-    stopped = False
-    with hooked_run(lm.name, handles, "generate from this text"), torch.inference_mode():
-        out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        for step in range(n_new):
-            rows.append(torch.stack([current[i] for i in range(lm.layers)]))  # (N, H, P + step)
-            p = torch.softmax(out.logits[0, -1].double().cpu() / t, dim=-1)  # (V,)
-            nxt = int(torch.argmax(p)) if greedy else int(torch.multinomial(p, 1, generator=gen))
-            new_ids.append(nxt)
-            probs.append(float(p[nxt]))
-            if eos is not None and nxt == eos:
-                stopped = True
-                break
-            if step + 1 < n_new:
-                step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
-                out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
+    with exclusive(lm.model):
+        handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+        ids = enc.ids.to(dev)
+        new_ids: list[int] = []
+        probs: list[float] = []
+        eos = getattr(lm.tokenizer, "eos_token_id", None)
+        # transformers 5 names the key/value cache argument ``cache`` (``past_key_values`` before)
+        cache_kw = "cache" if "cache" in inspect.signature(lm.model.forward).parameters else "past_key_values"
+        stopped = False
+        with hooked_run(lm.name, handles, "generate from this text"), torch.inference_mode():
+            out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            for step in range(n_new):
+                rows.append(torch.stack([current[i] for i in range(lm.layers)]))  # (N, H, P + step)
+                p = torch.softmax(out.logits[0, -1].double().cpu() / t, dim=-1)  # (V,)
+                nxt = int(torch.argmax(p)) if greedy else int(torch.multinomial(p, 1, generator=gen))
+                new_ids.append(nxt)
+                probs.append(float(p[nxt]))
+                if eos is not None and nxt == eos:
+                    stopped = True
+                    break
+                if step + 1 < n_new:
+                    step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
+                    out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
     T = len(new_ids)
     att = torch.zeros(T, lm.layers, lm.heads, P + T - 1)
     for step, r in enumerate(rows):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,13 +12,53 @@ from torch import nn
 
 from attncore.errors import AttnInputError
 
-__all__ = ["attention_modules", "first_line", "hooked_run"]
+__all__ = ["attention_implementation", "attention_modules", "exclusive", "first_line", "hooked_run"]
+
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
 
 
 def first_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters), for plain error messages."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def exclusive(model: nn.Module) -> Iterator[None]:
+    """Hold ``model`` alone for the block (re-entrant within one thread).
+
+    Forward hooks belong to modules, not to threads: while one session's pass has capture hooks on a
+    shared (cached) model, another session's pass of the same model would run them too, and each would
+    read the other's activations. Every pass of a shared model, hooked or not, runs inside this; the
+    passes of one model queue, the passes of different models do not.
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+    with lock:
+        yield
+
+
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, name: str) -> Iterator[bool]:
+    """Run the block with a transformers model's attention implementation set to ``name`` (e.g. ``"sdpa"``
+    for a pass that needs no weights: torch's fused kernel instead of materialised maps), then restore
+    it. Holds :func:`exclusive` (the setting is the shared model's). Yields False, changing nothing, for
+    a model without the setting or one that does not support ``name``."""
+    cfg = getattr(model, "config", None)
+    old = getattr(cfg, "_attn_implementation", None)
+    supported = name == "eager" or bool(getattr(model, f"_supports_{name}", False))
+    with exclusive(model):
+        if cfg is None or old is None or old == name or not supported:
+            yield old == name
+            return
+        cfg._attn_implementation = name
+        try:
+            yield True
+        finally:
+            cfg._attn_implementation = old
 
 
 @contextlib.contextmanager

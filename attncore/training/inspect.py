@@ -16,6 +16,7 @@ from torch import Tensor
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.models import TextAttention
+from attncore.models.modules import exclusive
 from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer, apply_rotary, rotary_angles
 from attncore.training.train import build_vocab, encode_text
@@ -62,7 +63,8 @@ def next_char_probs(model: CharTransformer, text: str, temperature: float = 1.0)
     """
     t = _check_temperature(temperature)
     ids = encode(model, text)[-model.config.context :].to(model.device)
-    logits, _ = model(ids[None])
+    with exclusive(model):  # a shared model: another thread's capture hooks must not see this pass
+        logits, _ = model(ids[None])
     return torch.softmax(logits[0, -1].double() / t, dim=-1).cpu()  # (V,)
 
 
@@ -89,7 +91,8 @@ def generate(model: CharTransformer, prompt: str, n_chars: int, *, temperature: 
     ctx = model.config.context
     for _ in range(int(n_chars)):
         x = torch.tensor(ids[-ctx:], device=model.device)[None]
-        logits, _ = model(x)
+        with exclusive(model):
+            logits, _ = model(x)
         p = torch.softmax(logits[0, -1].double().cpu() / t, dim=-1)
         nxt = int(torch.multinomial(p, 1, generator=gen))
         ids.append(nxt)
@@ -110,7 +113,8 @@ def attention_maps(model: CharTransformer, text: str) -> Tensor:
             f"the text has {len(text)} characters; attention maps are limited to {MAX_INSPECT_CHARS}."
         )
     ids = encode(model, text).to(model.device)
-    _, maps = model(ids[None], return_attn=True)
+    with exclusive(model):
+        _, maps = model(ids[None], return_attn=True)
     return torch.stack([w[0] for w in maps]).float().cpu()  # (N, H, L, L)
 
 
