@@ -199,10 +199,15 @@ FREE_TEXT: dict[tuple[str, str], tuple[dict[str, str], str]] = {
     ("pages/4_Attention_sinks.py", "snk_path"): ({"snk_view": "model", "snk_model": "local"}, "text_input"),
     ("pages/4_Attention_sinks.py", "snk_text"): ({"snk_view": "model"}, "text_area"),
     ("pages/4_Attention_sinks.py", "snk_ltext"): ({"snk_view": "learned", "snk_lsrc": "text"}, "text_area"),
+    ("pages/4_Attention_sinks.py", "dec_text"): ({"snk_view": "decoder", "dec_src": "own", "dec_L": "16",
+                                                  "dec_aw": "2", "dec_al": "32", "dec_T": "4"}, "text_area"),
     ("pages/6_Training_lab.py", "tr_file"): ({"tr_corpus": "folder"}, "selectbox"),
 }
 # Texts a model reads are not echoed (they are tokenised): one run with every payload in it.
-WHOLE_TEXT = {"rt_text", "snk_text"}
+WHOLE_TEXT = {"rt_text", "snk_text", "dec_text"}
+# Of those, the texts read by one model only (SmolLM2: the real decoder part), with no model picker; its
+# run with every payload on SmolLM2 is tests/test_apptest_decoder_text.py's.
+ONE_MODEL = {"dec_text"}
 # Which payloads each echoing parameter gets: every one where a parser of its own quotes it; the sample
 # where the same code quotes it for another page (snk_path: ui.realtext, as rt_path); one for a file
 # name that is not there (replaced by the first file, or none: nothing quoted).
@@ -246,7 +251,7 @@ def test_free_text_is_shown_as_typed(script: str, key: str, payload: str, cache:
         assert any(f in shown for f in forms(payload)), (key, shown[:400])
 
 
-@pytest.mark.parametrize("key", sorted(WHOLE_TEXT))
+@pytest.mark.parametrize("key", sorted(WHOLE_TEXT - ONE_MODEL))
 @pytest.mark.parametrize("model", ["minilm", "causal"])
 def test_model_text_with_every_payload_is_shown_as_typed(key: str, model: str, cache: Path) -> None:
     script = next(s for (s, k) in FREE_TEXT if k == key)

@@ -8,6 +8,7 @@ small tables in ``st.cache_data``.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -59,6 +60,12 @@ __all__ = [
     "causal_head_vectors",
     "causal_model",
     "causal_next_chars",
+    "decoder_ablations",
+    "decoder_entropy",
+    "decoder_induction",
+    "decoder_sinks",
+    "decoder_tokens",
+    "decoder_variants",
     "evidence_measurement",
     "training_result",
     "entropy_theory",
@@ -87,8 +94,10 @@ __all__ = [
     "sink_claims",
     "sink_content_sweep",
     "sink_strength_sweep",
+    "shipped_ids",
     "sink_zoo",
     "text_attention",
+    "text_key",
     "timed",
 ]
 
@@ -541,11 +550,28 @@ def tour_entropy_sweep(spec: SweepSpec, device: str) -> Timed[pd.DataFrame]:
 # --------------------------------------------------------------------------- a real decoder (SmolLM2)
 
 
+def text_key(text: str | None) -> str:
+    """The cache key of a decoder text: ``"shipped"`` for the shipped text (None), else the SHA-256 of the
+    text (a typed text is up to 20,000 characters; its digest keys the cache, the text itself is passed
+    unhashed beside it)."""
+    if text is None:
+        return "shipped"
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _smollm2_tokens(L: int, device: str, text: str | None = None,
+                    ) -> tuple[_models.LoadedModel, _dec_text.TextTokens]:
+    """SmolLM2 and the first ``L`` tokens (or all, when fewer) of ``text`` (None: the shipped text)."""
+    lm = language_model("smollm2", device)
+    if text is None:
+        return lm, _dec_text.text_tokens(lm.tokenizer, _dec_text.shipped_text(), L, min_tokens=2)
+    return lm, _dec_text.text_tokens(lm.tokenizer, text, L)
+
+
 def _smollm2_ids(L: int, device: str) -> tuple[_models.LoadedModel, torch.Tensor, list[str]]:
     """SmolLM2 and the first ``L`` tokens of the shipped text (ids (1, L) on the CPU, token texts)."""
-    lm = language_model("smollm2", device)
-    ids = lm.tokenizer(_dec_text.shipped_text(), return_tensors="pt")["input_ids"][:, :L]
-    return lm, ids, [lm.tokenizer.decode([int(i)]) for i in ids[0]]
+    lm, tt = _smollm2_tokens(L, device)
+    return lm, tt.ids, list(tt.texts)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -554,20 +580,46 @@ def shipped_ids(L: int, device: str) -> torch.Tensor:
     return _smollm2_ids(L, device)[1]
 
 
+def decoder_tokens(L: int, device: str, text: str | None = None) -> _dec_text.TextTokens:
+    """The first ``L`` tokens of ``text`` (None: the shipped text) under SmolLM2's tokenizer, and how many
+    the whole text has; raises :class:`AttnInputError` for an empty text or one under 16 tokens."""
+    return _decoder_tokens(L, device, text_key(text), text)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _decoder_tokens(L: int, device: str, key: str, _text: str | None) -> _dec_text.TextTokens:
+    return _smollm2_tokens(L, device, _text)[1]
+
+
+def decoder_sinks(L: int, eps: float, device: str, text: str | None = None) -> Timed[_dec_sinks.DecoderSinks]:
+    """Sink heads, attractors, value drain and massive activations of SmolLM2 on the first ``L`` tokens of
+    ``text`` (None: the shipped text; a text with fewer tokens is read whole)."""
+    return _decoder_sinks(L, eps, device, text_key(text), text)
+
+
 @st.cache_resource(max_entries=6, show_spinner="Running SmolLM2…")
-def decoder_sinks(L: int, eps: float, device: str) -> Timed[_dec_sinks.DecoderSinks]:
-    """Sink heads, attractors, value drain and massive activations of SmolLM2 on the shipped text."""
-    lm, ids, texts = _smollm2_ids(L, device)
-    return timed(lambda: _dec_sinks.decoder_sinks(lm.model, ids, texts, eps=eps))
+def _decoder_sinks(L: int, eps: float, device: str, key: str,
+                   _text: str | None) -> Timed[_dec_sinks.DecoderSinks]:
+    lm = language_model("smollm2", device)
+    tt = _decoder_tokens(L, device, key, _text)
+    return timed(lambda: _dec_sinks.decoder_sinks(lm.model, tt.ids, tt.texts, eps=eps))
+
+
+def decoder_variants(shift: int, eps: float, device: str, text: str | None = None,
+                     length: int = _dec_sinks.GU_TOKENS) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
+    """First-token scores at ``length`` tokens of ``text`` (None: the shipped text): as written, another
+    first token, shifted by ``shift``."""
+    return _decoder_variants(shift, eps, device, length, text_key(text), text)
 
 
 @st.cache_resource(max_entries=6, show_spinner="Running SmolLM2 on three variants…")
-def decoder_variants(shift: int, eps: float, device: str) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
-    """First-token scores at 64 tokens: as written, another first token, shifted by ``shift``."""
-    lm, ids, texts = _smollm2_ids(_dec_sinks.GU_TOKENS + shift, device)
+def _decoder_variants(shift: int, eps: float, device: str, length: int, key: str,
+                      _text: str | None) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
+    lm = language_model("smollm2", device)
+    tt = _decoder_tokens(length + shift, device, key, _text)
     other = int(lm.tokenizer(" the", add_special_tokens=False)["input_ids"][0])
-    return timed(lambda: _dec_sinks.sink_variants(lm.model, ids, texts, other_first=other, other_text=" the",
-                                                  shift=shift, eps=eps))
+    return timed(lambda: _dec_sinks.sink_variants(lm.model, tt.ids, tt.texts, other_first=other,
+                                                  other_text=" the", shift=shift, length=length, eps=eps))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running the ablations…")

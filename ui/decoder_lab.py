@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,11 @@ from attncore.decoder.induction import MAX_COPY
 from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape, forward_bytes
 from attncore.decoder.sinks import GU_TOKENS
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
-from attncore.decoder.text import SHIPPED_TEXT_NAME
+from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TEXT_TITLE
+from attncore.errors import AttnInputError
 from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
 from attncore.models import load_bytes
-from ui import cached, widgets
+from ui import cached, realtext, widgets
 from ui.admission import heavy
 from ui.page import PageContext
 from ui.realtext import MODEL_LOAD_BYTES
@@ -35,9 +37,12 @@ from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the
 from ui.state import Param
 from ui.views import decoder as view
 
-__all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "decoder_part", "entropy_part", "stream_store"]
+__all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "ChosenText", "choose_text", "decoder_part", "entropy_part",
+           "stream_store", "variants_length"]
 
-P_L = Param("dec_L", 256, lo=16, hi=1024)
+P_SRC = Param("dec_src", "shipped", options=("shipped", "own"))
+P_TEXT = Param("dec_text", "")  # at most MAX_TEXT_CHARS characters (ui.realtext.long_text_box)
+P_L = Param("dec_L", 256, lo=MIN_TEXT_TOKENS, hi=1024)
 P_SHIFT = Param("dec_shift", 3, lo=1, hi=32)
 P_SL = Param("dec_sl", 512, lo=64, hi=MAX_DECODER_TOKENS)
 P_W1 = Param("dec_w1", 64, lo=4, hi=1024)
@@ -46,7 +51,7 @@ P_AW = Param("dec_aw", 4, lo=2, hi=8)
 P_AL = Param("dec_al", 256, lo=32, hi=512)
 P_T = Param("dec_T", 64, lo=4, hi=MAX_COPY)
 P_HEAD = Param("dec_ih", 0, lo=0, hi=2)
-DECODER_PARAMS = (P_L, P_SHIFT, P_SL, P_W1, P_W2, P_AW, P_AL, P_T, P_HEAD)
+DECODER_PARAMS = (P_SRC, P_TEXT, P_L, P_SHIFT, P_SL, P_W1, P_W2, P_AW, P_AL, P_T, P_HEAD)
 P_EL = Param("ent_dl", 512, lo=16, hi=1024)
 P_FIRST = Param("ent_dfirst", "with", options=("with", "without"))
 P_SHOW = Param("ent_dec", False)
@@ -97,9 +102,32 @@ def _passes(ctx: PageContext, L: int, passes: int, label: str) -> Iterator[None]
         yield
 
 
-def _say_what() -> None:
-    st.caption(f"Model: {MODEL_LABEL}. Text: {SHIPPED_TEXT_NAME}, shipped with the app; the tokenizer "
-               "adds no BOS token, so the first token is the text's own first word.")
+@dataclass(frozen=True)
+class ChosenText:
+    """The text the sink heads and the variants read: ``text`` None for the shipped one; ``total`` its
+    tokens (SmolLM2's tokenizer)."""
+
+    text: str | None
+    total: int
+
+    @property
+    def name(self) -> str:
+        """What the captions call it."""
+        if self.text is None:
+            return f"{SHIPPED_TEXT_NAME}, shipped with the app"
+        return f"your text, {self.total:,} token{'s' if self.total != 1 else ''}"
+
+
+def _say_what(chosen: ChosenText | None = None) -> None:
+    name = chosen.name if chosen is not None else f"{SHIPPED_TEXT_NAME}, shipped with the app"
+    st.caption(f"Model: {MODEL_LABEL}. Text: {name}; the tokenizer adds no BOS token, so the first token is "
+               "the text's own first token.")
+
+
+def _shipped_note(what: str) -> None:
+    """Said beside a section that stays on the shipped text while the user's own text is chosen."""
+    if widgets.value(P_SRC) == "own":
+        st.caption(f"{what} on the shipped text ({SHIPPED_TEXT_NAME}), not on yours.")
 
 
 # ---------------------------------------------------------------------------- the sinks page
@@ -108,25 +136,72 @@ def _say_what() -> None:
 def decoder_part(ctx: PageContext, eps: float) -> None:
     """The Attention sinks page's part "a real decoder" (``eps``: the sink-head threshold)."""
     where = ctx.controls
+    src = widgets.radio(P_SRC, "Text", where=where, horizontal=False,
+                        labels={"shipped": f"Shipped excerpt ({SHIPPED_TEXT_TITLE})", "own": "Your own text"})
     L = widgets.slider(P_L, "Your length (tokens)", where=where)
     lm = _model(ctx)
     kv = decoder_shape(lm.model).kv_heads
-    _say_what()
-    sinks_section(ctx, L, eps, kv)
-    variants_section(ctx, where, eps)
+    chosen = choose_text(ctx, src, L)
+    if chosen is not None:
+        _say_what(chosen)
+    sinks_section(ctx, L, eps, kv, chosen)
+    variants_section(ctx, where, eps, chosen)
     stream_section(ctx, where)
     ablation_section(ctx, where)
     induction_section(ctx, where, kv)
 
 
-def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
+def choose_text(ctx: PageContext, src: str, L: int) -> ChosenText | None:
+    """The shipped text, or the user's own from the text box (None, with a plain message, while it is
+    empty or gives fewer than :data:`MIN_TEXT_TOKENS` tokens). Says when it has fewer tokens than asked."""
+    if src == "shipped":
+        return ChosenText(None, cached.decoder_tokens(L, ctx.device).total)
+    text = realtext.long_text_box(
+        P_TEXT, "Your text", height=120,
+        help=f"Any text; SmolLM2's tokenizer reads it. The sink heads read its first {GU_TOKENS} tokens "
+             f"(Gu et al.'s protocol) and its first {L} (your length), or all of it when it has fewer; at "
+             f"least {MIN_TEXT_TOKENS} tokens. Ctrl+Enter applies it.")
+    if not text.strip():
+        st.info(f"Type or paste a text in the box above: the sink heads and the variants run on it (at least "
+                f"{MIN_TEXT_TOKENS} tokens; {GU_TOKENS} for Gu et al.'s protocol, {L} for your length).",
+                icon=":material/edit_note:")
+        return None
+    try:
+        total = cached.decoder_tokens(L, ctx.device, text).total
+    except AttnInputError as e:  # too short (the message holds numbers only, never the text)
+        st.warning(f"Your text cannot be measured: {e}", icon=":material/short_text:")
+        return None
+    if total < min(L, GU_TOKENS):
+        st.info(f"Your text gives {total:,} tokens, fewer than the {GU_TOKENS} of Gu et al.'s protocol and "
+                f"your length ({L:,}): both measurements read all {total:,}.", icon=":material/short_text:")
+    elif total < L:
+        st.info(f"Your text gives {total:,} tokens, fewer than your length ({L:,}): that measurement reads "
+                f"all {total:,}.", icon=":material/short_text:")
+    elif total < GU_TOKENS:
+        st.info(f"Your text gives {total:,} tokens, fewer than the {GU_TOKENS} of Gu et al.'s protocol: that "
+                f"measurement reads all {total:,}.", icon=":material/short_text:")
+    return ChosenText(text, total)
+
+
+def _nothing_yet() -> None:
+    st.caption("Nothing to measure until the text above gives enough tokens.")
+
+
+def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenText | None = None) -> None:
     st.subheader("Sink heads (Gu et al. 2024)")
-    with _passes(ctx, L, 2, "the sink heads"):
-        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device)
-        big = cached.decoder_sinks(L, eps, ctx.device)
+    if chosen is None:
+        _nothing_yet()
+        return
+    text = chosen.text
+    with _passes(ctx, min(L, chosen.total), 2, "the sink heads"):
+        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device, text)
+        big = cached.decoder_sinks(L, eps, ctx.device, text)
     s64, sL = small.value, big.value
     st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
-    st.caption(view.sink_sentence(s64, f"At {s64.length} tokens (their protocol)") + " "
+    gu = ("their protocol" if s64.length == GU_TOKENS
+          else f"their protocol asks for {GU_TOKENS}; the text has {s64.length}")
+    st.caption(f"Text: {chosen.name}. "
+               + view.sink_sentence(s64, f"At {s64.length} tokens ({gu})") + " "
                + view.sink_sentence(sL, f"At {sL.length} tokens"))
     widgets.caption_compute(ctx.device_label, small.seconds + big.seconds,
                             "two passes with every head's weights")
@@ -150,15 +225,32 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
     widgets.csv_download(lambda: view.massive_frame(sL), "massive_activations.csv", key="dl_dec_massive")
 
 
-def variants_section(ctx: PageContext, where: Any, eps: float) -> None:
+def variants_length(total: int, shift: int) -> int:
+    """Tokens each variant reads: Gu et al.'s 64, or what the text has left after the shift when fewer."""
+    return min(GU_TOKENS, total - shift)
+
+
+def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenText | None = None) -> None:
     st.subheader("Does content matter?")
     shift = widgets.slider(P_SHIFT, "Shift the text by (tokens)", where=where)
-    with _passes(ctx, GU_TOKENS, 3, "the three variants"):
-        res = cached.decoder_variants(shift, eps, ctx.device)
+    if chosen is None:
+        _nothing_yet()
+        return
+    n = variants_length(chosen.total, shift)
+    if n < MIN_TEXT_TOKENS:
+        st.info(f"Your text gives {chosen.total:,} tokens; shifted by {shift} it leaves "
+                f"{chosen.total - shift}, fewer than the {MIN_TEXT_TOKENS} the variants need. Lower the "
+                "shift or use a longer text.",
+                icon=":material/short_text:")
+        return
+    with _passes(ctx, n, 3, "the three variants"):
+        res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)
     st.dataframe(view.variants_frame(res.value), hide_index=True)
     v = res.value
-    st.caption(f"At {GU_TOKENS} tokens: {v[0].sink_heads} sink heads as written, {v[1].sink_heads} with "
-               f"another first token, {v[2].sink_heads} with the text shifted by {shift}.")
+    fewer = "" if n == GU_TOKENS else f" (Gu et al.'s {GU_TOKENS} do not fit in the text shifted by {shift})"
+    st.caption(f"Text: {chosen.name}. At {n} tokens{fewer}: {v[0].sink_heads} sink heads as written, "
+               f"{v[1].sink_heads} with another first token, {v[2].sink_heads} with the text shifted by "
+               f"{shift}.")
 
 
 def _settings(L: int, w1: int, w2: int) -> tuple[StreamSetting, ...]:
@@ -168,6 +260,7 @@ def _settings(L: int, w1: int, w2: int) -> tuple[StreamSetting, ...]:
 
 def stream_section(ctx: PageContext, where: Any) -> None:
     st.subheader("StreamingLLM on real text")
+    _shipped_note("This panel runs")
     L = widgets.slider(P_SL, "Panel length (tokens)", where=where)
     w1 = widgets.slider(P_W1, "Window 1 (keys)", where=where)
     w2 = widgets.slider(P_W2, "Window 2 (keys)", where=where)
@@ -238,6 +331,7 @@ def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> 
 
 def ablation_section(ctx: PageContext, where: Any) -> None:
     st.subheader("Ablations of the first token")
+    _shipped_note("The ablations run")
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
     with _passes(ctx, L, 4 * n + 1, "the ablations"):

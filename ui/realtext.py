@@ -47,6 +47,7 @@ __all__ = [
     "head_view",
     "load",
     "load_model",
+    "long_text_box",
     "model_controls",
     "model_sentence",
     "model_params",
@@ -144,16 +145,22 @@ def model_controls(mp: ModelParams, where) -> str | None:
     return path.strip()
 
 
-def text_box(mp: ModelParams) -> str:
-    """The text to run, in the main area. URL text over the limit is cut with a notice."""
-    current = st.session_state.get(mp.text.key, mp.text.default)
+def long_text_box(p: Param, label: str, *, help: str, height: int = 80) -> str:
+    """A text box in the main area bound to ``p`` (the text travels in the URL like every control), at most
+    :data:`MAX_TEXT_CHARS` characters: a URL text over the limit is cut with a notice."""
+    current = st.session_state.get(p.key, p.default)
     if isinstance(current, str) and len(current) > MAX_TEXT_CHARS:
-        st.session_state[mp.text.key] = current[:MAX_TEXT_CHARS]
+        st.session_state[p.key] = current[:MAX_TEXT_CHARS]
         st.warning(f"The text had {len(current):,} characters; the box holds {MAX_TEXT_CHARS:,}, so the rest "
                    "was cut.")
-    return widgets.text_area(mp.text, "Text", height=80, max_chars=MAX_TEXT_CHARS,
-                             help="Any language and any characters; Ctrl+Enter applies it. Text longer than "
-                                  "the model's limit is truncated (you will see a note).")
+    return widgets.text_area(p, label, height=height, max_chars=MAX_TEXT_CHARS, help=help)
+
+
+def text_box(mp: ModelParams) -> str:
+    """The text to run, in the main area. URL text over the limit is cut with a notice."""
+    return long_text_box(mp.text, "Text",
+                         help="Any language and any characters; Ctrl+Enter applies it. Text longer than the "
+                              "model's limit is truncated (you will see a note).")
 
 
 def load_model(source: str, ctx: PageContext) -> LoadedModel:

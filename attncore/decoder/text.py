@@ -1,6 +1,7 @@
-"""The public-domain text shipped with the package for the decoder measurements.
+"""The texts of the decoder measurements: the public-domain text shipped with the package, and any chosen
+text cut to its first tokens.
 
-Shape legend: ``L`` tokens of one window, ``B`` windows.
+Shape legend: ``L`` tokens of one window (or of a chosen text), ``B`` windows, ``T`` tokens of a whole text.
 
 The first ~12 KB of the opening of Shakespeare's *Coriolanus* as it stands in Karpathy's tiny Shakespeare
 (``data/shakespeare_coriolanus.txt``, public domain), so the perplexities on the pages need no file
@@ -9,17 +10,31 @@ from outside the package.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.models.loading import MAX_TEXT_CHARS
 
-__all__ = ["SHIPPED_TEXT_FILE", "SHIPPED_TEXT_NAME", "shipped_text", "text_windows"]
+__all__ = [
+    "MIN_TEXT_TOKENS",
+    "SHIPPED_TEXT_FILE",
+    "SHIPPED_TEXT_NAME",
+    "SHIPPED_TEXT_TITLE",
+    "TextTokens",
+    "shipped_text",
+    "text_tokens",
+    "text_windows",
+]
 
 SHIPPED_TEXT_FILE = Path(__file__).resolve().parent / "data" / "shakespeare_coriolanus.txt"
-SHIPPED_TEXT_NAME = "Shakespeare, Coriolanus I.i (public domain, ~12 KB)"
+SHIPPED_TEXT_TITLE = "Shakespeare, Coriolanus I.i"
+SHIPPED_TEXT_NAME = f"{SHIPPED_TEXT_TITLE} (public domain, ~12 KB)"
+MIN_TEXT_TOKENS = 16  # the fewest tokens a chosen text must give for the sink measurements
 
 
 @lru_cache(maxsize=1)
@@ -47,3 +62,48 @@ def text_windows(ids: Tensor, length: int, count: int) -> list[Tensor]:
     return [ids[..., s:s + length].reshape(1, -1) for s in starts]
 
 
+
+
+@dataclass(frozen=True)
+class TextTokens:
+    """A text's first tokens: ``ids`` (1, L), ``texts`` (L,) each token decoded alone, ``total`` = T, the
+    tokens of the whole text (``T >= L``; ``T > L`` when the text was cut), and ``asked``, the L asked for."""
+
+    ids: Tensor
+    texts: tuple[str, ...]
+    total: int
+    asked: int
+
+    @property
+    def length(self) -> int:
+        """L, the tokens kept: ``min(asked, total)``."""
+        return int(self.ids.shape[-1])
+
+    @property
+    def short(self) -> bool:
+        """The text has fewer tokens than were asked for."""
+        return self.total < self.asked
+
+
+def text_tokens(tokenizer: Any, text: str, length: int, *, min_tokens: int = MIN_TEXT_TOKENS,
+                max_chars: int = MAX_TEXT_CHARS) -> TextTokens:
+    """The first ``length`` tokens of ``text`` under ``tokenizer`` (a transformers tokenizer: called with
+    ``return_tensors="pt"``, its special tokens as it adds them), or all of them when it has fewer.
+
+    Raises :class:`AttnInputError` when the text is empty, longer than ``max_chars`` characters, or gives
+    fewer than ``min_tokens`` tokens (or ``length < min_tokens``).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise AttnInputError("the text is empty; type or paste a text to measure.")
+    if len(text) > max_chars:
+        raise AttnInputError(f"the text has {len(text):,} characters; at most {max_chars:,} are read.")
+    if length < min_tokens:
+        raise AttnInputError(f"asked for {length} tokens; the measurements need at least {min_tokens}.")
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]  # (1, T)
+    total = int(ids.shape[-1])
+    if total < min_tokens:
+        raise AttnInputError(f"the text gives {total} token{'s' if total != 1 else ''}; the measurements "
+                             f"need at least {min_tokens}.")
+    ids = ids[..., :length].reshape(1, -1)  # (1, L)
+    texts = tuple(tokenizer.decode([int(i)]) for i in ids[0])
+    return TextTokens(ids=ids, texts=texts, total=total, asked=int(length))
