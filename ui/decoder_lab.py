@@ -135,7 +135,7 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int) -> None:
     st.markdown("**Which tokens draw weight besides the first?** Mean score of each kind of token against "
                 "what uniform attention gives it (dashes).")
     st.plotly_chart(view.kind_figure(sL), key="chart_dec_kinds")
-    st.dataframe(view.attractor_frame(sL), hide_index=True)
+    widgets.table(view.attractor_frame(sL))
     st.markdown("**Value-state drain**: the first token's value vector against the others'." if sL.sink_heads
                 else "**Value norms** (no sink head at this length, so no drain to speak of).")
     st.plotly_chart(view.value_figure(sL), key="chart_dec_value")
@@ -155,7 +155,7 @@ def variants_section(ctx: PageContext, where: Any, eps: float) -> None:
     shift = widgets.slider(P_SHIFT, "Shift the text by (tokens)", where=where)
     with _passes(ctx, GU_TOKENS, 3, "the three variants"):
         res = cached.decoder_variants(shift, eps, ctx.device)
-    st.dataframe(view.variants_frame(res.value), hide_index=True)
+    widgets.table(view.variants_frame(res.value))
     v = res.value
     st.caption(f"At {GU_TOKENS} tokens: {v[0].sink_heads} sink heads as written, {v[1].sink_heads} with "
                f"another first token, {v[2].sink_heads} with the text shifted by {shift}.")
@@ -181,7 +181,7 @@ def stream_section(ctx: PageContext, where: Any) -> None:
         return
     st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
     st.caption(view.stream_sentence(result))
-    st.dataframe(view.stream_frame(result), hide_index=True)
+    widgets.table(view.stream_frame(result))
     widgets.caption_compute(ctx.device_label, sum(result.seconds),
                             f"{len(result.settings)} passes of {L} tokens")
     table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
@@ -244,7 +244,7 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
         res = cached.decoder_ablations(n, L, ctx.device)
     abl = res.value
     st.plotly_chart(view.ablation_figure(abl), key="chart_dec_ablation")
-    st.dataframe(view.ablation_frame(abl), hide_index=True)
+    widgets.table(view.ablation_frame(abl))
     parts = [f"{a.name}: {a.mean:+.3f} ± {a.se:.3f} nats/token" for a in abl]
     st.caption(f"Loss change over {n} windows of {L} tokens (mean ± standard error): "
                + "; ".join(parts) + ".")
