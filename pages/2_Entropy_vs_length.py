@@ -270,13 +270,13 @@ def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame, given: pd.DataFrame) 
 
 def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
     num = st.column_config.NumberColumn
-    st.dataframe(validity_frame(series, frames, theories), hide_index=True, width="stretch",
-                 column_config={"asymptote holds for n ≫ e^σ²": num(format="%.3g"),
-                                "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
-                                "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
-                                "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
-                                "H with 1/n term": num(format="%.4f"),
-                                f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": num(format="%.3g")})
+    widgets.table(validity_frame(series, frames, theories),
+                  column_config={"asymptote holds for n ≫ e^σ²": num(format="%.3g"),
+                                 "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
+                                 "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
+                                 "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
+                                 "H with 1/n term": num(format="%.4f"),
+                                 f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": num(format="%.3g")})
     st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
                "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Both expansions are shown only "
                f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact value; a blank cell means they "

@@ -196,9 +196,8 @@ def saturation(ctx: PageContext) -> None:
             source_check(rows)
         chart(view.rows_figure(rows, scores), "sat-rows")
         frame = view.rows_frame(rows, scores)
-        st.dataframe(frame, hide_index=True, width="stretch",
-                     column_config={c: st.column_config.NumberColumn(format="%.4f")
-                                    for c in frame.columns[2:]})
+        widgets.table(frame, column_config={c: st.column_config.NumberColumn(format="%.4f")
+                                            for c in frame.columns[2:]})
         widgets.csv_download(frame, f"temperature_rows_d{d_ex}.csv", label="Download rows (CSV)",
                              key="dl_sat_rows")
         widgets.caption_compute(ctx.device_label, res.seconds,

@@ -182,8 +182,8 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
                 "the math path). The table shows torch's own answer for the other two.",
                 icon=":material/memory:")
     right = "right"
-    st.dataframe(
-        view.table_frame(sizes), hide_index=True, key="chart_kernels_table",
+    widgets.table(
+        view.table_frame(sizes), key="chart_kernels_table",
         column_config={
             "label": st.column_config.TextColumn("backend"),
             "time_ms": st.column_config.TextColumn("time (ms)", alignment=right,

@@ -111,7 +111,7 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
 def cells_table(name: str, d: dict[str, Any]) -> None:
     """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
     frame = view.cells_frame(d)
-    st.dataframe(view.cells_shown(frame), hide_index=True)
+    widgets.table(view.cells_shown(frame))
     note = view.cells_note(frame)
     if note:
         st.caption(note)
@@ -345,7 +345,7 @@ def compare(ctx: PageContext) -> None:
     me = session_id()
     own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in (JOB_KEY, learned.JOB_KEY)}
     table = view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
-    st.dataframe(table, hide_index=True)
+    widgets.table(table)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 
 

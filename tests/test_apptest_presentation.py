@@ -91,3 +91,47 @@ def go_scale(name):
     import plotly.graph_objects as go
 
     return go.Heatmap(colorscale=name).colorscale
+
+
+def test_presenter_mode_draws_tables_as_html_tables() -> None:
+    """Issue 34: ``st.dataframe`` draws on a canvas at the theme's 14 px, which page CSS cannot reach, so in
+    presenter mode ``ui.widgets.table`` draws the same numbers as an HTML table (``st.table``, 16.8 px)."""
+    from attncore.gradients import parse_scores, temperature_rows
+    from ui.text import plain
+
+    query = {"sat_tab": "Saturation"}
+    normal = run_app("pages/3_Saturation_and_gradients.py", **query)
+    no_errors(normal)
+    (grid,) = normal.dataframe
+    at = run_app("pages/3_Saturation_and_gradients.py", present="1", **query)
+    no_errors(at)
+    assert not at.dataframe, "presenter mode draws no canvas grid"
+    # st.table reads cells and headers as Markdown: the helper escapes them (invisible backslashes)
+    (shown,) = [t.value for t in at.table if list(t.value.columns) == [plain(c) for c in grid.value.columns]]
+    rows = temperature_rows(parse_scores(at.session_state["sat_scores"]), at.session_state["sat_dex"])
+    p_cols = [c for c in shown.columns if c.startswith("p")]
+    assert shown[p_cols].to_numpy().tolist() == [[plain(f"{w:.4f}") for w in r] for r in rows.weights.numpy()]
+
+
+def test_presented_frame_keeps_what_the_grid_shows() -> None:
+    """The text ``st.table`` gets: the column config's labels and printf formats, a Styler's own formats,
+    blank missing cells, every text escaped (``st.table`` reads cells as Markdown), numbers aligned right."""
+    import numpy as np
+    import pandas as pd
+    import streamlit as st
+
+    from ui.text import plain
+    from ui.widgets import presented_frame
+
+    df = pd.DataFrame({"name": ["**bold**", "1. item"], "x": [0.123456, np.nan], "n": [3, 12000],
+                       "ok": [True, False], "t": ["1.5", "—"]})
+    frame, right = presented_frame(df, {"x": st.column_config.NumberColumn("x (nats)", format="%.2f"),
+                                        "t": st.column_config.TextColumn("time", alignment="right")})
+    assert list(frame.columns) == ["name", "x (nats)", "n", "ok", "time"]
+    assert frame["name"].tolist() == [plain("**bold**"), plain("1. item")] != df["name"].tolist()
+    assert frame["x (nats)"].tolist() == [plain("0.12"), ""]
+    assert frame["n"].tolist() == ["3", "12000"] and frame["ok"].tolist() == ["yes", "no"]
+    assert right == ["x (nats)", "n", "time"]
+    styled = df[["x", "n"]].style.format(na_rep="one seed", precision=3, subset=pd.IndexSlice[[1], ["x"]])
+    frame, _ = presented_frame(styled)
+    assert frame["x"].tolist() == [plain("0.1235"), "one seed"]  # unformatted cells: up to 4 decimals, as the grid

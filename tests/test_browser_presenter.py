@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser_utils import assert_clean, open_page, screenshot, wait_idle
+from tests.browser_utils import assert_clean, open_page, report, screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -128,3 +128,73 @@ def test_presenter_mode_makes_no_text_smaller(page: Page, app_url: str, path: st
             assert min(present) >= 16, f"{path} {kind}: {min(present)} px in presenter mode"
     if "metric" in kinds:
         assert min(sizes["present"]["metric"]) >= max(sizes["normal"]["metric"]), sizes
+
+
+TABLE_JS = """() => {
+  const shown = el => el.offsetParent !== null;
+  const grids = Array.from(document.querySelectorAll('[data-testid=stMain] [data-testid=stDataFrame]')).filter(shown);
+  const tables = Array.from(document.querySelectorAll('[data-testid=stMain] [data-testid=stTable]')).filter(shown);
+  const px = el => parseFloat(getComputedStyle(el).fontSize);
+  const gridFont = g => {  // glide-data-grid's cell font, e.g. "400 14px" (a CSS variable on its wrapper)
+    const el = g.querySelector('[style*="--gdg-base-font-style"]');
+    const v = el ? getComputedStyle(el).getPropertyValue('--gdg-base-font-style') : '';
+    const m = /([0-9.]+)px/.exec(v);
+    return m ? parseFloat(m[1]) : null;
+  };
+  return {
+    grids: grids.map(g => ({font: gridFont(g), w: g.getBoundingClientRect().width,
+                            h: g.getBoundingClientRect().height, canvas: g.querySelectorAll('canvas').length})),
+    tables: tables.map(t => {
+      const cells = Array.from(t.querySelectorAll('td, th')).filter(c => (c.textContent || '').trim());
+      const box = t.getBoundingClientRect(), main = document.querySelector('[data-testid=stMain]').getBoundingClientRect();
+      const cut = cells.filter(c => c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1).length;
+      const inner = (t.querySelector('table') || t).getBoundingClientRect();
+      return {sizes: cells.map(px), cells: cells.length, right: Math.max(box.right, inner.right),
+              main_right: main.right,
+              scroll_x: Array.from(t.querySelectorAll('*')).some(e => e.scrollWidth > e.clientWidth + 1
+                && getComputedStyle(e).overflowX !== 'visible'), cut};
+    }),
+  };
+}"""
+
+
+@pytest.mark.parametrize(("path", "grid"), [
+    ("Saturation_and_gradients?sat_tab=Saturation", True),  # st.dataframe normally (ui.widgets.table)
+    ("Evidence", False),  # st.table in both modes
+    ("Kernels?k_tmin=32&k_tmax=64&k_mem=0&k_heads=4", True),  # the widest table (12 columns, long headers)
+])
+def test_presenter_mode_table_text_at_least_16px(page: Page, app_url: str, path: str, grid: bool) -> None:
+    """Issue 34: table text >= 16 px in presenter mode. A page's ``st.dataframe`` (a canvas grid at the
+    theme's 14 px) becomes an HTML table there; normally the grid still renders."""
+    page.set_viewport_size(VIEWPORT)
+    name = path.split("?")[0]
+    seen = {}
+    for mode, query in (("normal", ""), ("present", "present=1")):
+        url = f"{app_url}/{path}" + (("&" if "?" in path else "?") + query if query else "")
+        open_page(page, url, timeout_s=240)
+        assert_clean(page)
+        seen[mode] = page.evaluate(TABLE_JS)
+        table = page.locator("[data-testid=stMain] [data-testid=stDataFrame], "
+                             "[data-testid=stMain] [data-testid=stTable]").first
+        table.evaluate("""el => {  // the table's top just under the app's header bar
+            el.scrollIntoView({block: 'start'});
+            for (let s = el.parentElement; s; s = s.parentElement) {
+                if (s.scrollTop > 0) { s.scrollTop -= 90; break; }
+            }
+        }""")
+        page.wait_for_timeout(500)
+        screenshot(page, f"presenter-table-{name}-{mode}")  # the window with the table's top in it
+    normal, present = seen["normal"], seen["present"]
+    report(f"{name}: normal grids {normal['grids']}, tables {[min(t['sizes']) for t in normal['tables']]} px; "
+           f"presenter tables {[min(t['sizes']) for t in present['tables']]} px")
+    if grid:
+        assert normal["grids"] and all(g["canvas"] and g["w"] > 300 and g["h"] > 100 for g in normal["grids"]), normal
+        fonts = [g["font"] for g in normal["grids"] if g["font"] is not None]
+        assert not present["grids"], "presenter mode draws no canvas grid"
+    else:
+        fonts = [min(t["sizes"]) for t in normal["tables"]]
+    assert present["tables"], present
+    for t in present["tables"]:
+        assert t["cells"] and min(t["sizes"]) >= 16, t
+        assert not fonts or min(t["sizes"]) >= max(fonts), (t, fonts)
+        assert t["right"] <= t["main_right"] + 1 and not t["cut"], f"{name}: table cut or overflowing {t}"

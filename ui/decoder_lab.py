@@ -210,7 +210,7 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
     st.markdown("**Which tokens draw weight besides the first?** Mean score of each kind of token against "
                 "what uniform attention gives it (dashes).")
     st.plotly_chart(view.kind_figure(sL), key="chart_dec_kinds")
-    st.dataframe(view.attractor_frame(sL), hide_index=True)
+    widgets.table(view.attractor_frame(sL))
     st.markdown("**Value-state drain**: the first token's value vector against the others'." if sL.sink_heads
                 else "**Value norms** (no sink head at this length, so no drain to speak of).")
     st.plotly_chart(view.value_figure(sL), key="chart_dec_value")
@@ -245,7 +245,7 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
         return
     with _passes(ctx, n, 3, "the three variants"):
         res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)
-    st.dataframe(view.variants_frame(res.value), hide_index=True)
+    widgets.table(view.variants_frame(res.value))
     v = res.value
     fewer = "" if n == GU_TOKENS else f" (Gu et al.'s {GU_TOKENS} do not fit in the text shifted by {shift})"
     st.caption(f"Text: {chosen.name}. At {n} tokens{fewer}: {v[0].sink_heads} sink heads as written, "
@@ -274,7 +274,7 @@ def stream_section(ctx: PageContext, where: Any) -> None:
         return
     st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
     st.caption(view.stream_sentence(result))
-    st.dataframe(view.stream_frame(result), hide_index=True)
+    widgets.table(view.stream_frame(result))
     widgets.caption_compute(ctx.device_label, sum(result.seconds),
                             f"{len(result.settings)} passes of {L} tokens")
     table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
@@ -338,7 +338,7 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
         res = cached.decoder_ablations(n, L, ctx.device)
     abl = res.value
     st.plotly_chart(view.ablation_figure(abl), key="chart_dec_ablation")
-    st.dataframe(view.ablation_frame(abl), hide_index=True)
+    widgets.table(view.ablation_frame(abl))
     parts = [f"{a.name}: {a.mean:+.3f} ± {a.se:.3f} nats/token" for a in abl]
     st.caption(f"Loss change over {n} windows of {L} tokens (mean ± standard error): "
                + "; ".join(parts) + ".")

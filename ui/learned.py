@@ -158,7 +158,7 @@ def shipped_section(d: dict[str, Any], ctx: Any = None) -> None:
     if "softmax" in summary:
         st.markdown("**StreamingLLM in this toy.** " + streaming_claim_sentence(summary["softmax"], window))
     table = view.summary_frame(summary)
-    st.dataframe(table, hide_index=True)
+    widgets.table(table)
     st.caption(f"Sink share: the share of heads whose mean weight on the first token, over every query "
                f"(BOS's own row included), exceeds {SINK_THRESHOLD:g}: Gu et al.'s metric, as in the "
                "Training lab's Shakespeare tab; the sink verdicts above use the non-trigger positions' "

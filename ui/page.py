@@ -44,7 +44,7 @@ gc.freeze()
 DEVICE = state.Param("device", "auto", options=("auto", *available_devices()))
 SEED = state.Param("seed", 0, lo=0, hi=2**31 - 1)
 DTYPE = state.Param("dtype", "float32", options=tuple(DTYPES))
-PRESENT = state.Param("present", False)
+PRESENT = state.Param(widgets.PRESENT_KEY, False)
 GLOBAL_PARAMS: tuple[state.Param, ...] = (DEVICE, SEED, DTYPE, PRESENT)
 
 

@@ -6,13 +6,17 @@ value that the URL parser would reject.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
+from pandas.io.formats.style import Styler
 
 from ui.state import Param, value
+from ui.text import plain
 
 __all__ = [
     "caption_compute",
@@ -20,10 +24,13 @@ __all__ = [
     "multiselect",
     "safe_csv_frame",
     "number",
+    "presented_frame",
+    "presenting",
     "radio",
     "select",
     "select_slider",
     "slider",
+    "table",
     "text_area",
     "text_input",
     "toggle",
@@ -152,6 +159,94 @@ def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str,
     where.download_button(label, data=payload if callable(data) else payload(), file_name=filename,
                           mime="text/csv", key=key or f"dl_{filename}", on_click="ignore",
                           icon=":material/download:")
+
+
+PRESENT_KEY = "present"  # presenter mode's session-state key and URL name (ui.page declares its Param)
+TABLE_MAX_ROWS = 15  # presenter mode: a longer table scrolls inside TABLE_HEIGHT px (its header stays put)
+TABLE_HEIGHT = 640
+
+
+def presenting() -> bool:
+    """Presenter mode is on in this session (read from session state, not from a script run's flag:
+    fragments rerun without ``ui.page.run_page``)."""
+    return st.session_state.get(PRESENT_KEY) is True
+
+
+def _cell(v: Any, fmt: str | None = None) -> str:
+    """One cell as the presented table prints it: blank for a missing value, numbers by ``fmt`` (a printf
+    format, as ``st.column_config.NumberColumn`` takes) or to at most 4 decimals, text escaped."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return ""
+    if isinstance(v, bool | np.bool_):
+        return "yes" if v else "no"
+    if isinstance(v, int | np.integer):
+        return plain(fmt % v if fmt else str(int(v)))
+    if isinstance(v, float | np.floating):
+        v = float(v)
+        if math.isnan(v):
+            return ""
+        if fmt:
+            return plain(fmt % v)
+        if v == 0 or 1e-4 <= abs(v) < 1e15:
+            text = f"{v:.4f}".rstrip("0").rstrip(".")
+            return plain(text if text not in ("", "-0") else "0")
+        return plain(f"{v:.4g}")
+    return plain(v)
+
+
+def presented_frame(data: pd.DataFrame | Styler, column_config: Mapping[str, Any] | None = None
+                    ) -> tuple[pd.DataFrame, list[str]]:
+    """The table ``st.dataframe`` would draw from ``data`` and ``column_config``, as text for ``st.table``
+    (which reads every cell and header as Markdown): the config's labels and number formats applied, a
+    Styler's own formats kept (``Styler.format``: precision, ``na_rep``), every text escaped with
+    :func:`ui.text.plain`. Also returns the columns to align right (numbers, and those the config aligns
+    right), by their shown names."""
+    styler = data if isinstance(data, Styler) else None
+    frame = styler.data if styler is not None else data
+    config = column_config or {}
+    funcs = styler._display_funcs if styler is not None else {}  # the cells Styler.format was given
+    out: dict[str, list[str]] = {}
+    right: list[str] = []
+    for j, col in enumerate(frame.columns):
+        cfg = config.get(col) or {}
+        fmt = (cfg.get("type_config") or {}).get("format")
+        fmt = fmt if isinstance(fmt, str) and "%" in fmt else None
+        name = plain(cfg.get("label") or col)
+        column = frame.iloc[:, j]
+        out[name] = [plain(funcs[(i, j)](v)) if (i, j) in funcs else _cell(v, fmt)
+                     for i, v in enumerate(column)]
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        if cfg.get("alignment") == "right" or (numeric and cfg.get("alignment") is None):
+            right.append(name)
+    index = [plain(i) for i in frame.index] if not isinstance(frame.index, pd.RangeIndex) else None
+    return pd.DataFrame(out, index=index), right
+
+
+def table(data: pd.DataFrame | Styler, *, column_config: Mapping[str, Any] | None = None,
+          hide_index: bool | None = True, key: str | None = None, width: Any = "stretch",
+          where: Any = st) -> None:
+    """A table of ``data``: ``st.dataframe`` (a canvas grid: sortable, searchable) normally; in presenter
+    mode an HTML table (``st.table``), whose text presenter mode's CSS sets to 16.8 px. The grid's text
+    is drawn at the theme's size (14 px), which page CSS cannot reach and which is one setting for the
+    whole server, so no session could enlarge it alone (issue 34). ``key`` names the element (the table's
+    container in presenter mode, class ``st-key-<key>``)."""
+    if not presenting():
+        where.dataframe(data, hide_index=hide_index, width=width, column_config=column_config, key=key)
+        return
+    frame, right = presented_frame(data, column_config)
+    # !important: st.table aligns each cell inline by its type (text: left), over a plain Styler rule; a
+    # number is never broken across lines ("5.51e-" / "07"), the text columns wrap instead
+    shown = frame.style.set_properties(subset=right, **{"text-align": "right !important"}) if right else frame
+    cols = [j for j, c in enumerate(frame.columns) if c in right]
+    if cols:  # the cell's Markdown paragraph, inside the cell, is what wraps; a long word in a text column
+        # may break anywhere instead, so that the table still fits the page (Kernels' torch messages)
+        nowrap = "white-space: nowrap !important;"
+        shown = shown.set_table_styles([{"selector": "td p", "props": "overflow-wrap: anywhere;"}]
+                                       + [{"selector": f"td.col{j} p", "props": nowrap} for j in cols],
+                                       overwrite=False)
+    box = where.container(key=key) if key else where
+    box.table(shown, hide_index=hide_index, width=width,
+              height="content" if len(frame) <= TABLE_MAX_ROWS else TABLE_HEIGHT)
 
 
 def caption_compute(device: str, seconds: float, extra: str = "", where: Any = st) -> None:
