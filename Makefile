@@ -20,7 +20,8 @@ help:
 	@echo "make lint         ruff"
 	@echo "make bench        print the benchmarks (ratios against baselines)"
 	@echo "make bench-load   N concurrent sessions against one server (bench/load.py, slow)"
-	@echo "make bench-ui     first render and slider redraws in Chromium, against issue 11's targets (slow)"
+	@echo "make bench-ui     first render, sliders, navigation, Tour Next, real-text clicks in Chromium beside a"
+	@echo "                  floor page, against issue 34's targets (slow; BENCH_UI_ARGS='--before 2058971')"
 	@echo "make gpu-check    on a CUDA machine: tests without browsers, the CUDA benches, the GPU training target"
 	@echo "make image-check  build and run the Docker image with buildah (slow, needs root)"
 	@echo "make image-check-gpu  the same for the GPU variant (CUDA torch, no GPU needed; slow, needs root)"
@@ -71,12 +72,14 @@ lint: $(VENV)/.dev-ok
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.dev-ok
-	@for m in bench/*.py; do case $$m in */__init__.py|*/load.py|*/ui.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
+	@for m in bench/*.py; do case $$m in */__init__.py|*/load.py|*/ui.py|*/floor_app.py) ;; *) n=$$(basename $$m .py); echo "== bench.$$n"; HF_HUB_OFFLINE=1 $(PY) -m bench.$$n || exit 1;; esac; done
 
-# bench/ui.py starts its own server and Chromium and opens every page several times (5-10 minutes).
+# bench/ui.py starts its own servers (the app, the floor page; with --before REF an older commit's too)
+# and Chromium, and opens every page several times (10-20 minutes; about twice that with --before).
+BENCH_UI_ARGS ?=
 bench-ui: $(VENV)/.dev-ok
 	@bash scripts/ensure-chromium
-	HF_HUB_OFFLINE=1 $(PY) -m bench.ui
+	HF_HUB_OFFLINE=1 $(PY) -m bench.ui $(BENCH_UI_ARGS)
 
 # The load test starts its own server and 10-40 sessions (15-30 minutes on 2 cores): on its own.
 bench-load: $(VENV)/.dev-ok

@@ -47,18 +47,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def streamlit_server(log_name: str, *, start_timeout_s: float = 120.0) -> Iterator[str]:
+def streamlit_server(log_name: str, *, start_timeout_s: float = 120.0, cwd: Path = ROOT,
+                     command: tuple[str, ...] = ("serve.py",)) -> Iterator[str]:
     """`python serve.py` (`streamlit run app.py`, warmed) on a free loopback port, its output in
     test-artifacts/<log_name>;
-    yields the base URL once /_stcore/health answers, stops the server on exit."""
+    yields the base URL once /_stcore/health answers, stops the server on exit. ``cwd``: the checkout
+    it serves (bench.ui's ``--before`` serves an older commit's worktree); ``command``: what follows
+    the interpreter (bench.ui's floor: ``-m streamlit run bench/floor_app.py``)."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     ARTIFACTS.mkdir(exist_ok=True)
     with open(ARTIFACTS / log_name, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "serve.py", "--server.port", str(port),
+            [sys.executable, *command, "--server.port", str(port),
              "--server.headless", "true", "--server.address", HOST, "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://{HOST}:{port}"
         try:
             deadline = time.monotonic() + start_timeout_s
@@ -214,3 +217,37 @@ def assert_drawn_at_their_margins(page: Page, views: set[str]) -> None:
     for view, asked, got in drawn:
         if view in views:
             assert got == asked, (view, asked, got)
+
+
+# The page position of a point of a chart: chart (by layout.meta.view), axis pair of a trace, data position.
+POINT_JS = """([view, trace, fx, fy, ix, iy]) => {
+  const g = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .find(el => (el.layout.meta || {}).view === view);
+  const t = g.data[trace];
+  const xa = g._fullLayout[(t.xaxis || 'x').replace('x', 'xaxis')];
+  const ya = g._fullLayout[(t.yaxis || 'y').replace('y', 'yaxis')];
+  const r = g.getBoundingClientRect();
+  const x = ix === null ? xa._offset + xa._length * fx : xa._offset + xa.l2p(ix);
+  const y = iy === null ? ya._offset + ya._length * fy : ya._offset + ya.l2p(iy);
+  return [r.x + x, r.y + y];
+}"""
+
+
+def show_chart(page: Page, view: str) -> None:
+    """Scroll the chart ``view`` into the window (a real click needs it on screen)."""
+    page.locator("[data-testid=stPlotlyChart]").filter(
+        has=page.locator(".js-plotly-plot")).nth(chart_views(page).index(view)).scroll_into_view_if_needed()
+    page.wait_for_timeout(400)
+
+
+def chart_views(page: Page) -> list[str]:
+    return page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                         ".map(el => (el.layout.meta || {}).view)")
+
+
+def chart_point(page: Page, view: str, trace: int, *, fx: float = 0.5, fy: float = 0.5, ix: float | None = None,
+                iy: float | None = None) -> tuple[float, float]:
+    """The page position of a point of the chart ``view``: data position ``ix`` / ``iy`` on the axes of
+    trace ``trace``, or the fractions ``fx`` / ``fy`` of their length where a data position is None."""
+    x, y = page.evaluate(POINT_JS, [view, trace, fx, fy, ix, iy])
+    return float(x), float(y)

@@ -11,8 +11,10 @@ from playwright.sync_api import Page, expect
 from tests.browser_utils import (
     assert_clean,
     assert_drawn_at_their_margins,
+    chart_point,
     open_page,
     screenshot,
+    show_chart,
     slider,
     wait_idle,
 )
@@ -21,40 +23,16 @@ pytestmark = pytest.mark.browser
 
 VIEWPORT = {"width": 1280, "height": 720}
 
-# The page position of a point of a chart: chart (by layout.meta.view), axis pair of a trace, data position.
-POINT_JS = """([view, trace, fx, fy, ix, iy]) => {
-  const g = Array.from(document.querySelectorAll('.js-plotly-plot'))
-    .find(el => (el.layout.meta || {}).view === view);
-  const t = g.data[trace];
-  const xa = g._fullLayout[(t.xaxis || 'x').replace('x', 'xaxis')];
-  const ya = g._fullLayout[(t.yaxis || 'y').replace('y', 'yaxis')];
-  const r = g.getBoundingClientRect();
-  const x = ix === null ? xa._offset + xa._length * fx : xa._offset + xa.l2p(ix);
-  const y = iy === null ? ya._offset + ya._length * fy : ya._offset + ya.l2p(iy);
-  return [r.x + x, r.y + y];
-}"""
 META_JS = """(view) => JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot'))
   .find(el => (el.layout.meta || {}).view === view).layout.meta)"""
 Z_JS = """(view) => JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot'))
   .find(el => (el.layout.meta || {}).view === view).data[0].z).slice(0, 400)"""
 
 
-def show(page: Page, view: str) -> None:
-    """Scroll the chart ``view`` into the window (a real click needs it on screen)."""
-    page.locator("[data-testid=stPlotlyChart]").filter(
-        has=page.locator(".js-plotly-plot")).nth(views(page).index(view)).scroll_into_view_if_needed()
-    page.wait_for_timeout(400)
-
-
-def views(page: Page) -> list[str]:
-    return page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                         ".map(el => (el.layout.meta || {}).view)")
-
-
 def click_at(page: Page, view: str, trace: int, *, fx: float = 0.5, fy: float = 0.5, ix: float | None = None,
              iy: float | None = None) -> None:
-    show(page, view)
-    x, y = page.evaluate(POINT_JS, [view, trace, fx, fy, ix, iy])
+    show_chart(page, view)
+    x, y = chart_point(page, view, trace, fx=fx, fy=fy, ix=ix, iy=iy)
     page.mouse.move(x, y)
     page.wait_for_timeout(300)
     page.mouse.click(x, y)
