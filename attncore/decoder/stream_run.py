@@ -9,7 +9,8 @@ Run it (about 10 s a pass on a laptop CPU, 16 passes)::
 
 The file is a numpy ``.npz`` (no pickles): ``nll`` (P, L - 1) float32 losses in nats, ``window`` (P,)
 int (-1 = dense), ``sinks`` (P,) int, ``seconds`` (P,) float64, and ``header``, a JSON string (the
-command, the machine, torch, its threads, the git commit, the date, the model, the text, L). Every loss is
+command, the machine, torch, its threads, the git commit the run started from, the date, the load average
+before and after, the model, the text, L). Every loss is
 what :func:`attncore.decoder.streaming.stream_losses` computes for that setting; since the model is causal,
 the loss at query i depends only on tokens 0..i + 1, so any prefix of a stored row can be recomputed live
 at a shorter length (the tests do).
@@ -113,6 +114,14 @@ def _git_commit() -> str:
     return head + (" (with uncommitted changes)" if dirty else "")
 
 
+def _load() -> float:
+    """The machine's 1-minute load average (NaN where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return float("nan")
+
+
 def shipped_stream_ids(tokenizer: Any, L: int = STREAM_RUN_LENGTH) -> torch.Tensor:
     """(1, L) ids of the shipped text's first L tokens, as the page's panel reads them."""
     tt = text_tokens(tokenizer, shipped_text(), L, min_tokens=2)
@@ -191,12 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(done: int, total: int, s: StreamSetting, secs: float) -> None:
         print(f"{done}/{total} {s.label}: {secs:.1f} s", flush=True)
 
-    started = _dt.datetime.now(_dt.UTC)
+    started, commit = _dt.datetime.now(_dt.UTC), _git_commit()  # the code that runs, not the tree at the end
+    load_before = _load()
     result = stream_run(lm.model, ids, settings, progress)
     header = {"command": "python -m attncore.decoder.stream_run " + shlex.join(sys.argv[1:] if argv is None
                                                                                   else list(argv)),
               **machine_label(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "commit": _git_commit(), "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+              "commit": commit, "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+              "load_average": [load_before, _load()],
               "model": MODEL_LABEL, "text": SHIPPED_TEXT_NAME, "length": STREAM_RUN_LENGTH,
               "device": "cpu"}
     save_stream_run(args.out, result, header)
