@@ -128,3 +128,19 @@ def test_counterfactual_stored_runs_flip_the_verdict(run: StreamRun, tmp_path: P
     assert j(nothing_missed).verdict != shipped or j(no_recovery).verdict != shipped
     gone = D.measure_window_shipped(Setting(), tmp_path / "gone.npz")
     assert gone.missing and evaluate(claim("llm_window_2048"), Setting()).judgement.verdict != UNTESTABLE
+
+
+def test_captions_are_made_from_the_stored_numbers(run: StreamRun) -> None:
+    from attncore.evidence.decoder import STREAMING_LLM_TABLE
+    from ui.views.decoder import stream_run_caption, streaming_llm_sentence
+
+    r = run.result
+    text = streaming_llm_sentence(r, STREAMING_LLM_TABLE)
+    base = r.ppl(StreamSetting(None), 1024)
+    for s in (StreamSetting(1024), StreamSetting(1024, 1), StreamSetting(1024, 4)):
+        assert f"{s.label} {r.ppl(s, 1024):,.2f} ({r.ppl(s, 1024) / base:.3g}× dense)" in text
+    assert "5,158.07" in text and f"dense {base:,.2f}" in text
+    short = StreamResult(r.settings[:4], r.nll[:4], r.length, r.seconds[:4])  # no window of 1,024
+    assert "Here" not in streaming_llm_sentence(short, STREAMING_LLM_TABLE)
+    cap = stream_run_caption(run)
+    assert f"{sum(r.seconds):.0f} s in all" in cap and run.header["commit"][:10] in cap and "2,048 tokens" in cap
