@@ -138,7 +138,7 @@ def test_captions_are_made_from_the_stored_numbers(run: StreamRun) -> None:
     text = streaming_llm_sentence(r, STREAMING_LLM_TABLE)
     base = r.ppl(StreamSetting(None), 1024)
     for s in (StreamSetting(1024), StreamSetting(1024, 1), StreamSetting(1024, 4)):
-        assert f"{s.label} {r.ppl(s, 1024):,.2f} ({r.ppl(s, 1024) / base:.3g}× dense)" in text
+        assert f"{s.label} {r.ppl(s, 1024):,.2f} ({r.ppl(s, 1024) / base:.3f}× dense)" in text
     assert "5,158.07" in text and f"dense {base:,.2f}" in text
     short = StreamResult(r.settings[:4], r.nll[:4], r.length, r.seconds[:4])  # no window of 1,024
     assert "Here" not in streaming_llm_sentence(short, STREAMING_LLM_TABLE)

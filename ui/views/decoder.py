@@ -223,7 +223,7 @@ def stream_run_caption(run: StreamRun) -> str:
     return (f"Stored run, not rerun here: {h.get('model', '?')}; text {h.get('text', '?')}; "
             f"{r.length:,} tokens; {len(r.settings)} settings, one pass each, {run.seconds_per_pass:.1f} s a "
             f"pass ({sum(r.seconds):.0f} s in all) on {h.get('cpu', '?')} ({h.get('cores', '?')} cores, "
-            f"{h.get('threads', '?')} torch threads, torch {h.get('torch', '?')}, {h.get('device', 'cpu')}), "
+            f"{h.get('threads', '?')} torch threads, torch {h.get('torch', '?')}), "
             f"{h.get('date', '?')}, commit {commit}; written by {h.get('command', '?')}.")
 
 
@@ -237,7 +237,7 @@ def streaming_llm_sentence(r: StreamResult, table: Sequence[tuple[str, float]], 
         return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache {cache:,}): "
                 f"{theirs}.")
     base = r.ppl(dense, cache)
-    here = ", ".join(f"{s.label} {r.ppl(s, cache):,.2f} ({r.ppl(s, cache) / base:.3g}× dense)" for s in ours)
+    here = ", ".join(f"{s.label} {r.ppl(s, cache):,.2f} ({r.ppl(s, cache) / base:.3f}× dense)" for s in ours)
     return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, 65K tokens, cache "
             f"{cache:,}): {theirs}. Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; "
             f"their model read 65K tokens, far past its 4K training length; this run reads {r.length:,}.")
