@@ -125,8 +125,9 @@ def explain(rows: list[Row]) -> None:
             f"**live** ({n[LIVE]} rows): computed now by attncore on this page's device, seed and precision "
             f"(the sidebar), at the default settings of the page its link opens. **exact** ({n[EXACT]}): "
             f"arithmetic, closed forms or quadrature, the same on every machine. **shipped** ({n[SHIPPED]}): "
-            "read from the training runs shipped with the app (attncore/training/results), not rerun here: "
-            "the Training lab shows them in full."
+            "read from the runs shipped with the app, not rerun here: the training runs "
+            "(attncore/training/results), which the Training lab shows in full, and SmolLM2's StreamingLLM "
+            "run at 2,048 tokens (attncore/decoder/results), which Attention sinks shows."
         )
 
 

@@ -75,3 +75,36 @@ def test_entropy_real_model_view(lm: LoadedModel) -> None:
     np.testing.assert_allclose(_y(fig, 0), e.median["all"].numpy(), rtol=1e-4)
     at.radio(key="ent_dfirst").set_value("without").run(timeout=900)
     np.testing.assert_allclose(_y(figure(at, "dec_entropy"), 0), e.median_rest["all"].numpy(), rtol=1e-4)
+
+
+def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
+    """Closed, the shipped 2,048-token run sends nothing; opened, its chart's data are the stored losses'
+    block means, and its sentences are made from the stored numbers."""
+    from attncore.decoder.stream_run import load_stream_run
+    from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+    from tests.chart_data import figures
+    from ui.decoder_lab import SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
+    from ui.views.decoder import stream_run_caption, stream_sentence, streaming_llm_sentence
+
+    at = run_app(SINKS, timeout=900, **SHORT)
+    no_errors(at)
+    assert SHIPPED_RUN_TITLE == "A shipped run at 2,048 tokens (16 settings)"
+    assert any(e.label == SHIPPED_RUN_TITLE for e in at.expander)
+    views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
+    assert "dec_stream_shipped" not in views  # closed: not sent
+    at.session_state[SHIPPED_RUN_OPEN] = True
+    at.run(timeout=900)
+    no_errors(at)
+    run = load_stream_run()
+    r = run.result
+    fig = figure(at, "dec_stream_shipped")
+    assert len(fig["data"]) == 16
+    for i, s in enumerate(r.settings):
+        assert fig["data"][i]["name"] == s.label
+        np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(2048))[1], rtol=1e-6)
+    captions = " ".join(c.value for c in at.caption)
+    assert stream_sentence(r) in captions
+    assert streaming_llm_sentence(r, STREAMING_LLM_TABLE) in captions
+    assert "5,158.07" in captions and "past token 1,024 of 2,048" in captions
+    assert MODEL_LABEL.split(",")[0] in captions and run.header["date"] in captions
+    assert f"{run.seconds_per_pass:.1f} s a pass" in stream_run_caption(run)

@@ -180,6 +180,10 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "llm_window": [({"d_window": 0.0}, FAILS),
                    (lambda m: {"d_window": 1.0, "d_keep4": 0.0, "ppl_window": 3 * m.num("ppl_dense")}, HOLDS),
                    (lambda m: {"d_window": 1.0, "d_keep4": 0.9, "ppl_window": 3 * m.num("ppl_dense")}, CAVEAT)],
+    # the same rule on the shipped 2,048-token run
+    "llm_window_2048": [({"d_window": 0.0}, FAILS),
+                        (lambda m: {"d_window": 1.0, "d_keep4": 0.0, "ppl_window": 3 * m.num("ppl_dense")}, HOLDS),
+                        (lambda m: {"d_window": 1.0, "d_keep4": 0.9, "ppl_window": 3 * m.num("ppl_dense")}, CAVEAT)],
     "llm_gqa_same": [({"diff": 0.0}, HOLDS), ({"diff": 1.0}, FAILS)],
     "gqa_same": [(lambda m: {"diff": 0.0, "backend_mha": m["backend_gqa"]}, HOLDS),
                  (lambda m: {"diff": 0.0, "backend_mha": "not-" + str(m["backend_gqa"])}, CAVEAT),

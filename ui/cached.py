@@ -35,6 +35,7 @@ from attncore.decoder import entropy as _dec_entropy
 from attncore.decoder import induction as _dec_induction
 from attncore.decoder import probe as _dec_probe
 from attncore.decoder import sinks as _dec_sinks
+from attncore.decoder import stream_run as _dec_stream_run
 from attncore.decoder import streaming as _dec_stream
 from attncore.decoder import text as _dec_text
 from attncore.dropout import DropoutDraws
@@ -572,6 +573,13 @@ def _smollm2_ids(L: int, device: str) -> tuple[_models.LoadedModel, torch.Tensor
     """SmolLM2 and the first ``L`` tokens of the shipped text (ids (1, L) on the CPU, token texts)."""
     lm, tt = _smollm2_tokens(L, device)
     return lm, tt.ids, list(tt.texts)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def shipped_stream_run() -> _dec_stream_run.StreamRun:
+    """The StreamingLLM run shipped with the package (2,048 tokens, 16 settings), read once per process;
+    raises :class:`AttnInputError` when its file is missing."""
+    return _dec_stream_run.load_stream_run()
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -24,6 +24,7 @@ from attncore.decoder.entropy import CLASSES
 from attncore.decoder.induction import MAX_COPY
 from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape, forward_bytes
 from attncore.decoder.sinks import GU_TOKENS
+from attncore.decoder.stream_run import STREAM_RUN_LENGTH, run_settings
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
 from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TEXT_TITLE
 from attncore.errors import AttnInputError
@@ -35,10 +36,11 @@ from ui.page import PageContext
 from ui.realtext import MODEL_LOAD_BYTES
 from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the model picker
 from ui.state import Param
+from ui.text import plain
 from ui.views import decoder as view
 
-__all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "ChosenText", "choose_text", "decoder_part", "entropy_part",
-           "stream_store", "variants_length"]
+__all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "SHIPPED_RUN_OPEN", "SHIPPED_RUN_TITLE", "ChosenText",
+           "choose_text", "decoder_part", "entropy_part", "stream_store", "variants_length"]
 
 P_SRC = Param("dec_src", "shipped", options=("shipped", "own"))
 P_TEXT = Param("dec_text", "")  # at most MAX_TEXT_CHARS characters (ui.realtext.long_text_box)
@@ -270,15 +272,46 @@ def stream_section(ctx: PageContext, where: Any) -> None:
                 "cache; StreamingLLM's cache re-indexes positions inside it, here the kept first tokens sit "
                 "at their true distance.")
     result = run_panel(ctx, L, settings)
-    if result is None or not result.settings:
+    if result is not None and result.settings:
+        st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
+        st.caption(view.stream_sentence(result))
+        widgets.table(view.stream_frame(result))
+        widgets.caption_compute(ctx.device_label, sum(result.seconds),
+                                f"{len(result.settings)} passes of {L} tokens")
+        table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
+        st.caption(f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache 1,024): "
+                   f"{table}.")
+    shipped_run_section()
+
+
+SHIPPED_RUN_TITLE = (f"A shipped run at {STREAM_RUN_LENGTH:,} tokens ({len(run_settings())} settings)")
+SHIPPED_RUN_OPEN = "dec_stream_run_open"  # the expander's open state (a view, not a setting: not in the URL)
+
+
+def shipped_run_section() -> None:
+    """The StreamingLLM run shipped with the package, in an expander read and drawn only when opened."""
+    box = st.expander(SHIPPED_RUN_TITLE, key=SHIPPED_RUN_OPEN, on_change="rerun",
+                      icon=":material/inventory_2:")
+    if not box.open:
         return
-    st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
-    st.caption(view.stream_sentence(result))
-    widgets.table(view.stream_frame(result))
-    widgets.caption_compute(ctx.device_label, sum(result.seconds),
-                            f"{len(result.settings)} passes of {L} tokens")
-    table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
-    st.caption(f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache 1,024): {table}.")
+    with box:
+        try:
+            run = cached.shipped_stream_run()
+        except AttnInputError as exc:
+            st.info(plain(f"The shipped run cannot be shown: {exc}"), icon=":material/draft:")
+            return
+        r = run.result
+        windows = ", ".join(f"{w:,}" for w in sorted({s.window for s in r.settings if s.window}))
+        kept = " and ".join(f"the first {k}" for k in sorted({s.sinks for s in r.settings if s.sinks}))
+        st.markdown(f"The same measurement as above at {r.length:,} tokens, {len(r.settings)} settings: "
+                    f"dense and windows of {windows} keys, each alone and with {kept or 'no first'} tokens "
+                    "kept; "
+                    "computed once by `python -m attncore.decoder.stream_run` and shipped with the app.")
+        st.plotly_chart(view.stream_figure(r, tag="dec_stream_shipped"), key="chart_dec_stream_shipped")
+        st.caption(view.stream_sentence(r))
+        widgets.table(view.stream_frame(r))
+        st.caption(plain(view.stream_run_caption(run)))
+        st.caption(view.streaming_llm_sentence(r, STREAMING_LLM_TABLE))
 
 
 def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> StreamResult | None:

@@ -117,6 +117,7 @@ _ORDER = (
     "gqa_same",
     "llm_gqa_same",
     "llm_window",
+    "llm_window_2048",
     "flash_default",
     "flash_speed",
     "flash_memory",

@@ -14,20 +14,24 @@ import math
 import statistics
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from attncore.decoder.probe import decoder_shape, layer_qkv
 from attncore.decoder.sinks import GU_EPS, GU_TOKENS, decoder_sinks, sink_variants
-from attncore.decoder.streaming import StreamSetting, stream_losses
+from attncore.decoder.stream_run import SHIPPED_STREAM_FILE, STREAM_RUN_LENGTH, load_stream_run
+from attncore.decoder.streaming import StreamResult, StreamSetting, stream_losses
 from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text
+from attncore.errors import AttnInputError
 from attncore.evidence.records import (
     CAVEAT,
     FAILS,
     HOLDS,
     K_SE,
     LIVE,
+    SHIPPED,
     UNTESTABLE,
     Claim,
     Judgement,
@@ -50,6 +54,8 @@ __all__ = [
     "measure_gqa",
     "measure_sinks",
     "measure_window",
+    "measure_window_shipped",
+    "window_values",
 ]
 
 MODEL_LABEL = "SmolLM2-135M-Instruct, 4-bit (Q4_1) weights dequantised to float32"
@@ -229,6 +235,21 @@ def _gqa_judge(m: Measurement) -> Judgement:
     return Judgement(FAILS, f"outputs differ by {fmt(d, 2)}, above {GQA_TOL:g}.")
 
 
+def window_values(r: StreamResult, W: int) -> tuple[dict[str, object], dict[str, float]]:
+    """The window row's numbers from a run with dense, window W and window W + first 4 (values, SEs):
+    perplexity past the window and the loss changes against dense there."""
+    dense, win, keep4 = StreamSetting(None), StreamSetting(W), StreamSetting(W, 4)
+    dw, sw = r.delta(win, dense, W)
+    d4, s4 = r.delta(keep4, dense, W)
+    return ({"L": r.length, "W": W, "ppl_dense": r.ppl(dense, W), "ppl_window": r.ppl(win, W),
+             "ppl_keep4": r.ppl(keep4, W), "d_window": dw, "d_keep4": d4},
+            {"d_window": sw, "d_keep4": s4})
+
+
+def _window_scale(L: int, W: int) -> str:
+    return _scale(L) + f"; window {W} keys, perplexity over tokens {W + 1}..{L - 1}"
+
+
 @lru_cache(maxsize=2)
 def _window(loader_id: int, L: int, W: int) -> Measurement:
     model, tok = LOADER[0]()
@@ -236,14 +257,9 @@ def _window(loader_id: int, L: int, W: int) -> Measurement:
     L = int(ids.shape[1])
     if L <= W + 64:
         raise ValueError(f"the text gave {L} tokens, too few for a window of {W}")
-    dense, win, keep4 = StreamSetting(None), StreamSetting(W), StreamSetting(W, 4)
-    r = stream_losses(model, ids, (dense, win, keep4))
-    dw, sw = r.delta(win, dense, W)
-    d4, s4 = r.delta(keep4, dense, W)
-    return Measurement({"L": L, "W": W, "ppl_dense": r.ppl(dense, W), "ppl_window": r.ppl(win, W),
-                        "ppl_keep4": r.ppl(keep4, W), "d_window": dw, "d_keep4": d4},
-                       se={"d_window": sw, "d_keep4": s4}, basis=LIVE,
-                       scale=_scale(L) + f"; window {W} keys, perplexity over tokens {W + 1}..{L - 1}")
+    r = stream_losses(model, ids, (StreamSetting(None), StreamSetting(W), StreamSetting(W, 4)))
+    vals, se = window_values(r, W)
+    return Measurement(vals, se=se, basis=LIVE, scale=_window_scale(L, W))
 
 
 def measure_window(setting: Setting, L: int = STREAM_LENGTH, W: int = STREAM_WINDOW) -> Measurement:
@@ -252,6 +268,22 @@ def measure_window(setting: Setting, L: int = STREAM_LENGTH, W: int = STREAM_WIN
         return _window(id(LOADER[0]), L, W)
     except (OSError, RuntimeError, ValueError) as exc:
         return _missing(exc)
+
+
+def measure_window_shipped(setting: Setting, path: Path | str = SHIPPED_STREAM_FILE,
+                           W: int = STREAM_WINDOW) -> Measurement:
+    """The same numbers read from the shipped 2,048-token run (:mod:`attncore.decoder.stream_run`), not
+    rerun here; its scale names the machine and date it was run on."""
+    try:
+        run = load_stream_run(path)
+        vals, se = window_values(run.result, W)
+    except (AttnInputError, OSError, ValueError, KeyError) as exc:
+        return Measurement(basis=SHIPPED, missing=f"the shipped StreamingLLM run cannot be read: "
+                                                  f"{str(exc).splitlines()[0][:200]}")
+    h = run.header
+    where = (f"shipped run ({h.get('date', '?')}, {h.get('cpu', '?')}, {h.get('threads', '?')} torch "
+             f"threads, {run.seconds_per_pass:.1f} s a pass)")
+    return Measurement(vals, se=se, basis=SHIPPED, scale=_window_scale(run.result.length, W) + "; " + where)
 
 
 def _window_judge(m: Measurement) -> Judgement:
@@ -279,7 +311,8 @@ def _window_judge(m: Measurement) -> Judgement:
 
 def _window_text(m: Measurement) -> str:
     W = int(m.num("W"))
-    return (f"perplexity past {W} tokens: dense {fmt(m.num('ppl_dense'), 3)}, window {W} "
+    return (f"at {int(m.num('L')):,} tokens, perplexity past {W} tokens: dense {fmt(m.num('ppl_dense'), 3)}, "
+            f"window {W} "
             f"{fmt(m.num('ppl_window'), 3)}, window + first 4 {fmt(m.num('ppl_keep4'), 3)} (loss change "
             f"{fmt_pm(m.num('d_window'), m.err('d_window'))} and "
             f"{fmt_pm(m.num('d_keep4'), m.err('d_keep4'))} "
@@ -344,6 +377,20 @@ LLM_WINDOW = Claim(
     slow=True,
 )
 
+LLM_WINDOW_2048 = Claim(
+    key="llm_window_2048",
+    source="sdpa",
+    quote=LLM_WINDOW.quote,
+    test=f"The same test at {STREAM_RUN_LENGTH:,} tokens, read from the run shipped with the app "
+    f"(attncore/decoder/results, written by python -m attncore.decoder.stream_run; not rerun here): "
+    f"{MODEL_LABEL}, dense, a window of {STREAM_WINDOW} keys, the window + the first 4 tokens (the live "
+    f"row on this claim measures it at {STREAM_LENGTH:,}).",
+    tolerance=LLM_WINDOW.tolerance,
+    measure=measure_window_shipped,
+    describe=_window_text,
+    judge=_window_judge,
+)
+
 LLM_GQA = Claim(
     key="llm_gqa_same",
     source="sdpa",
@@ -361,4 +408,4 @@ LLM_GQA = Claim(
     slow=True,
 )
 
-CLAIMS: tuple[Claim, ...] = (LLM_SINKS, LLM_DRAIN, LLM_WINDOW, LLM_GQA)
+CLAIMS: tuple[Claim, ...] = (LLM_SINKS, LLM_DRAIN, LLM_WINDOW, LLM_WINDOW_2048, LLM_GQA)

@@ -50,7 +50,7 @@ VERDICTS: tuple[str, ...] = (HOLDS, CAVEAT, FAILS, MISPRINT, UNTESTABLE)
 
 LIVE = "live"  # computed by attncore now, on the page's device
 EXACT = "exact"  # arithmetic, closed forms or quadrature: the same on every machine
-SHIPPED = "shipped"  # read from the shipped training results (attncore/training/results)
+SHIPPED = "shipped"  # read from shipped results (attncore/training/results, attncore/decoder/results)
 BASES: tuple[str, ...] = (LIVE, EXACT, SHIPPED)
 
 # A measured value: a number, a name (a backend), a flag, or a structured result a rule reads

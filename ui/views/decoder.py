@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from attncore.decoder.entropy import CLASSES, EntropyProfile
 from attncore.decoder.induction import Induction
 from attncore.decoder.sinks import DecoderSinks, SinkVariant
+from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
@@ -45,7 +46,9 @@ __all__ = [
     "sink_sentence",
     "stream_figure",
     "stream_frame",
+    "stream_run_caption",
     "stream_sentence",
+    "streaming_llm_sentence",
     "value_figure",
     "variants_frame",
 ]
@@ -169,9 +172,9 @@ def loss_curve(nll: np.ndarray, block: int = LOSS_BLOCK) -> tuple[np.ndarray, np
     return np.arange(n) * block + (block - 1) / 2.0, y
 
 
-def stream_figure(r: StreamResult, block: int | None = None) -> go.Figure:
+def stream_figure(r: StreamResult, block: int | None = None, tag: str = "dec_stream") -> go.Figure:
     """Loss against position for every setting (block means, :func:`auto_block` by default), the shape of
-    StreamingLLM's figure."""
+    StreamingLLM's figure; ``tag`` is its ``layout.meta.view``."""
     block = auto_block(r.length) if block is None else block
     curves = []
     for i, s in enumerate(r.settings):
@@ -179,7 +182,7 @@ def stream_figure(r: StreamResult, block: int | None = None) -> go.Figure:
         curves.append(Curve(name=html.escape(s.label), x=x, y=y, color=PALETTE[i % len(PALETTE)]))
     fig = line_chart(curves, x_title=f"query position (means of {block})", y_title="loss (nats/token)",
                      height=360)
-    return _tag(figures.legend_below(fig), "dec_stream")
+    return _tag(figures.legend_below(fig), tag)
 
 
 def stream_frame(r: StreamResult) -> pd.DataFrame:
@@ -209,6 +212,35 @@ def stream_sentence(r: StreamResult) -> str:
     if not parts:
         return "Only the dense setting ran."
     return "Perplexity relative to dense, " + "; ".join(parts) + "."
+
+
+def stream_run_caption(run: StreamRun) -> str:
+    """Where a stored run comes from, from its header: model, text, length, settings, machine, date, the
+    seconds a pass took and the command that wrote it (plain text; the page escapes it)."""
+    h, r = run.header, run.result
+    commit = str(h.get("commit", "unknown"))
+    commit = commit[:10] + commit[40:] if len(commit) >= 40 else commit
+    return (f"Stored run, not rerun here: {h.get('model', '?')}; text {h.get('text', '?')}; "
+            f"{r.length:,} tokens; {len(r.settings)} settings, one pass each, {run.seconds_per_pass:.1f} s a "
+            f"pass ({sum(r.seconds):.0f} s in all) on {h.get('cpu', '?')} ({h.get('cores', '?')} cores, "
+            f"{h.get('threads', '?')} torch threads, torch {h.get('torch', '?')}), "
+            f"{h.get('date', '?')}, commit {commit}; written by {h.get('command', '?')}.")
+
+
+def streaming_llm_sentence(r: StreamResult, table: Sequence[tuple[str, float]], cache: int = 1024) -> str:
+    """StreamingLLM's Table 1 (their cache of ``cache`` entries) beside this run's window of ``cache`` keys
+    alone and with the first k tokens, perplexity past the window and its ratio to dense there."""
+    theirs = "; ".join(f"{k} {v:,.2f}" for k, v in table)
+    dense = StreamSetting(None)
+    ours = [s for s in r.settings if s.window == cache]
+    if not ours or dense not in r.settings or r.length <= cache + 1:
+        return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache {cache:,}): "
+                f"{theirs}.")
+    base = r.ppl(dense, cache)
+    here = ", ".join(f"{s.label} {r.ppl(s, cache):,.2f} ({r.ppl(s, cache) / base:.3f}× dense)" for s in ours)
+    return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, 65K tokens, cache "
+            f"{cache:,}): {theirs}. Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; "
+            f"their model read 65K tokens, far past its 4K training length; this run reads {r.length:,}.")
 
 
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
