@@ -503,6 +503,36 @@ def audit_llm_window(m: Measurement) -> None:
     close(ppl(causal & ((i - j < W) | (j < 4))), m.num("ppl_keep4"), rel=2e-3)
 
 
+def test_shipped_window_row_recomputed_from_the_raw_file(ours: dict[str, Measurement]) -> None:
+    """The 2,048-token StreamingLLM row from the shipped .npz itself (numpy only, no attncore reader):
+    perplexity past the window from the rows' mean losses, the loss changes against dense and their
+    standard errors from means of 64-position blocks."""
+    from attncore.decoder.stream_run import SHIPPED_STREAM_FILE
+
+    m = ours["llm_window_2048"]
+    if m.missing:
+        pytest.skip(m.missing)
+    z = np.load(SHIPPED_STREAM_FILE)
+    nll, window, sinks = z["nll"].astype(np.float64), z["window"], z["sinks"]  # (P, L - 1), (P,), (P,)
+    W = int(m.num("W"))
+
+    def row(w: int, k: int) -> np.ndarray:
+        (idx,) = np.nonzero((window == w) & (sinks == k))
+        assert idx.size == 1, (w, k)
+        return nll[int(idx[0]), W:]  # predictions of tokens W + 1 .. L - 1
+
+    dense, win, keep4 = row(-1, 0), row(W, 0), row(W, 4)  # window -1: dense
+    assert int(m.num("L")) == nll.shape[1] + 1
+    for key, r in (("ppl_dense", dense), ("ppl_window", win), ("ppl_keep4", keep4)):
+        close(m.num(key), math.exp(r.mean()), rel=1e-6)
+    for key, r in (("d_window", win), ("d_keep4", keep4)):
+        d = r - dense
+        nb = d.size // 64
+        blocks = d[: nb * 64].reshape(nb, 64).mean(axis=1)
+        close(m.num(key), d.mean(), rel=1e-6)
+        close(m.err(key), blocks.std(ddof=1) / math.sqrt(nb), rel=1e-4)
+
+
 def audit_llm_gqa(m: Measurement) -> None:
     if m.missing:
         pytest.skip(m.missing)
@@ -574,7 +604,8 @@ def test_every_live_and_exact_row_has_an_audit(ours: dict[str, Measurement]) -> 
     measured_here = {k for k, m in ours.items() if m.basis in (LIVE, EXACT)}
     assert measured_here == set(AUDITS), sorted(measured_here ^ set(AUDITS))
     assert {k for k, m in ours.items() if m.basis == SHIPPED} == {
-        "sinks_learned", "bias_removes_sinks", "scaling_ablation", "fully_scaled_worse", "unstable_16"}
+        "sinks_learned", "bias_removes_sinks", "scaling_ablation", "fully_scaled_worse", "unstable_16",
+        "llm_window_2048"}
 
 
 @pytest.mark.parametrize("key", sorted(AUDITS))

@@ -208,7 +208,7 @@ def stream_sentence(r: StreamResult) -> str:
     for w in sorted({s.window for s in r.settings if s.window is not None}):
         base = r.ppl(dense, w)
         items = [f"{s.label} {r.ppl(s, w) / base:.3g}×" for s in r.settings if s.window == w]
-        parts.append(f"past token {w}: dense {base:.3g}; " + ", ".join(items))
+        parts.append(f"past token {w:,}: dense {base:.3g}; " + ", ".join(items))
     if not parts:
         return "Only the dense setting ran."
     return "Perplexity relative to dense, " + "; ".join(parts) + "."
