@@ -132,6 +132,17 @@ def test_a_bands_curve_owns_the_legend_entry() -> None:
     assert by_name["alone"]["fill"] == "toself"
 
 
+def test_log_ticks_within_two_decades_write_each_label_in_full() -> None:
+    """A value ratio from 0.1 to 2 drew Plotly's bare '2' and '5' for 0.2 and 0.5 (read as 2 and 5)."""
+    import plotly.graph_objects as go
+
+    fig = figures.log_ticks(go.Figure(go.Scatter(x=[0, 1, 2], y=[0.11, 1.0, 1.9])))
+    ya = fig.layout.yaxis
+    assert list(ya.tickvals) == pytest.approx([0.1, 0.2, 0.5, 1.0, 2.0])
+    assert list(ya.ticktext) == ["0.1", "0.2", "0.5", "1", "2"]
+    assert ya.tickmode == "array"
+
+
 def test_log_ticks_keep_a_few_labels_whatever_the_span() -> None:
     """Issue 34: a row sum falling to 1e-40 got a label per decade (40 on a 400 px axis, piled into one
     block); now every k-th decade, at most MAX_LOG_LABELS labels, and every decade for a short span."""

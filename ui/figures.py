@@ -691,14 +691,22 @@ MAX_LOG_LABELS = 6  # decade labels on a log y axis of an ordinary chart (a 400 
 def log_ticks(fig: go.Figure, max_labels: int = MAX_LOG_LABELS) -> go.Figure:
     """Powers of ten only, written as 10^k, on a log y axis: every decade, or every k-th decade when the
     data span more than ``max_labels`` of them (issue 34: a row sum falling to 1e-40 put 40 labels on a
-    400 px axis, piled into one block)."""
+    400 px axis, piled into one block). Data within two decades get 1-2-5 labels written in full (0.2,
+    not Plotly's bare "2"). Call it after the last trace is added."""
     ys = [np.asarray(tr.y, dtype=np.float64).ravel() for tr in fig.data if getattr(tr, "y", None) is not None]
     ys = [y[np.isfinite(y) & (y > 0)] for y in ys]
     ys = [y for y in ys if y.size]
     step = 1
     if ys:
-        lo = math.floor(math.log10(min(float(y.min()) for y in ys)))
-        hi = math.ceil(math.log10(max(float(y.max()) for y in ys)))
+        ymin, ymax = min(float(y.min()) for y in ys), max(float(y.max()) for y in ys)
+        lo, hi = math.floor(math.log10(ymin)), math.ceil(math.log10(ymax))
+        if hi - lo <= 2:
+            # two decades or less: Plotly's own labels there are bare digits ("2", "5" for 0.2 and 0.5,
+            # read as 2 and 5); label 1-2-5 steps with their full values instead
+            vals = [m * 10.0**k for k in range(lo, hi + 1) for m in (1, 2, 5)
+                    if ymin / 2 <= m * 10.0**k <= ymax * 2]
+            fig.update_yaxes(tickmode="array", tickvals=vals, ticktext=[f"{v:g}" for v in vals])
+            return fig
         step = max(1, math.ceil((hi - lo) / max_labels))
     fig.update_yaxes(dtick=step, exponentformat="power")
     return fig

@@ -125,8 +125,8 @@ def value_figure(s: DecoderSinks) -> go.Figure:
                     color=PALETTE[g]) for g in range(G)]
     curves.append(Curve(name="1 (no drain)", x=np.array([0, N - 1]), y=np.array([1.0, 1.0]), theory=True,
                         color=PALETTE[7]))
-    fig = line_chart(curves, x_title="layer", y_title="first token's value norm ÷ others' median", log_y=True,
-                     height=300)
+    fig = line_chart(curves, x_title="layer", y_title="value norm: first ÷ others", log_y=True, height=300)
+    figures.log_ticks(fig)  # a ratio near 1: 0.1, 0.2, 0.5, 1, 2 written in full
     return _tag(figures.legend_below(fig), "dec_value")
 
 
