@@ -13,6 +13,7 @@ import os
 import torch
 
 __all__ = [
+    "cpu_model",
     "DeviceUnavailableError",
     "available_devices",
     "describe_device",
@@ -111,3 +112,18 @@ def describe_device(device: torch.device) -> str:
     if device.type == "mps":
         return "Apple MPS"
     return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s first "model name"), else :func:`platform.processor`, else
+    the machine type: what a shipped result's header says it ran on."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

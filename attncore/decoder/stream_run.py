@@ -38,6 +38,7 @@ import torch
 from attncore.decoder.probe import MAX_DECODER_TOKENS
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
 from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text, text_tokens
+from attncore.device import cpu_model
 from attncore.errors import AttnInputError
 
 __all__ = [
@@ -90,16 +91,7 @@ class StreamRun:
 
 def machine_label() -> dict[str, Any]:
     """The CPU model (from /proc/cpuinfo, else :func:`platform.processor`), its logical cores, the OS."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu or platform.processor() or platform.machine(), "cores": os.cpu_count() or 0,
-            "platform": platform.platform()}
+    return {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "platform": platform.platform()}
 
 
 def _git_commit() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from attncore.device import cpu_model
 from attncore.errors import AttnInputError
 from attncore.training import io as _io
 from attncore.training.bbm import BigramBackcopy
@@ -97,15 +97,7 @@ def _git_commit() -> str | None:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
+    return (f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
             f"{torch.get_num_threads()} thread(s)")
 
 
