@@ -10,8 +10,10 @@ import json
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser_utils import assert_clean, open_page, screenshot, slider, wait_idle
-from tests.test_browser_realtext_select import META_JS, POINT_JS, show, views
+from tests.browser_utils import POINT_JS, assert_clean, open_page, screenshot, slider, wait_idle
+from tests.browser_utils import chart_views as views
+from tests.browser_utils import show_chart as show
+from tests.test_browser_realtext_select import META_JS
 
 pytestmark = pytest.mark.browser
 
