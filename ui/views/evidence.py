@@ -275,11 +275,14 @@ def verdict_figure(rows: Sequence[Row], only: Sequence[str] = ()) -> go.Figure:
         for v in VERDICTS
     ]
     fig = go.Figure(traces)
+    most = max((sum(by[s].values()) for s in sources), default=0)
     relayout(
         fig,
         barmode="stack",
         bargap=0.25,
-        xaxis={"dtick": 2, "title": {"text": "claims"}},
+        # the axis ends 0.6 of a claim past the longest bar: the last tick label (every 2 claims) sits
+        # inside the plot, not half over its right margin (an odd count of 15 put '16' at the very end)
+        xaxis={"dtick": 2, "title": {"text": "claims"}, "range": [0, most + 0.6]},
         yaxis={"tickmode": "array", "tickvals": labels, "ticktext": labels},
         meta={"view": "ev-verdicts"},
     )
