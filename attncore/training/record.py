@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from attncore.device import cpu_model  # re-exported: the results' headers share one reader
 from attncore.errors import AttnInputError
 from attncore.training.config import TrainConfig
 from attncore.training.train import TrainResult, best_val, train
@@ -56,17 +57,6 @@ def git_commit() -> str:
         return head + ("+dirty" if dirty else "") if head else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo, else what the platform says)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
