@@ -456,6 +456,10 @@ def test_the_caption_names_the_engine_that_ran_and_the_seed_note_its_rule() -> N
 
     note = ui.views.entropy.seed_note()
     assert note in caption  # the sidebar's line under the seed
-    # the note's lengths are the dispatch table's: logits from its crossover, vectors above the torch cap
-    assert f"n ≥ 2{'²⁰' if CROSSOVERS['logits'].n == 1 << 20 else '?'} (logits)" in note
-    assert CROSSOVERS["vectors"].n > MAX_SWEEP_N and "n > 2²⁴ (vectors)" in note
+    # the note's lengths are the dispatch table's crossovers (or "above the torch cap" where a crossover is past it)
+    sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+    for method in ("logits", "vectors"):
+        n = CROSSOVERS[method].n
+        want = (f"n > 2{str(MAX_SWEEP_N.bit_length() - 1).translate(sup)} ({method})" if n > MAX_SWEEP_N
+                else f"n ≥ 2{str(n.bit_length() - 1).translate(sup)} ({method})")
+        assert want in note, (want, note)

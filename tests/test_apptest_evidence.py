@@ -26,9 +26,15 @@ PAGE = "pages/7_Evidence.py"
 TIMED = {"flash_speed", "flash_memory"}  # not reproducible from run to run
 
 
-@lru_cache(maxsize=4)
 def rows(seed: int = 0) -> tuple[Row, ...]:
-    return tuple(evaluate(c, Setting(device=page_device(), seed=seed)) for c in CLAIMS)
+    """Every claim judged on the device a page computes on now (keyed by it: a test run that changes
+    ATTNCORE_DEVICE before this is first called must not leave one device's rows for another's page)."""
+    return _rows(seed, page_device())
+
+
+@lru_cache(maxsize=4)
+def _rows(seed: int, device: str) -> tuple[Row, ...]:
+    return tuple(evaluate(c, Setting(device=device, seed=seed)) for c in CLAIMS)
 
 
 def table(at: AppTest) -> Any:

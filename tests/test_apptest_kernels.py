@@ -181,7 +181,10 @@ def test_time_chart_medians_spread_noise_flags_and_fitted_guides() -> None:
     sizes = page_sizes(spec, [64, 128, 256, 512], mem=False)
     fig = figure(at, "kernels_time")
     frame = view.backend_frame(sizes)
-    for name in ("flash", "math", "default"):
+    # the backends that ran at every size (on a GPU in float32 flash refuses: it takes half precision only)
+    names = [n for n in ("flash", "math", "default") if all(s.row(n).status == "ran" for s in sizes)]
+    assert {"math", "default"} <= set(names) and ("flash" in names or not ON_CPU)
+    for name in names:
         sub = frame[frame.backend == name].sort_values("T")
         med = {int(t): m for t, m in zip(sub["T"], sub["time_ms"], strict=True)}
         for s in sizes:

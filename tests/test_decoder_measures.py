@@ -164,6 +164,8 @@ def test_window_equals_a_rolling_cache(model: torch.nn.Module, window: int, sink
     are masked out (each token's keys and values computed when it was newest, from its own window)."""
     from transformers import DynamicCache
 
+    from attncore.models.generation import cache_kwarg, cache_of
+
     L = 20
     ids = _ids(L, 3)
     p = decoder_pass(model, ids, allowed=band_allowed(L, window, sinks), weights=False)
@@ -173,8 +175,8 @@ def test_window_equals_a_rolling_cache(model: torch.nn.Module, window: int, sink
         for i in range(L - 1):
             keep = torch.tensor([float(j < sinks or i - j < window) for j in range(i + 1)])[None]
             out = model(input_ids=ids[:, i:i + 1], position_ids=torch.tensor([[i]]), attention_mask=keep,
-                        cache=cache, use_cache=True)
-            cache = out.past_key_values
+                        use_cache=True, **{cache_kwarg(model): cache})
+            cache = cache_of(out)
             got.append(_nll(out.logits[0, -1:], ids[0, i + 1:i + 2]))
     torch.testing.assert_close(p.nll, torch.cat(got), atol=1e-4, rtol=1e-4)
 
@@ -388,3 +390,20 @@ def test_shipped_text_and_windows() -> None:
     assert [int(x[0, 0]) for x in w] == [0, 35, 70] and all(x.shape == (1, 30) for x in w)
     with pytest.raises(AttnInputError):
         text_windows(ids, 200, 2)
+
+
+def test_the_cache_argument_is_named_as_the_installed_transformers_names_it() -> None:
+    """transformers 5.17 takes ``past_key_values`` and swallows ``cache=`` in ``**kwargs`` (every step then
+    decodes without its past: the rolling-cache test failed by 6 nats on such a machine); later 5.x take
+    ``cache``. The name is read from the forward's signature, never assumed."""
+    from attncore.models.generation import cache_kwarg
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            return input_ids
+
+    assert cache_kwarg(Old()) == "past_key_values" and cache_kwarg(New()) == "cache"

@@ -26,8 +26,8 @@ from attncore.models.capture import attention_modules, tokenize
 from attncore.models.loading import LoadedModel, first_line
 from attncore.models.modules import exclusive, hooked_run
 
-__all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "generate",
-           "next_distribution", "next_logits"]
+__all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "cache_kwarg", "cache_of",
+           "generate", "next_distribution", "next_logits"]
 
 MAX_NEW_TOKENS = 64  # generated tokens at most per request
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 5.0
@@ -73,10 +73,17 @@ def next_distribution(lm: LoadedModel, logits: Tensor, temperature: float,
     return [(str(n), float(p[i])) for n, i in zip(names, order, strict=True)]
 
 
-def _cache_of(out: Any) -> Any:
-    """The key/value cache a forward pass returned (``cache``; ``past_key_values`` before transformers 5)."""
+def cache_of(out: Any) -> Any:
+    """The key/value cache a forward pass returned (``cache``; ``past_key_values`` in older transformers)."""
     keys = out.keys() if hasattr(out, "keys") else ()
     return out["cache"] if "cache" in keys else out.past_key_values
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The name ``model.forward`` takes its key/value cache by: ``cache`` in recent transformers 5
+    releases, ``past_key_values`` before (5.17 still took only that one). Passing the wrong name is
+    silently swallowed by ``**kwargs``: every step then decodes without its past."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -152,8 +159,7 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
         new_ids: list[int] = []
         probs: list[float] = []
         eos = getattr(lm.tokenizer, "eos_token_id", None)
-        # transformers 5 names the key/value cache argument ``cache`` (``past_key_values`` before)
-        cache_kw = "cache" if "cache" in inspect.signature(lm.model.forward).parameters else "past_key_values"
+        cache_kw = cache_kwarg(lm.model)
         stopped = False
         with hooked_run(lm.name, handles, "generate from this text"), torch.inference_mode():
             out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
@@ -167,7 +173,7 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
                     stopped = True
                     break
                 if step + 1 < n_new:
-                    step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: _cache_of(out)}
+                    step_in = {"input_ids": torch.tensor([[nxt]], device=dev), cache_kw: cache_of(out)}
                     out = lm.model(**step_in, use_cache=True, logits_to_keep=1)
     T = len(new_ids)
     att = torch.zeros(T, lm.layers, lm.heads, P + T - 1)

@@ -32,7 +32,7 @@ draws (see :mod:`attncore.sweeps.fused_kernels`); no redraws are needed. The CUD
 max weight against the exact quadrature of :mod:`attncore.row_theory` at 2^20..2^30.
 
 Scheduling: a pass is cut into launches of :data:`LAUNCH_SAMPLES` random numbers (about
-0.1 s on an H200 at the rates issue 25 measured); the
+20 ms on an H100 at the measured 198-241 G samples/s); the
 partial merge of each launch is queued right behind it. The host never reads a value back
 inside a sweep: on CUDA it waits on the event of the launch *before* the one just queued (the
 GPU always has the next launch queued), then reports progress and checks cancellation. On the CPU the kernels
@@ -107,18 +107,20 @@ __all__ = [
 
 MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
 # Random numbers one fused sweep may draw: about 6 s at the logits kernel's 196 G samples/s on an
-# H200 (issue 25); the reworked vectors kernel's rate is not yet measured.
+# H200 (issue 25; 198 G/s on an H100, 27 Nov 2026), 4.6 s at the reworked vectors kernel's 241 G/s
+# (H100, 2^30 keys, python -m bench.entropy_cuda).
 MAX_FUSED_WORK = 1 << 40
 FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
 MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
-LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~25-90 ms on an H100 (estimate, to be measured)
+LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~22 ms (logits) to ~18 ms (vectors) on an H100
 TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
 GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
 RB = 4  # logits: rows per program
 # vectors kernel tiles (sm_90 build with 16-byte aligned arguments, as the launches get them:
 # 163 registers and no spill at 64 rows, so three programs share an SM; 64-key tiles take
-# 253 registers, 64-wide head-dim chunks 240, both two programs per SM). Estimates until timed
-# on a GPU: `python -m bench.entropy_cuda --tune` times the alternatives.
+# 253 registers, 64-wide head-dim chunks 240, both two programs per SM). Timed on an H100
+# (`python -m bench.entropy_cuda --tune`, 2^24 keys, 27 Nov 2026): 32 keys x 32 dims x 4 warps 11.1 ms,
+# 64-key tiles 11.5, 16-key 15.3, 64-wide chunks 12.2, 16-wide 12.5, 8 warps 28.4: the defaults are the best.
 BN = 32  # vectors: keys per tile (drawn once, shared by every row of the program); 16 from a value
 # dim of 128 on (the output accumulator takes 128 registers at 256: 32-key tiles spill 320 bytes)
 DCH = 32  # vectors: head-dim chunk of one key draw and its two tf32 products (16 where d <= 16)
