@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser_utils import assert_clean, open_page, report, screenshot, wait_idle
+from ui.widgets import LONG_WORD
 
 pytestmark = pytest.mark.browser
 
@@ -154,8 +155,31 @@ TABLE_JS = """() => {
               scroll_x: Array.from(t.querySelectorAll('*')).some(e => e.scrollWidth > e.clientWidth + 1
                 && getComputedStyle(e).overflowX !== 'visible'), cut};
     }),
+    mid_word: (() => {  // a line break between two word characters of a word of at most LONG_WORD
+      const out = [];
+      for (const p of document.querySelectorAll('[data-testid=stMain] [data-testid=stTable] td p')) {
+        const walker = document.createTreeWalker(p, NodeFilter.SHOW_TEXT);
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+          const text = n.textContent, range = document.createRange();
+          let top = null;
+          for (let i = 0; i < text.length; i++) {
+            range.setStart(n, i); range.setEnd(n, i + 1);
+            const r = range.getClientRects()[0];
+            if (!r) continue;
+            if (top !== null && r.top > top + 2 && i > 0 && /\\w/.test(text[i - 1]) && /\\w/.test(text[i])) {
+              const words = text.split(/[\\s\u200b\\/-]+/);
+              let at = 0, word = '';
+              for (const w of words) { const k = text.indexOf(w, at); if (k <= i && i <= k + w.length) { word = w; break; } at = k + w.length; }
+              if (word.length <= LONG_WORD) out.push(text.slice(Math.max(0, i - 12), i) + '|' + text.slice(i, i + 12));
+            }
+            top = r.top;
+          }
+        }
+      }
+      return out;
+    })(),
   };
-}"""
+}""".replace("LONG_WORD", str(LONG_WORD))
 
 
 @pytest.mark.parametrize(("path", "grid"), [
@@ -198,3 +222,6 @@ def test_presenter_mode_table_text_at_least_16px(page: Page, app_url: str, path:
         assert t["cells"] and min(t["sizes"]) >= 16, t
         assert not fonts or min(t["sizes"]) >= max(fonts), (t, fonts)
         assert t["right"] <= t["main_right"] + 1 and not t["cut"], f"{name}: table cut or overflowing {t}"
+    # in presenter mode no word of up to ui.widgets.LONG_WORD characters is broken across lines
+    # ("FLASH_ATTENTI" / "ON" at 1280 px): lines break at spaces, hyphens and after underscores
+    assert not present["mid_word"], f"{name}: words broken mid-word {present['mid_word'][:5]}"

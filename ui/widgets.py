@@ -7,6 +7,7 @@ value that the URL parser would reject.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -164,6 +165,19 @@ def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str,
 PRESENT_KEY = "present"  # presenter mode's session-state key and URL name (ui.page declares its Param)
 TABLE_MAX_ROWS = 15  # presenter mode: a longer table scrolls inside TABLE_HEIGHT px (its header stays put)
 TABLE_HEIGHT = 640
+LONG_WORD = 24  # presenter tables: a word longer than this may break anywhere; shorter ones never break
+_SOFT_BREAK = re.compile(r"_(?=\w)")  # snake_case and SCREAMING_CASE names may wrap after an underscore
+_WORDS = re.compile(r"[\s\u200b/-]+")
+
+
+def _soft_breaks(text: str) -> str:
+    """``text`` with a zero-width space after each underscore inside a name ("scaled_dot_product_attention",
+    "FLASH_ATTENTION"), where a presenter table may wrap it instead of cutting a word in two."""
+    return _SOFT_BREAK.sub("_\u200b", text)
+
+
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in _WORDS.split(text)), default=0)
 
 
 def presenting() -> bool:
@@ -234,16 +248,23 @@ def table(data: pd.DataFrame | Styler, *, column_config: Mapping[str, Any] | Non
         where.dataframe(data, hide_index=hide_index, width=width, column_config=column_config, key=key)
         return
     frame, right = presented_frame(data, column_config)
+    texts = [c for c in frame.columns if c not in right]
+    frame[texts] = frame[texts].map(lambda v: _soft_breaks(str(v)))
     # !important: st.table aligns each cell inline by its type (text: left), over a plain Styler rule; a
     # number is never broken across lines ("5.51e-" / "07"), the text columns wrap instead
-    shown = frame.style.set_properties(subset=right, **{"text-align": "right !important"}) if right else frame
+    shown = frame.style.set_properties(subset=right, **{"text-align": "right !important"}) if right else frame.style
     cols = [j for j, c in enumerate(frame.columns) if c in right]
-    if cols:  # the cell's Markdown paragraph, inside the cell, is what wraps; a long word in a text column
-        # may break anywhere instead, so that the table still fits the page (Kernels' torch messages)
-        nowrap = "white-space: nowrap !important;"
-        shown = shown.set_table_styles([{"selector": "td p", "props": "overflow-wrap: anywhere;"}]
-                                       + [{"selector": f"td.col{j} p", "props": nowrap} for j in cols],
-                                       overwrite=False)
+    # The cell's Markdown paragraph, inside the cell, is what wraps: at spaces, hyphens and the soft breaks
+    # after underscores, never inside a word (break-word: a column is at least its longest word wide). Only a
+    # word longer than LONG_WORD may break anywhere, so that the table still fits the page.
+    long = [(i, j) for j, c in enumerate(frame.columns) if c not in right
+            for i, v in enumerate(frame[c]) if _longest_word(str(v)) > LONG_WORD]
+    shown = shown.set_table_styles([{"selector": "td p", "props": "overflow-wrap: break-word;"}]
+                                   + [{"selector": f"td.row{i}.col{j} p", "props": "overflow-wrap: anywhere;"}
+                                      for i, j in long]
+                                   + [{"selector": f"td.col{j} p", "props": "white-space: nowrap !important;"}
+                                      for j in cols],
+                                   overwrite=False)
     box = where.container(key=key) if key else where
     box.table(shown, hide_index=hide_index, width=width,
               height="content" if len(frame) <= TABLE_MAX_ROWS else TABLE_HEIGHT)
