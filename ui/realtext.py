@@ -43,7 +43,10 @@ __all__ = [
     "TOP_KEYS",
     "Chosen",
     "ModelParams",
+    "ModelText",
     "choose",
+    "choose_model",
+    "choose_view",
     "head_view",
     "load",
     "load_model",
@@ -219,30 +222,57 @@ class _ProgressBar:
             self._bar.empty()
 
 
-def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
-    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
-    causal character model) its explanation, in that order. None while the local-folder box is empty.
+@dataclass(frozen=True)
+class ModelText:
+    """What :func:`choose_model` returns: the source for ``ui.cached`` (``"minilm"``, ``"smollm2"``, the
+    causal model or a path), the text, and the loaded model (None for the causal character model, which
+    :func:`load` loads with its text)."""
 
-    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
-    otherwise the text is cut to the limit where every map fits.
-    """
+    source: str
+    text: str
+    lm: LoadedModel | None
+
+
+def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
+    """The model picker, the text box and the cached model: the part of :func:`choose` that a head, layer or
+    token selection leaves alone (a page may run :func:`choose_view` in an ``st.fragment``, so a click
+    reruns only that). None while the local-folder box is empty."""
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
     if source is None:
         return None
-    if source == causal.CAUSAL:
+    lm = None if source == causal.CAUSAL else load_model(source, ctx)
+    return ModelText(source=source, text=text, lm=lm)
+
+
+def choose_view(mp: ModelParams, picked: ModelText, ctx: PageContext, *, long_text: bool = False) -> Chosen:
+    """The rest of :func:`choose`: the cached forward pass, the layer, head and token pickers and (for the
+    causal character model) its explanation, in that order."""
+    source, text = picked.source, picked.text
+    if picked.lm is None:
         lm, res = load(source, text, ctx)
         layer, head = pick_head(mp, lm, ctx.controls)
     else:
-        lm = load_model(source, ctx)
-        layer, head = pick_head(mp, lm, ctx.controls)
-        lm, res = load(source, text, ctx, lm, layer if long_text else None)
+        layer, head = pick_head(mp, picked.lm, ctx.controls)
+        lm, res = load(source, text, ctx, picked.lm, layer if long_text else None)
     token = pick_token(mp, res.value, ctx.controls)
     if causal.is_causal(lm):
         causal.explain(lm)
     elif lm.description:
         st.caption(plain(model_sentence(lm)))
     return Chosen(lm=lm, res=res, layer=layer, head=head, token=token, source=source, text=text)
+
+
+def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
+    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
+    causal character model) its explanation, in that order (:func:`choose_model`, then
+    :func:`choose_view`). None while the local-folder box is empty.
+
+    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
+    otherwise the text is cut to the limit where every map fits.
+    """
+    picked = choose_model(mp, ctx)
+    return None if picked is None else choose_view(mp, picked, ctx, long_text=long_text)
 
 
 def model_sentence(lm: LoadedModel) -> str:
