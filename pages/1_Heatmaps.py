@@ -18,7 +18,7 @@ from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, decoder, realtext, widgets
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
-from ui.page import PageContext, run_page
+from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import heatmaps as view
@@ -270,9 +270,23 @@ def real_text(ctx: PageContext) -> None:
     st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
              r"{\sqrt{d_h}}\right),"
              r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
-    chosen = realtext.choose(RT, ctx, long_text=True)
-    if chosen is None:
-        return
+    picked = realtext.choose_model(RT, ctx)
+    if picked is not None:
+        selection(ctx, picked)
+
+
+@st.fragment
+def selection(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """Everything a layer, head or token selection drives, as a fragment: a click on a head tile or a row of
+    the map (or a move of the Layer, Head or Query token control in the sidebar, drawn in here) reruns
+    this part alone, with its own error boundary and URL sync (issue 34: no forward pass runs on a click,
+    and now neither does the rest of the page)."""
+    in_fragment(ctx, lambda: selected(ctx, picked))
+
+
+def selected(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """The forward pass (cached), the layer, head and token pickers, and the views of the selection."""
+    chosen = realtext.choose_view(RT, picked, ctx, long_text=True)
     lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
     att = res.value
     w = att.maps(layer)[head]
