@@ -252,10 +252,11 @@ def test_heatmaps_clicks_select_head_and_token(lm: LoadedModel) -> None:
 
 def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 34: a click on a head tile or a row of the map reruns the fragment that draws what the
-    selection drives, not the page: neither the page frame (``run_page``) nor the model load runs again,
-    the map, the token views and the sidebar controls follow the click, presenter mode stays on, and the
-    URL says what was clicked, so a copied link reproduces the view."""
+    """Issue 34: a click on a head tile reruns the fragment that draws what the selection drives, and a
+    click on a row of the map only the fragment inside it that draws the map and the token's views, never
+    the page: neither the page frame (``run_page``) nor the model load runs again, the map, the token views
+    and the sidebar controls follow the click, presenter mode stays on, and the URL says what was clicked,
+    so a copied link reproduces the view."""
     runs = {"page": 0, "model": 0}
 
     def counted(name, original):
@@ -269,9 +270,10 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
     at = run_app(HEATMAPS, rt_src="real", present="1")
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
-    views = ("chart_rt_heads", "chart_rt_overview", "chart_rt_weights")
-    fragments = {fragment_of(at, key) for key in views}
-    assert len(fragments) == 1 and None not in fragments, fragments  # the three charts, one fragment
+    head_fragment = fragment_of(at, "chart_rt_heads")
+    token_fragment = fragment_of(at, "chart_rt_weights")
+    assert head_fragment and head_fragment == fragment_of(at, "chart_rt_overview")
+    assert token_fragment and token_fragment != head_fragment
     att = run_text(lm, DEFAULT_TEXT)
     # a click on thumbnail 5 of layer 0
     fragment_click(at, "chart_rt_heads", [0, 5])
@@ -287,10 +289,13 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
     assert weights["layout"]["meta"]["present"] is True  # restyled for presenter mode in a fragment run
     assert figure(at, "rt-heads")["layout"]["meta"]["selected"] == 5
     assert any(e.value.startswith("q, k and v are this head's") for e in at.caption)
-    # a click on row 7 of the map
+    # a click on row 7 of the map: the map and the token's views rerun, the head grids do not
     fragment_click(at, "chart_rt_weights", [7, 2, 0.1])
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
+    assert [c.key for c in at.get("plotly_chart")] == ["chart_rt_weights", "chart_rt-token_qkv",
+                                                       "chart_rt-token_topkeys"]
+    assert not at.slider and not at.metric  # the Layer and Head sliders and the metrics were not redrawn
     assert at.session_state["rt_tok"] == 7 and at.selectbox(key="rt_tok").value == 7
     assert figure(at, "rt-weights")["layout"]["meta"]["selected"] == 7
     query = dict(at.query_params)

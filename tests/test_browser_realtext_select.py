@@ -129,9 +129,10 @@ def assert_fragment_run(runs: Runs) -> None:
 
 
 def test_heatmaps_clicks_rerun_only_the_selection_fragment(page: Page, app_url: str) -> None:
-    """Issue 34: a click on a head thumbnail, then on a row of the map, reruns the fragment that draws the
-    selection, not the page; the map, the Head slider and the Query token box follow, the URL says what
-    was clicked, and that URL opened afresh shows the same view."""
+    """Issue 34: a click on a head thumbnail reruns the fragment that draws the selection, and a click on a
+    row of the map only the fragment inside it (the map and the token's views), never the page; the map,
+    the Head slider and the Query token box follow, the URL says what was clicked, and that URL opened
+    afresh shows the same view."""
     runs = Runs()
     runs.attach(page)
     page.set_viewport_size(VIEWPORT)
@@ -143,6 +144,7 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(page: Page, app_url: 
     wait_idle(page)
     assert_clean(page)
     assert_fragment_run(runs)
+    head_fragment = runs.asked[0]
     expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 5")).to_be_visible()
     assert slider(page, "Head").input_value() == "5"
     runs.clear()
@@ -151,6 +153,8 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(page: Page, app_url: 
     wait_idle(page)
     assert_clean(page)
     assert_fragment_run(runs)
+    token_fragment = runs.asked[0]
+    assert token_fragment != head_fragment and set(runs.drawn) == {token_fragment}  # the inner one alone
     assert '"selected":4' in page.evaluate(META_JS, "rt-weights")
     expect(page.get_by_role("heading", name="Token 4:")).to_be_visible()
     box = page.get_by_test_id("stSidebar").get_by_role("combobox", name="Query token")
