@@ -18,7 +18,7 @@ from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, decoder, realtext, widgets
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
-from ui.page import PageContext, run_page
+from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import heatmaps as view
@@ -270,9 +270,23 @@ def real_text(ctx: PageContext) -> None:
     st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
              r"{\sqrt{d_h}}\right),"
              r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
-    chosen = realtext.choose(RT, ctx, long_text=True)
-    if chosen is None:
-        return
+    picked = realtext.choose_model(RT, ctx)
+    if picked is not None:
+        selection(ctx, picked)
+
+
+@st.fragment
+def selection(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """Everything a layer, head or token selection drives, as a fragment: a click on a head tile (or a move
+    of the Layer or Head control in the sidebar, drawn in here) reruns this part alone, with its own error
+    boundary and URL sync (issue 34: no forward pass runs on a click, and now neither does the rest of the
+    page). The map and the token views are a fragment inside it (:func:`token_views`)."""
+    in_fragment(ctx, lambda: selected(ctx, picked))
+
+
+def selected(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """The forward pass (cached), the layer and head pickers, and the views of the selection."""
+    chosen = realtext.choose_view(RT, picked, ctx, long_text=True, token=False)
     lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
     att = res.value
     w = att.maps(layer)[head]
@@ -288,11 +302,7 @@ def real_text(ctx: PageContext) -> None:
     c[3].metric(f"Mass on {plain(att.tokens[0])}", f"{float(w[:, 0].mean()):.3f}",
                 help="Mean weight the queries of this head put on the first token.")
     st.caption(plain(rt_views.heads_sentence(att, lm.name)))
-    realtext.head_view(att, lm, layer, head, view="rt-weights", key="rt_weights", mp=RT, token=chosen.token)
-    st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
-               "attention over the text and its q, k, v below; click a thumbnail further down to switch "
-               "heads.")
-    realtext.token_section(chosen, ctx, key="rt-token")
+    token_views(ctx, chosen)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
                             f"over {L} tokens.")
@@ -308,6 +318,25 @@ def real_text(ctx: PageContext) -> None:
     elif decoder.is_decoder(chosen):
         decoder.next_token_section(RT_DEC, chosen, ctx, key="rt-dec")
         decoder.generation_section(RT_DEC, chosen, ctx, key="rt-dec")
+
+
+@st.fragment
+def token_views(ctx: PageContext, chosen: realtext.Chosen) -> None:
+    """The map of the selected head and the views of its query token, a fragment inside :func:`selection`:
+    a click on a row of the map (or a pick in the Query token box in the sidebar, drawn in here) reruns
+    these alone; a head click reruns them with the rest of the selection."""
+    in_fragment(ctx, lambda: token_part(ctx, chosen))
+
+
+def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
+    """The query-token picker, the selected head's map with that token's row outlined, and its views."""
+    chosen = realtext.with_token(RT, chosen, ctx.controls)
+    realtext.head_view(chosen.res.value, chosen.lm, chosen.layer, chosen.head, view="rt-weights",
+                       key="rt_weights", mp=RT, token=chosen.token)
+    st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
+               "attention over the text and its q, k, v below; click a thumbnail further down to switch "
+               "heads.")
+    realtext.token_section(chosen, ctx, key="rt-token")
 
 
 def overview(att, lm, layer: int, head: int) -> None:

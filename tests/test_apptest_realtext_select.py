@@ -4,21 +4,28 @@ the weight map selects it; the query token's strips, q, k, v and output equal at
 AppTest has no interaction for Plotly selections, so :func:`click` sends the widget state the
 browser sends (Streamlit's selection JSON with the clicked point's ``customdata``) for the chart's
 element id: the page's ``on_select`` callback then runs exactly as after a real click
-(``tests/test_browser_realtext_select.py`` clicks in Chromium).
+(``tests/test_browser_realtext_select.py`` clicks in Chromium). AppTest reruns the whole page on every
+interaction; :func:`fragment_click` sends the click as the browser does for a chart drawn inside an
+``st.fragment``, whose rerun is that fragment alone.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
 
 import numpy as np
 import pytest
+import streamlit.testing.v1.local_script_runner as local_script_runner
 import torch
 from streamlit.proto.WidgetStates_pb2 import WidgetStates
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 from streamlit.testing.v1 import AppTest
 
+import ui.page
+import ui.realtext
 from attncore.models import LoadedModel, load_model, run_text
 from attncore.qkv import capture, capture_char, top_keys
 from attncore.training import known_text, load_shipped_model, text_attention
@@ -57,6 +64,25 @@ def click(at: AppTest, key: str, customdata: list) -> AppTest:
         "points": [{"curve_number": 1, "point_number": 0, "point_index": 0, "customdata": customdata}],
         "point_indices": [0], "box": [], "lasso": []}})
     return at._run(ws)
+
+
+def fragment_of(at: AppTest, key: str) -> str | None:
+    """The id of the ``st.fragment`` the chart ``key`` was drawn in (None: drawn by the page itself)."""
+    meta = at._session_state._state.get_widget_metadata(chart(at, key).proto.id)
+    return None if meta is None else meta.fragment_id
+
+
+def fragment_click(at: AppTest, key: str, customdata: list) -> AppTest:
+    """:func:`click` on a chart drawn inside an ``st.fragment``, sent as the browser sends it: the rerun
+    request carries the chart's fragment id (``ClientState.fragment_id``), so Streamlit reruns that
+    fragment alone. Afterwards ``at`` holds what the fragment drew (the rest of the page was not sent)."""
+    fid = fragment_of(at, key)
+    assert fid, f"{key} is not drawn inside a fragment"
+    local_script_runner.RerunData = functools.partial(RerunData, fragment_id_queue=[fid])  # type: ignore[misc]
+    try:
+        return click(at, key, customdata)
+    finally:
+        local_script_runner.RerunData = RerunData  # type: ignore[misc]
 
 
 def strips(at: AppTest) -> list[str]:
@@ -222,6 +248,84 @@ def test_heatmaps_clicks_select_head_and_token(lm: LoadedModel) -> None:
     set_widget(at, "slider", "rt_layer", 3)
     assert figure(at, "rt-heads")["layout"]["meta"] == {"view": "rt-heads", "layer": 3, "selected": 5}
     check_token(at, lm, "rt_", "rt-token")
+
+
+def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: a click on a head tile reruns the fragment that draws what the selection drives, and a
+    click on a row of the map only the fragment inside it that draws the map and the token's views, never
+    the page: neither the page frame (``run_page``) nor the model load runs again, the map, the token views
+    and the sidebar controls follow the click, presenter mode stays on, and the URL says what was clicked,
+    so a copied link reproduces the view."""
+    runs = {"page": 0, "model": 0}
+
+    def counted(name, original):
+        def call(*args, **kwargs):
+            runs[name] += 1
+            return original(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(ui.page, "run_page", counted("page", ui.page.run_page))
+    monkeypatch.setattr(ui.realtext, "load_model", counted("model", ui.realtext.load_model))
+    at = run_app(HEATMAPS, rt_src="real", present="1")
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}
+    head_fragment = fragment_of(at, "chart_rt_heads")
+    token_fragment = fragment_of(at, "chart_rt_weights")
+    assert head_fragment and head_fragment == fragment_of(at, "chart_rt_overview")
+    assert token_fragment and token_fragment != head_fragment
+    att = run_text(lm, DEFAULT_TEXT)
+    # a click on thumbnail 5 of layer 0
+    fragment_click(at, "chart_rt_heads", [0, 5])
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}  # the page around the fragment did not run
+    assert not at.title and not at.text_area  # ... and drew nothing: only the fragment was sent
+    assert (at.session_state["rt_layer"], at.session_state["rt_head"]) == (0, 5)
+    assert at.query_params["rt_head"] == "5" and at.query_params["rt_src"] == "real"
+    assert at.query_params["present"] == "1"
+    assert at.slider(key="rt_head").value == 5  # the sidebar slider, drawn by the fragment, follows
+    weights = figure(at, "rt-weights")
+    np.testing.assert_allclose(decode(trace(weights)["z"]), att.attentions[0, 5].numpy(), rtol=1e-5, atol=1e-7)
+    assert weights["layout"]["meta"]["present"] is True  # restyled for presenter mode in a fragment run
+    assert figure(at, "rt-heads")["layout"]["meta"]["selected"] == 5
+    assert any(e.value.startswith("q, k and v are this head's") for e in at.caption)
+    # a click on row 7 of the map: the map and the token's views rerun, the head grids do not
+    fragment_click(at, "chart_rt_weights", [7, 2, 0.1])
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}
+    assert [c.key for c in at.get("plotly_chart")] == ["chart_rt_weights", "chart_rt-token_qkv",
+                                                       "chart_rt-token_topkeys"]
+    assert not at.slider and not at.metric  # the Layer and Head sliders and the metrics were not redrawn
+    assert at.session_state["rt_tok"] == 7 and at.selectbox(key="rt_tok").value == 7
+    assert figure(at, "rt-weights")["layout"]["meta"]["selected"] == 7
+    query = dict(at.query_params)
+    assert (query["rt_head"], query["rt_tok"], query["rt_src"], query["present"]) == ("5", "7", "real", "1")
+    check_token(at, lm, "rt_", "rt-token")
+    # the copied link opens the same view
+    again = run_app(HEATMAPS, **query)
+    no_errors(again)
+    np.testing.assert_allclose(decode(trace(figure(again, "rt-weights"))["z"]), att.attentions[0, 5].numpy(),
+                               rtol=1e-5, atol=1e-7)
+    assert figure(again, "rt-weights")["layout"]["meta"]["selected"] == 7
+    check_token(again, lm, "rt_", "rt-token")
+
+
+def test_heatmaps_fragment_rerun_keeps_the_error_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error while the selection fragment reruns alone is a plain message, as in a page run (never a
+    traceback), and the click still reaches the URL."""
+    at = run_app(HEATMAPS, rt_src="real")
+    no_errors(at)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("token views broke")
+
+    monkeypatch.setattr(ui.realtext, "token_section", broken)
+    fragment_click(at, "chart_rt_heads", [0, 3])
+    assert not at.exception, [e.value for e in at.exception]
+    assert [e.value for e in at.error] == [
+        "Something went wrong while computing this view (RuntimeError: token views broke). Try other "
+        "settings; the message has been logged."]
+    assert at.query_params["rt_head"] == "3"
 
 
 def test_heatmaps_token_param_from_the_sidebar_and_the_url(lm: LoadedModel) -> None:

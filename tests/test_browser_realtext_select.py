@@ -1,12 +1,16 @@
 """Real-browser tests of real text in front (issue 11): real mouse clicks on a head thumbnail, a
-layer x head tile and a row of the weight map select that head or query token."""
+layer x head tile and a row of the weight map select that head or query token; on Heatmaps such a click
+reruns only the fragment that draws the selection (issue 34)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import pytest
 from playwright.sync_api import Page, expect
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from tests.browser_utils import (
     assert_clean,
@@ -72,6 +76,97 @@ def test_heatmaps_click_a_thumbnail_then_a_row(page: Page, app_url: str) -> None
     title = strip.locator('[data-j="0"]').get_attribute("title")
     assert title.startswith("0: [CLS], weight ")  # hover shows the weight
     screenshot(page, "realtext-select-heatmaps-token")
+
+
+@dataclass
+class Runs:
+    """The script runs a tab asks for and gets, read off Streamlit's websocket: the fragment id of each
+    rerun request ('' = the whole page), the fragment id of each element sent ('' = drawn by the page
+    itself, outside every fragment) and how each run finished."""
+
+    asked: list[str] = field(default_factory=list)
+    drawn: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+    def attach(self, page: Page) -> None:
+        page.on("websocket", lambda ws: (ws.on("framesent", self._sent), ws.on("framereceived", self._got)))
+
+    def clear(self) -> None:
+        for seen in (self.asked, self.drawn, self.finished):
+            seen.clear()
+
+    def _sent(self, payload: str | bytes) -> None:
+        msg = BackMsg()
+        if isinstance(payload, bytes) and _parses(msg, payload) and msg.WhichOneof("type") == "rerun_script":
+            self.asked.append(msg.rerun_script.fragment_id)
+
+    def _got(self, payload: str | bytes) -> None:
+        msg = ForwardMsg()
+        if not (isinstance(payload, bytes) and _parses(msg, payload)):
+            return
+        kind = msg.WhichOneof("type")
+        if kind == "delta":
+            self.drawn.append(msg.delta.fragment_id)
+        elif kind == "script_finished":
+            self.finished.append(ForwardMsg.ScriptFinishedStatus.Name(msg.script_finished))
+
+
+def _parses(msg: BackMsg | ForwardMsg, payload: bytes) -> bool:
+    try:
+        msg.ParseFromString(payload)
+    except Exception:  # noqa: BLE001 - another kind of frame
+        return False
+    return True
+
+
+def assert_fragment_run(runs: Runs) -> None:
+    """The click asked for a fragment rerun and got one: every element sent back belongs to a fragment,
+    and no whole-page run finished."""
+    assert runs.asked and all(runs.asked), runs.asked  # every rerun request names a fragment
+    assert runs.drawn and all(runs.drawn), runs.drawn
+    assert "FINISHED_FRAGMENT_RUN_SUCCESSFULLY" in runs.finished, runs.finished
+    assert "FINISHED_SUCCESSFULLY" not in runs.finished, runs.finished
+
+
+def test_heatmaps_clicks_rerun_only_the_selection_fragment(page: Page, app_url: str) -> None:
+    """Issue 34: a click on a head thumbnail reruns the fragment that draws the selection, and a click on a
+    row of the map only the fragment inside it (the map and the token's views), never the page; the map,
+    the Head slider and the Query token box follow, the URL says what was clicked, and that URL opened
+    afresh shows the same view."""
+    runs = Runs()
+    runs.attach(page)
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Heatmaps?rt_src=real", timeout_s=180)
+    assert "" in runs.drawn and "FINISHED_SUCCESSFULLY" in runs.finished  # the page's own run, as a control
+    runs.clear()
+    click_at(page, "rt-heads", 5, fx=0.4, fy=0.6)
+    page.wait_for_url("**rt_head=5**", timeout=30_000)
+    wait_idle(page)
+    assert_clean(page)
+    assert_fragment_run(runs)
+    head_fragment = runs.asked[0]
+    expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 5")).to_be_visible()
+    assert slider(page, "Head").input_value() == "5"
+    runs.clear()
+    click_at(page, "rt-weights", 0, fx=0.5, iy=4)
+    page.wait_for_url("**rt_tok=4**", timeout=30_000)
+    wait_idle(page)
+    assert_clean(page)
+    assert_fragment_run(runs)
+    token_fragment = runs.asked[0]
+    assert token_fragment != head_fragment and set(runs.drawn) == {token_fragment}  # the inner one alone
+    assert '"selected":4' in page.evaluate(META_JS, "rt-weights")
+    expect(page.get_by_role("heading", name="Token 4:")).to_be_visible()
+    box = page.get_by_test_id("stSidebar").get_by_role("combobox", name="Query token")
+    assert box.input_value().startswith("4 · "), box.input_value()  # the sidebar box follows the click
+    url = page.url
+    assert "rt_src=real" in url and "rt_head=5" in url and "rt_tok=4" in url, url
+    # the copied link
+    open_page(page, url, timeout_s=180)
+    assert_clean(page)
+    expect(page.get_by_text("all-MiniLM-L6-v2 · layer 0 · head 5")).to_be_visible()
+    assert '"selected":4' in page.evaluate(META_JS, "rt-weights")
+    assert '"selected":5' in page.evaluate(META_JS, "rt-heads")
 
 
 def test_sinks_click_a_layer_head_tile(page: Page, app_url: str) -> None:

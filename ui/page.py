@@ -3,7 +3,8 @@
 A page declares its :class:`~ui.state.Param` list and a ``body`` function and calls
 :func:`run_page`. Everything the body raises is caught here and shown as a plain
 message: input errors verbatim, anything unexpected as one line with its type,
-never a traceback.
+never a traceback. A part of a page drawn in an ``st.fragment`` reruns without
+:func:`run_page`; it gets the same boundary and URL sync from :func:`in_fragment`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ui.margins import fit_margins
 from ui.nav import PAGES
 from ui.text import plain
 
-__all__ = ["GLOBAL_PARAMS", "PageContext", "run_page"]
+__all__ = ["GLOBAL_PARAMS", "PageContext", "in_fragment", "run_page"]
 
 log = logging.getLogger("attnlab")
 
@@ -88,6 +89,9 @@ class PageContext:
     dtype: str
     controls: Any  # sidebar container for the page's own controls, below the compute section
     present: bool = False  # presenter mode (?present=1): charts restyled, pages in a row at the top
+    title: str = ""  # the page's title (run_page's), for the log line of an unexpected error
+    params: tuple[state.Param, ...] = ()  # every Param of the page, the shared ones included (URL sync)
+    oom_hint: str = "Lower the sizes."  # run_page's: which limit to lower when the GPU runs out of memory
 
     @property
     def sample_dtype(self) -> str:
@@ -102,7 +106,8 @@ def _resolve() -> tuple[torch.device, str | None]:
         return torch.device("cpu"), f"{exc} Using the CPU."
 
 
-def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
+def _sidebar(has_controls: bool, seed_note: str | None = None, *, title: str = "",
+             params: tuple[state.Param, ...] = (), oom_hint: str = "Lower the sizes.") -> PageContext:
     """The Compute expander (device, seed, precision) under the navigation."""
     side = st.sidebar
     dev, problem = _resolve()
@@ -131,7 +136,8 @@ def _sidebar(has_controls: bool, seed_note: str | None = None) -> PageContext:
     if has_controls:
         side.divider()
     return PageContext(device=str(dev), device_label=label, seed=seed, dtype=dtype,
-                       controls=side.container(), present=present)
+                       controls=side.container(), present=present, title=title, params=params,
+                       oom_hint=oom_hint)
 
 
 # Presenter mode is a setting of the session (issue 34): kept under a key of its own, which no page switch
@@ -272,14 +278,33 @@ def run_page(
                        initial_sidebar_state="collapsed" if presenting else "auto")
     all_params = (*GLOBAL_PARAMS, *params)
     notices = ([present_note] if present_note else []) + state.init(all_params)
-    gpu_oom = False
-    try:
+
+    def page() -> None:
         st.html(COMPACT_CSS)
         _nav(presenting)
-        ctx = _sidebar(bool(params), seed_note)
+        ctx = _sidebar(bool(params), seed_note, title=title, params=all_params, oom_hint=oom_hint)
         for note in notices:
             st.warning(plain(note), icon=":material/link:")
         body(ctx)
+
+    _guarded(page, title=title, params=all_params, oom_hint=oom_hint)
+
+
+def in_fragment(ctx: PageContext, run: Callable[[], None]) -> None:
+    """``run()`` as :func:`run_page` runs a body, for the body of an ``st.fragment``: a fragment's own rerun
+    (a click or a widget inside it) skips :func:`run_page`, so this gives it the same error boundary and
+    URL sync. State missing from this session is filled in first, as at the start of a page run (URL >
+    last value > default), so the URL written afterwards keeps every parameter the page's last run had.
+    """
+    state.init(ctx.params)
+    _guarded(run, title=ctx.title, params=ctx.params, oom_hint=ctx.oom_hint)
+
+
+def _guarded(run: Callable[[], None], *, title: str, params: Sequence[state.Param], oom_hint: str) -> None:
+    """The error boundary: ``run()``, its errors as plain messages (never a traceback), then the URL sync."""
+    gpu_oom = False
+    try:
+        run()
     except ScriptControlException:
         raise
     except AttnInputError as exc:
@@ -296,7 +321,7 @@ def run_page(
         st.error(plain(f"Something went wrong while computing this view ({type(exc).__name__}: {exc}). "
                        "Try other settings; the message has been logged."), icon=":material/error:")
     finally:
-        state.sync_url(all_params)
+        state.sync_url(params)
     if gpu_oom:
         free_gpu_memory()
         st.error(f"The GPU ran out of memory for this view; its memory was freed. {oom_hint}",

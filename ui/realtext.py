@@ -8,7 +8,7 @@ attentions cached per text) -> ``attncore`` -> ``ui.views.heatmaps`` (the figure
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import streamlit as st
@@ -43,7 +43,10 @@ __all__ = [
     "TOP_KEYS",
     "Chosen",
     "ModelParams",
+    "ModelText",
     "choose",
+    "choose_model",
+    "choose_view",
     "head_view",
     "load",
     "load_model",
@@ -58,6 +61,7 @@ __all__ = [
     "token_labels",
     "token_section",
     "vectors",
+    "with_token",
 ]
 
 DEFAULT_TEXT = ("When a head has nothing useful to read, softmax still makes it spend all of its "
@@ -101,13 +105,14 @@ def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
 @dataclass(frozen=True)
 class Chosen:
     """What :func:`choose` returns: the model, its timed attentions, the selected layer, head and
-    query token, and the source and text they came from (for :func:`vectors`)."""
+    query token, and the source and text they came from (for :func:`vectors`). ``token`` is None
+    until :func:`with_token` chooses it (``choose_view(token=False)``)."""
 
     lm: LoadedModel
     res: Timed[TextAttention]
     layer: int
     head: int
-    token: int
+    token: int | None
     source: str
     text: str
 
@@ -219,30 +224,65 @@ class _ProgressBar:
             self._bar.empty()
 
 
-def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
-    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
-    causal character model) its explanation, in that order. None while the local-folder box is empty.
+@dataclass(frozen=True)
+class ModelText:
+    """What :func:`choose_model` returns: the source for ``ui.cached`` (``"minilm"``, ``"smollm2"``, the
+    causal model or a path), the text, and the loaded model (None for the causal character model, which
+    :func:`load` loads with its text)."""
 
-    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
-    otherwise the text is cut to the limit where every map fits.
-    """
+    source: str
+    text: str
+    lm: LoadedModel | None
+
+
+def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
+    """The model picker, the text box and the cached model: the part of :func:`choose` that a head, layer or
+    token selection leaves alone (a page may run :func:`choose_view` in an ``st.fragment``, so a click
+    reruns only that). None while the local-folder box is empty."""
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
     if source is None:
         return None
-    if source == causal.CAUSAL:
+    lm = None if source == causal.CAUSAL else load_model(source, ctx)
+    return ModelText(source=source, text=text, lm=lm)
+
+
+def choose_view(mp: ModelParams, picked: ModelText, ctx: PageContext, *, long_text: bool = False,
+                token: bool = True) -> Chosen:
+    """The rest of :func:`choose`: the cached forward pass, the layer, head and token pickers and (for the
+    causal character model) its explanation, in that order. ``token=False`` leaves the token picker to
+    :func:`with_token`, which a page may call in a fragment of its own (with the views of the token), so
+    a click on a row of the map reruns only those."""
+    source, text = picked.source, picked.text
+    if picked.lm is None:
         lm, res = load(source, text, ctx)
         layer, head = pick_head(mp, lm, ctx.controls)
     else:
-        lm = load_model(source, ctx)
-        layer, head = pick_head(mp, lm, ctx.controls)
-        lm, res = load(source, text, ctx, lm, layer if long_text else None)
-    token = pick_token(mp, res.value, ctx.controls)
+        layer, head = pick_head(mp, picked.lm, ctx.controls)
+        lm, res = load(source, text, ctx, picked.lm, layer if long_text else None)
+    i = pick_token(mp, res.value, ctx.controls) if token else None
     if causal.is_causal(lm):
         causal.explain(lm)
     elif lm.description:
         st.caption(plain(model_sentence(lm)))
-    return Chosen(lm=lm, res=res, layer=layer, head=head, token=token, source=source, text=text)
+    return Chosen(lm=lm, res=res, layer=layer, head=head, token=i, source=source, text=text)
+
+
+def with_token(mp: ModelParams, ch: Chosen, where) -> Chosen:
+    """``ch`` with its query token chosen by the token picker (:func:`pick_token`), drawn in ``where``."""
+    return replace(ch, token=pick_token(mp, ch.res.value, where))
+
+
+def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
+    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
+    causal character model) its explanation, in that order (:func:`choose_model`, then
+    :func:`choose_view`). None while the local-folder box is empty.
+
+    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
+    otherwise the text is cut to the limit where every map fits.
+    """
+    picked = choose_model(mp, ctx)
+    return None if picked is None else choose_view(mp, picked, ctx, long_text=long_text)
 
 
 def model_sentence(lm: LoadedModel) -> str:
@@ -354,6 +394,8 @@ def vectors(ch: Chosen, ctx: PageContext) -> Timed[HeadVectors]:
 def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     """The chosen query token: its row and column of the selected head as coloured token strips,
     then its q, k, v and output beside the weights of its top keys, with a CSV of each."""
+    if ch.token is None:
+        raise ValueError("token_section needs a chosen query token (choose_view(token=True) or with_token)")
     att = ch.res.value
     i, layer, head = ch.token, ch.layer, ch.head
     tok = att.tokens[i]
