@@ -156,3 +156,58 @@ def test_log_ticks_keep_a_few_labels_whatever_the_span() -> None:
         assert step == want, (lo_exp, step)
         assert math.ceil(-lo_exp / step) <= figures.MAX_LOG_LABELS
         assert fig.layout.yaxis.exponentformat == "power"
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "L", "selected"), [(12, 0, 23, 3), (9, 3, 70, 8), (4, 2, 130, None),
+                                                                   (1, 0, 5, 0)])
+def test_layer_heads_figure_tiles_show_attncores_weights_with_labels_picks_and_outline(
+        heads: int, kv_heads: int, L: int, selected: int | None) -> None:
+    """The head grid a head click redraws (built from dicts in one figure): tile h is head h's weights from
+    attncore (block means past 64 tokens), on its own axes pinned to the tile, titled with its head (and
+    key/value head), with pick points inside it that carry (layer, h), and only the selected tile outlined."""
+    from attncore.explore import SyntheticSpec, synthetic_stages
+    from ui.views import realtext as rt_views
+
+    spec = SyntheticSpec(L=L, S=L, d_k=16, heads=heads, kv_heads=kv_heads or heads, mask="causal")
+    w = synthetic_stages(spec, "cpu").weights.numpy()  # (H, L, L)
+    fig = json.loads(heatmaps_view.layer_heads_figure(list(w), layer=2, selected=selected,
+                                                      kv_heads=kv_heads).to_json())
+    lay = fig["layout"]
+    assert lay["meta"] == {"view": "rt-heads", "layer": 2, "selected": selected}
+    heats = [t for t in fig["data"] if t["type"] == "heatmap"]
+    picks = [t for t in fig["data"] if t.get("name") == rt_views.PICK]
+    assert len(heats) == len(picks) == heads and fig["data"] == heats + picks  # heatmap h is trace h
+    assert lay["coloraxis"]["cmin"] == 0.0 and lay["coloraxis"]["cmax"] == 1.0
+    groups = heads // kv_heads if kv_heads else 0
+    titles = [n["text"] for n in lay["annotations"]]
+    assert titles == [f"head {h} · KV {h // groups}" if groups else f"head {h}" for h in range(heads)]
+    for h, (hm, pk) in enumerate(zip(heats, picks, strict=True)):
+        small, fr, fc = figures.downsample(w[h], heatmaps_view.THUMB_SIDE)
+        z = decode(hm["z"])
+        assert z.dtype == np.float32 and z.shape == small.shape
+        np.testing.assert_allclose(z, small, rtol=1e-6, atol=1e-7, equal_nan=True)
+        if fr == 1:
+            np.testing.assert_allclose(z, w[h], rtol=1e-6, atol=1e-7)  # every weight, as attncore has it
+        assert (hm.get("dx", 1), hm.get("dy", 1)) == (fc, fr) and hm["coloraxis"] == "coloraxis"
+        xa, ya = lay[hm["xaxis"].replace("x", "xaxis", 1)], lay[hm["yaxis"].replace("y", "yaxis", 1)]
+        rows, cols = z.shape
+        assert xa["range"] == [-0.5 * fc, (cols - 0.5) * fc] and ya["range"] == [(rows - 0.5) * fr, -0.5 * fr]
+        assert ya["autorange"] is False and not xa["showticklabels"] and not ya["showticklabels"]
+        note = lay["annotations"][h]  # the title sits above the tile's own column
+        assert xa["domain"][0] <= note["x"] <= xa["domain"][1] and note["y"] == ya["domain"][1]
+        assert (pk["xaxis"], pk["yaxis"]) == (hm["xaxis"], hm["yaxis"])
+        x, y = np.asarray(pk["x"], dtype=float), np.asarray(pk["y"], dtype=float)
+        assert x.min() >= 0 and x.max() <= (cols - 1) * fc and y.min() >= 0 and y.max() <= (rows - 1) * fr
+        assert len(x) == min(rows, 6) * min(cols, 6) and {tuple(c) for c in pk["customdata"]} == {(2, h)}
+        assert pk["hovertemplate"].startswith(f"layer 2 · head {h}<br>click")
+        assert pk["marker"]["opacity"] == 0.0
+    if selected is None:
+        assert not lay.get("shapes")
+    else:
+        (box,) = lay["shapes"]
+        hm = heats[selected]
+        rows, cols = decode(hm["z"]).shape
+        fr, fc = hm.get("dy", 1), hm.get("dx", 1)
+        assert (box["xref"], box["yref"]) == (hm["xaxis"], hm["yaxis"])
+        assert (box["x0"], box["x1"], box["y0"], box["y1"]) == (-0.5 * fc, (cols - 0.5) * fc, -0.5 * fr,
+                                                                 (rows - 0.5) * fr)
