@@ -277,17 +277,39 @@ def real_text(ctx: PageContext) -> None:
 
 @st.fragment
 def selection(ctx: PageContext, picked: realtext.ModelText) -> None:
-    """Everything a layer, head or token selection drives, as a fragment: a click on a head tile (or a move
-    of the Layer or Head control in the sidebar, drawn in here) reruns this part alone, with its own error
-    boundary and URL sync (issue 34: no forward pass runs on a click, and now neither does the rest of the
-    page). The map and the token views are a fragment inside it (:func:`token_views`)."""
+    """Everything a layer, head or token selection drives, as a fragment: a click on a tile of the layers x
+    heads overview (or a move of the Layer control in the sidebar, drawn in here) reruns this part alone,
+    with its own error boundary and URL sync (issue 34: no forward pass runs on a click, and now neither
+    does the rest of the page). What the head drives is a fragment inside it (:func:`head_views`), and the
+    map and the token views one inside that (:func:`token_views`)."""
     in_fragment(ctx, lambda: selected(ctx, picked))
 
 
 def selected(ctx: PageContext, picked: realtext.ModelText) -> None:
-    """The forward pass (cached), the layer and head pickers, and the views of the selection."""
-    chosen = realtext.choose_view(RT, picked, ctx, long_text=True, token=False)
+    """The forward pass (cached), the Layer picker, the sentence about every head, the views of the selected
+    head (:func:`head_views`) and the layers x heads overview, which marks the layer: a head click reruns the
+    head's views alone and leaves the overview, the largest chart, as the browser has it."""
+    chosen = realtext.choose_view(RT, picked, ctx, long_text=True, head=False)
+    st.caption(plain(rt_views.heads_sentence(chosen.res.value, chosen.lm.name)))
+    head_views(ctx, chosen)
+    overview(chosen.res.value, chosen.lm, chosen.layer)
+
+
+@st.fragment
+def head_views(ctx: PageContext, chosen: realtext.Chosen) -> None:
+    """What the selected head drives, a fragment inside :func:`selection`: a click on a tile of the head grid
+    (or a move of the Head control in the sidebar, drawn in here) reruns these alone; a layer change reruns
+    them with the rest of the selection."""
+    in_fragment(ctx, lambda: head_part(ctx, chosen))
+
+
+def head_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
+    """The Head picker, the head's metrics, its map and token views (:func:`token_views`), the decoder
+    sections (the generated tokens' attention is the head's) and the grid of the layer's heads."""
+    chosen = realtext.with_head(RT, chosen, ctx.controls)
     lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
+    if head is None:
+        raise ValueError("head_part needs a chosen head (realtext.with_head)")
     att = res.value
     w = att.maps(layer)[head]
     rs = row_stats(w, att.allowed)
@@ -301,36 +323,36 @@ def selected(ctx: PageContext, picked: realtext.ModelText) -> None:
                 delta_color="off", delta_arrow="off")
     c[3].metric(f"Mass on {plain(att.tokens[0])}", f"{float(w[:, 0].mean()):.3f}",
                 help="Mean weight the queries of this head put on the first token.")
-    st.caption(plain(rt_views.heads_sentence(att, lm.name)))
     token_views(ctx, chosen)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
                             f"over {L} tokens.")
-    overview(att, lm, layer, head)
+    if causal.is_causal(lm):
+        causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
+    elif decoder.is_decoder(chosen):
+        decoder.next_token_section(RT_DEC, chosen, ctx, key="rt-dec")
+        decoder.generation_section(RT_DEC, chosen, ctx, key="rt-dec")
     maps = [att.maps(layer)[h].numpy() for h in range(lm.heads)]
     st.markdown(f"##### Every head of layer {layer} (click one to show it above)")
     st.plotly_chart(view.layer_heads_figure(maps, layer=layer, selected=head, kv_heads=lm.kv_heads),
                     key="chart_rt_heads",
                     on_select=realtext.on_pick("chart_rt_heads", {"layer": RT.layer, "head": RT.head}),
                     selection_mode="points")
-    if causal.is_causal(lm):
-        causal.next_char_section(RT_NEXT, RT.text, ctx, view="rt-next", key="rt_next")
-    elif decoder.is_decoder(chosen):
-        decoder.next_token_section(RT_DEC, chosen, ctx, key="rt-dec")
-        decoder.generation_section(RT_DEC, chosen, ctx, key="rt-dec")
 
 
 @st.fragment
 def token_views(ctx: PageContext, chosen: realtext.Chosen) -> None:
-    """The map of the selected head and the views of its query token, a fragment inside :func:`selection`:
+    """The map of the selected head and the views of its query token, a fragment inside :func:`head_views`:
     a click on a row of the map (or a pick in the Query token box in the sidebar, drawn in here) reruns
-    these alone; a head click reruns them with the rest of the selection."""
+    these alone; a head click reruns them with the rest of the head's views."""
     in_fragment(ctx, lambda: token_part(ctx, chosen))
 
 
 def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
     """The query-token picker, the selected head's map with that token's row outlined, and its views."""
     chosen = realtext.with_token(RT, chosen, ctx.controls)
+    if chosen.head is None:
+        raise ValueError("token_part needs a chosen head (realtext.with_head)")
     realtext.head_view(chosen.res.value, chosen.lm, chosen.layer, chosen.head, view="rt-weights",
                        key="rt_weights", mp=RT, token=chosen.token)
     st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
@@ -339,12 +361,13 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
     realtext.token_section(chosen, ctx, key="rt-token")
 
 
-def overview(att, lm, layer: int, head: int) -> None:
-    """Every layer x head at once (bertviz's model view), from the per-head summaries; a click opens one."""
+def overview(att, lm, layer: int) -> None:
+    """Every layer x head at once (bertviz's model view), from the per-head summaries, the selected layer
+    outlined (the head is outlined in the head grid above); a click opens one."""
     s = summary_of(att)
     st.markdown(f"##### All {lm.layers} layers × {lm.heads} heads (click a tile to open that head)")
     fig = view.overview_figure(s.thumbs.numpy(), first=s.first.numpy(), entropy=s.entropy.numpy(),
-                               kv_heads=lm.kv_heads if lm.kv_heads < lm.heads else 0, selected=(layer, head),
+                               kv_heads=lm.kv_heads if lm.kv_heads < lm.heads else 0, layer=layer,
                                name=lm.name)
     st.plotly_chart(fig, key="chart_rt_overview", selection_mode="points",
                     on_select=realtext.on_pick("chart_rt_overview", {"layer": RT.layer, "head": RT.head}))
@@ -361,7 +384,7 @@ def overview_sentence(att, lm) -> str:
     groups = (f" Columns are grouped by the {lm.kv_heads} key/value heads that {lm.groups} query heads each "
               "share (dotted boxes)." if lm.kv_heads and lm.kv_heads < lm.heads else "")
     return (f"Each tile is one head's map averaged into {T} × {T} blocks (rows: queries, columns: keys); the "
-            f"outlined tile is the head shown above.{groups} Most weight on the first token, "
+            f"outlined row is the layer whose heads are shown above.{groups} Most weight on the first token, "
             f"{att.tokens[0]}: {names}.")
 
 

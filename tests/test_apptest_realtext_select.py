@@ -252,11 +252,12 @@ def test_heatmaps_clicks_select_head_and_token(lm: LoadedModel) -> None:
 
 def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 34: a click on a head tile reruns the fragment that draws what the selection drives, and a
-    click on a row of the map only the fragment inside it that draws the map and the token's views, never
-    the page: neither the page frame (``run_page``) nor the model load runs again, the map, the token views
-    and the sidebar controls follow the click, presenter mode stays on, and the URL says what was clicked,
-    so a copied link reproduces the view."""
+    """Issue 34: a click on a head tile reruns the fragment that draws what the head drives (inside the one
+    that draws what the layer drives, with the overview), and a click on a row of the map only the fragment
+    inside that which draws the map and the token's views, never the page: neither the page frame
+    (``run_page``) nor the model load runs again, the map, the token views and the sidebar controls follow
+    the click, presenter mode stays on, and the URL says what was clicked, so a copied link reproduces the
+    view."""
     runs = {"page": 0, "model": 0}
 
     def counted(name, original):
@@ -272,8 +273,9 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
     assert runs == {"page": 1, "model": 1}
     head_fragment = fragment_of(at, "chart_rt_heads")
     token_fragment = fragment_of(at, "chart_rt_weights")
-    assert head_fragment and head_fragment == fragment_of(at, "chart_rt_overview")
-    assert token_fragment and token_fragment != head_fragment
+    layer_fragment = fragment_of(at, "chart_rt_overview")
+    assert head_fragment and layer_fragment and head_fragment != layer_fragment
+    assert token_fragment and token_fragment not in (head_fragment, layer_fragment)
     att = run_text(lm, DEFAULT_TEXT)
     # a click on thumbnail 5 of layer 0
     fragment_click(at, "chart_rt_heads", [0, 5])
@@ -288,6 +290,9 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
     np.testing.assert_allclose(decode(trace(weights)["z"]), att.attentions[0, 5].numpy(), rtol=1e-5, atol=1e-7)
     assert weights["layout"]["meta"]["present"] is True  # restyled for presenter mode in a fragment run
     assert figure(at, "rt-heads")["layout"]["meta"]["selected"] == 5
+    assert [c.key for c in at.get("plotly_chart")] == ["chart_rt_weights", "chart_rt-token_qkv",
+                                                       "chart_rt-token_topkeys", "chart_rt_heads"]
+    assert not [s for s in at.slider if s.key == "rt_layer"]  # the layer's part was not redrawn
     assert any(e.value.startswith("q, k and v are this head's") for e in at.caption)
     # a click on row 7 of the map: the map and the token's views rerun, the head grids do not
     fragment_click(at, "chart_rt_weights", [7, 2, 0.1])
@@ -308,6 +313,47 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
                                rtol=1e-5, atol=1e-7)
     assert figure(again, "rt-weights")["layout"]["meta"]["selected"] == 7
     check_token(again, lm, "rt_", "rt-token")
+
+
+HEAD_CLICK_CHARTS = ["chart_rt_weights", "chart_rt-token_qkv", "chart_rt-token_topkeys", "chart_rt_heads"]
+
+
+@pytest.mark.parametrize("model", ["minilm", "smollm2"])
+def test_a_head_click_sends_only_what_the_head_drives(model: str) -> None:
+    """Issue 34 item 5: a click on a tile of the head grid redraws the map, the token's two charts and the
+    grid itself (MiniLM ~101 KB of figure JSON, SmolLM2 ~83 KB with its unchanged next-token bars; before,
+    the selection's whole fragment: 5-6 charts, 189 / 360 KB), and neither the layers x heads overview nor the sentence about every head, which
+    depend on the text and the layer only; the overview keeps outlining the layer. A tile of the overview
+    in another layer redraws both, with the new layer outlined."""
+    query = {"rt_src": "real"} if model == "minilm" else {"rt_src": "real", "rt_model": "smollm2"}
+    at = run_app(HEATMAPS, timeout=900, **query)
+    no_errors(at)
+    ov = figure(at, "rt-overview")
+    assert ov["layout"]["meta"]["layer"] == 0
+    (box,) = ov["layout"]["shapes"][-1:]
+    rows, cols, side = ov["layout"]["meta"]["rows"], ov["layout"]["meta"]["cols"], ov["layout"]["meta"]["side"]
+    assert (box["x0"], box["x1"], box["y0"], box["y1"]) == (cols[0] - 0.5, cols[-1] + side - 0.5, rows[0] - 0.5,
+                                                            rows[0] + side - 0.5)
+    for head in (3, 5):
+        fragment_click(at, "chart_rt_heads", [0, head])
+        no_errors(at)
+        assert at.session_state["rt_head"] == head and at.query_params["rt_head"] == str(head)
+        charts = [c.key for c in at.get("plotly_chart")]
+        decoder_next = ["chart_rt-dec_next"] if model == "smollm2" else []  # drawn above the grid, 4 KB
+        assert charts == HEAD_CLICK_CHARTS[:3] + decoder_next + HEAD_CLICK_CHARTS[3:], charts
+        sent = sum(len(c.proto.spec) for c in at.get("plotly_chart"))
+        assert sent < 120_000, sent  # the overview alone is 86 KB (MiniLM), 282 KB (SmolLM2)
+        assert not any(c.value.startswith("On this text,") for c in at.caption)  # the sentence stays
+        assert figure(at, "rt-heads")["layout"]["meta"] == {"view": "rt-heads", "layer": 0, "selected": head}
+    # the overview, another layer: the layer's part reruns, the head grid shows that layer (AppTest keeps what
+    # the last run drew, so a page run first draws the overview again)
+    at.run()
+    fragment_click(at, "chart_rt_overview", [2, 1])
+    no_errors(at)
+    assert (at.session_state["rt_layer"], at.session_state["rt_head"]) == (2, 1)
+    assert figure(at, "rt-overview")["layout"]["meta"]["layer"] == 2
+    assert figure(at, "rt-heads")["layout"]["meta"] == {"view": "rt-heads", "layer": 2, "selected": 1}
+    assert at.slider(key="rt_layer").value == 2 and at.slider(key="rt_head").value == 1
 
 
 def test_heatmaps_fragment_rerun_keeps_the_error_boundary(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,11 +56,14 @@ __all__ = [
     "model_params",
     "on_pick",
     "pick_head",
+    "pick_head_index",
+    "pick_layer",
     "pick_token",
     "text_box",
     "token_labels",
     "token_section",
     "vectors",
+    "with_head",
     "with_token",
 ]
 
@@ -105,13 +108,14 @@ def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
 @dataclass(frozen=True)
 class Chosen:
     """What :func:`choose` returns: the model, its timed attentions, the selected layer, head and
-    query token, and the source and text they came from (for :func:`vectors`). ``token`` is None
-    until :func:`with_token` chooses it (``choose_view(token=False)``)."""
+    query token, and the source and text they came from (for :func:`vectors`). ``head`` is None until
+    :func:`with_head` chooses it (``choose_view(head=False)``), ``token`` until :func:`with_token` does
+    (``choose_view(token=False)``)."""
 
     lm: LoadedModel
     res: Timed[TextAttention]
     layer: int
-    head: int
+    head: int | None
     token: int | None
     source: str
     text: str
@@ -248,29 +252,36 @@ def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
 
 
 def choose_view(mp: ModelParams, picked: ModelText, ctx: PageContext, *, long_text: bool = False,
-                token: bool = True) -> Chosen:
+                head: bool = True, token: bool = True) -> Chosen:
     """The rest of :func:`choose`: the cached forward pass, the layer, head and token pickers and (for the
-    causal character model) its explanation, in that order. ``token=False`` leaves the token picker to
-    :func:`with_token`, which a page may call in a fragment of its own (with the views of the token), so
-    a click on a row of the map reruns only those."""
+    causal character model) its explanation, in that order. ``head=False`` leaves the head picker (and the
+    token picker) to :func:`with_head`, ``token=False`` the token picker to :func:`with_token`: a page may
+    call them in fragments of their own (with the views of the head, of the token), so a click on a head
+    tile reruns only what the head drives, and a click on a row of the map only what the token drives."""
     source, text = picked.source, picked.text
     if picked.lm is None:
         lm, res = load(source, text, ctx)
-        layer, head = pick_head(mp, lm, ctx.controls)
+        layer = pick_layer(mp, lm, ctx.controls)
     else:
-        layer, head = pick_head(mp, picked.lm, ctx.controls)
+        layer = pick_layer(mp, picked.lm, ctx.controls)
         lm, res = load(source, text, ctx, picked.lm, layer if long_text else None)
-    i = pick_token(mp, res.value, ctx.controls) if token else None
+    h = pick_head_index(mp, lm, ctx.controls) if head else None
+    i = pick_token(mp, res.value, ctx.controls) if head and token else None
     if causal.is_causal(lm):
         causal.explain(lm)
     elif lm.description:
         st.caption(plain(model_sentence(lm)))
-    return Chosen(lm=lm, res=res, layer=layer, head=head, token=i, source=source, text=text)
+    return Chosen(lm=lm, res=res, layer=layer, head=h, token=i, source=source, text=text)
 
 
 def with_token(mp: ModelParams, ch: Chosen, where) -> Chosen:
     """``ch`` with its query token chosen by the token picker (:func:`pick_token`), drawn in ``where``."""
     return replace(ch, token=pick_token(mp, ch.res.value, where))
+
+
+def with_head(mp: ModelParams, ch: Chosen, where) -> Chosen:
+    """``ch`` with its head chosen by the Head slider (:func:`pick_head_index`), drawn in ``where``."""
+    return replace(ch, head=pick_head_index(mp, ch.lm, where))
 
 
 def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
@@ -327,17 +338,28 @@ def _beyond(key: str, value: int, what: str, n: int) -> None:
 
 def pick_head(mp: ModelParams, lm: LoadedModel, where) -> tuple[int, int]:
     """Layer and head sliders bounded to this model (an index past it: the last one, with a note)."""
-    for p, n, what in ((mp.layer, lm.layers, f"{lm.name}'s {lm.layers} layers"),
-                       (mp.head, lm.heads, f"its {lm.heads} heads per layer")):
-        v = int(st.session_state.get(p.key, p.default))
-        if v > n - 1:
-            st.session_state[p.key] = n - 1
-            _beyond(p.key, v, what, n)
-    layer = int(where.slider("Layer", 0, lm.layers - 1, key=mp.layer.key,
-                             help=f"0-based; {lm.name} has {lm.layers} layers.")) if lm.layers > 1 else 0
-    head = int(where.slider("Head", 0, lm.heads - 1, key=mp.head.key,
-                            help=f"0-based; {lm.heads} heads per layer.")) if lm.heads > 1 else 0
-    return layer, head
+    return pick_layer(mp, lm, where), pick_head_index(mp, lm, where)
+
+
+def _pick_index(p: Param, n: int, what: str, label: str, help: str, where) -> int:
+    """A 0-based slider bound to ``p`` over ``n`` choices (an index past them: the last one, with a note)."""
+    v = int(st.session_state.get(p.key, p.default))
+    if v > n - 1:
+        st.session_state[p.key] = n - 1
+        _beyond(p.key, v, what, n)
+    return int(where.slider(label, 0, n - 1, key=p.key, help=help)) if n > 1 else 0
+
+
+def pick_layer(mp: ModelParams, lm: LoadedModel, where) -> int:
+    """The Layer slider, bounded to this model's layers."""
+    return _pick_index(mp.layer, lm.layers, f"{lm.name}'s {lm.layers} layers", "Layer",
+                       f"0-based; {lm.name} has {lm.layers} layers.", where)
+
+
+def pick_head_index(mp: ModelParams, lm: LoadedModel, where) -> int:
+    """The Head slider, bounded to this model's heads per layer."""
+    return _pick_index(mp.head, lm.heads, f"its {lm.heads} heads per layer", "Head",
+                       f"0-based; {lm.heads} heads per layer.", where)
 
 
 def pick_token(mp: ModelParams, att: TextAttention, where) -> int:

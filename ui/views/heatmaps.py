@@ -406,15 +406,16 @@ def overview_layout(layers: int, heads: int, kv_heads: int, side: int) -> tuple[
 
 
 def overview_figure(thumbs: np.ndarray, *, first: np.ndarray, entropy: np.ndarray, kv_heads: int = 0,
-                    selected: tuple[int, int] | None = None, name: str = "") -> go.Figure:
+                    layer: int | None = None, name: str = "") -> go.Figure:
     """Every head of every layer at once (``rt-overview``, bertviz's model view): rows = layers, columns =
     heads grouped by the key/value head they share, each tile the head's map as block means.
 
     ``thumbs`` (N, H, T, T) from :class:`attncore.models.HeadSummary`; ``first`` and ``entropy`` (N, H)
     go in the hover. One heatmap trace (blank cells between tiles) and one pick point per tile
-    (``customdata`` = layer, head): a click opens that head. ``selected`` is outlined.
+    (``customdata`` = layer, head): a click opens that head. The row of ``layer`` is outlined (the layer a
+    page shows; its head is outlined in the page's head grid, so a head click leaves this figure as it is).
     ``layout.meta``: ``view``, ``layers``, ``heads``, ``kv_heads``, ``side``, ``rows``, ``cols`` (tile
-    offsets).
+    offsets), ``layer``.
     """
     t = np.asarray(thumbs, dtype=np.float32)
     N, H, T = t.shape[0], t.shape[1], t.shape[-1]
@@ -454,15 +455,14 @@ def overview_figure(thumbs: np.ndarray, *, first: np.ndarray, entropy: np.ndarra
             x0, x1 = cols[g * groups] - 0.5, cols[(g + 1) * groups - 1] + side - 0.5
             fig.add_shape(type="rect", x0=x0 - 0.7, x1=x1 + 0.7, y0=-1.2, y1=z.shape[0] + 0.2,
                           line={"color": PALETTE[7], "width": 1, "dash": "dot"})
-    if selected is not None:
-        n, h = selected
-        if 0 <= n < N and 0 <= h < H:
-            fig.add_shape(type="rect", x0=cols[h] - 0.5, x1=cols[h] + side - 0.5, y0=rows[n] - 0.5,
-                          y1=rows[n] + side - 0.5, line={"color": PALETTE[5], "width": 3})
+    if layer is not None and 0 <= layer < N:
+        fig.add_shape(type="rect", x0=cols[0] - 0.5, x1=cols[-1] + side - 0.5, y0=rows[layer] - 0.5,
+                      y1=rows[layer] + side - 0.5, line={"color": PALETTE[5], "width": 3})
     height = int(min(1500, max(320, 60 + N * (side + 1) * (9 if N > 12 else 14))))
     style(fig, height=height)
     return fig.update_layout(meta={"view": "rt-overview", "layers": N, "heads": H, "kv_heads": int(kv_heads),
-                                   "side": int(side), "rows": rows, "cols": cols, "name": html.escape(name)},
+                                   "side": int(side), "rows": rows, "cols": cols, "name": html.escape(name),
+                                   "layer": layer},
                              showlegend=False)
 
 
