@@ -132,6 +132,11 @@ def test_weight_map_pick_points_cover_every_row_with_the_weights() -> None:
     assert cd.shape == (L * L, 3)
     np.testing.assert_allclose(cd[:, 2], w[cd[:, 0].astype(int), cd[:, 1].astype(int)])
     assert list(pk.y[:L]) == ["0:t0"] * L and pk.x[L + 2] == "2:t2"  # the heatmap's own category labels
+    # sent compactly: indices as integers, the weight as the shortest decimal of its float32 (the map's cells)
+    sent = json.loads(fig.to_json())["data"][-1]["customdata"]
+    assert all(type(i) is int and type(j) is int for i, j, _ in sent)
+    assert [np.float32(x) for _, _, x in sent] == [np.float32(w[i, j]) for i, j, _ in sent]
+    assert max(len(json.dumps(x)) for _, _, x in sent) <= 15  # "0.024060946", "1.2345678e-05"
     assert fig.layout.shapes[0].y0 == 2.5 and fig.layout.meta["selected"] == 3
 
 

@@ -47,25 +47,27 @@ STRIP_RGB = (0, 114, 178)  # PALETTE[0] as RGB: the token strip's colour
 VECTOR_ROWS = ("q", "k", "v", "o")
 
 
-def pick_point_props(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray, hover: str, *,
+def pick_point_props(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray | list, hover: str, *,
                      xaxis: str = "x", yaxis: str = "y") -> dict:
     """The properties of :func:`pick_points` as a plain trace dict, for a builder that makes its figure once
     from dicts (Plotly validates a ``go.Scatter`` again when it goes into a figure)."""
     # customdata as plain lists: a typed array would reach Streamlit's selection event as an object.
     # x and y as object arrays: Plotly validates a list of 4,096 category names in 4.8 ms, an array in 0.3.
     return {"type": "scatter", "x": np.asarray(x, dtype=object), "y": np.asarray(y, dtype=object),
-            "mode": "markers", "name": PICK, "customdata": np.asarray(customdata).tolist(),
+            "mode": "markers", "name": PICK,
+            "customdata": customdata if isinstance(customdata, list) else np.asarray(customdata).tolist(),
             "hovertemplate": hover, "showlegend": False, "xaxis": xaxis, "yaxis": yaxis,
             "marker": {"size": 8, "opacity": 0.0, "color": PALETTE[7]},
             "selected": {"marker": {"opacity": 0.0}}, "unselected": {"marker": {"opacity": 0.0}}}
 
 
-def pick_points(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray, hover: str, *,
+def pick_points(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray | list, hover: str, *,
                 xaxis: str = "x", yaxis: str = "y") -> go.Scatter:
     """Invisible markers at (x, y) that make a heatmap clickable (name :data:`PICK`).
 
-    ``customdata`` (P, k) holds what a click on each point selects; ``hover`` is its hover
-    template (the markers take the hover from the heatmap beneath, so it must say as much).
+    ``customdata`` (P, k) holds what a click on each point selects (a list of lists is sent as it is);
+    ``hover`` is its hover template (the markers take the hover from the heatmap beneath, so it must say
+    as much).
     """
     props = pick_point_props(x, y, customdata, hover, xaxis=xaxis, yaxis=yaxis)
     del props["type"]
