@@ -252,7 +252,8 @@ def table(data: pd.DataFrame | Styler, *, column_config: Mapping[str, Any] | Non
     frame[texts] = frame[texts].map(lambda v: _soft_breaks(str(v)))
     # !important: st.table aligns each cell inline by its type (text: left), over a plain Styler rule; a
     # number is never broken across lines ("5.51e-" / "07"), the text columns wrap instead
-    shown = frame.style.set_properties(subset=right, **{"text-align": "right !important"}) if right else frame.style
+    shown = (frame.style.set_properties(subset=right, **{"text-align": "right !important"}) if right
+             else frame.style)
     cols = [j for j, c in enumerate(frame.columns) if c in right]
     # The cell's Markdown paragraph, inside the cell, is what wraps: at spaces, hyphens and the soft breaks
     # after underscores, never inside a word (break-word: a column is at least its longest word wide). Only a
