@@ -156,3 +156,48 @@ def test_log_ticks_keep_a_few_labels_whatever_the_span() -> None:
         assert step == want, (lo_exp, step)
         assert math.ceil(-lo_exp / step) <= figures.MAX_LOG_LABELS
         assert fig.layout.yaxis.exponentformat == "power"
+
+
+def test_layer_head_grid_labels_every_tile_and_outlines_only_the_selected_head() -> None:
+    """The grid's labels (h0.. above the columns, L0.. left of the rows), the selected head's outline and
+    the pinned axes, as the builder writes them in one layout (the figure a layer or head move resends)."""
+    from ui.views import sinks as sinks_view
+
+    N, H, L = 3, 5, 7
+    a = np.random.default_rng(0).random((N, H, L, L)).astype(np.float32)
+    fig = json.loads(sinks_view.layer_head_grid(a, [f"t{i}" for i in range(L)], selected=(2, 3)).to_json())
+    lay, tc, tr = fig["layout"], L + 1, L + 1
+    assert lay["meta"] == {"tile_rows": tr, "tile_cols": tc, "selected": [2, 3]}
+    heads = [n for n in lay["annotations"] if n.get("yref") == "paper"]
+    layers = [n for n in lay["annotations"] if n.get("xref") == "paper"]
+    assert [n["text"] for n in heads] == [f"h{h}" for h in range(H)]
+    assert [n["x"] for n in heads] == [h * tc + (L - 1) / 2 for h in range(H)]
+    assert [n["text"] for n in layers] == [f"L{l}" for l in range(N)]
+    assert [n["y"] for n in layers] == [l * tr + (L - 1) / 2 for l in range(N)]
+    (box,) = lay["shapes"]
+    assert (box["x0"], box["x1"], box["y0"], box["y1"]) == (3 * tc - 0.5, 3 * tc + L - 0.5,
+                                                            2 * tr - 0.5, 2 * tr + L - 0.5)
+    n_cols, n_rows = H * tc - 1, N * tr - 1
+    assert lay["xaxis"]["range"] == [-0.5, n_cols - 0.5] and lay["yaxis"]["range"] == [n_rows - 0.5, -0.5]
+    assert not lay["xaxis"]["showticklabels"] and lay["yaxis"]["autorange"] is False
+    pick = fig["data"][1]
+    assert len(pick["x"]) == N * H * 16 and {tuple(c) for c in pick["customdata"]} == {
+        (l, h) for l in range(N) for h in range(H)}
+    plain = json.loads(sinks_view.layer_head_grid(a, None).to_json())["layout"]
+    assert "shapes" not in plain and plain["meta"]["selected"] == []
+
+
+def test_labelled_heatmap_axes_are_categories_with_rows_top_down() -> None:
+    from ui.views import sinks as sinks_view
+
+    z = np.array([[0.5, 0.001], [0.25, np.nan]])
+    fig = json.loads(sinks_view.labelled_heatmap(z, ["a", "b"], ["0", "1"], x_title="head", y_title="layer",
+                                                 title="on x").to_json())
+    lay = fig["layout"]
+    assert lay["yaxis"] == {"autorange": "reversed", "title": {"text": "layer"}, "type": "category"}
+    assert lay["xaxis"] == {"tickangle": 0, "title": {"text": "head"}, "type": "category"}
+    assert lay["title"]["text"] == "on x"
+    assert fig["data"][0]["text"] == [["0.50", ""], ["0.25", ""]]
+    wide = json.loads(sinks_view.labelled_heatmap(np.zeros((1, 17)), [str(i) for i in range(17)], ["0"],
+                                                  text_format=None).to_json())
+    assert wide["layout"]["xaxis"]["tickangle"] == -60 and "text" not in wide["data"][0]
