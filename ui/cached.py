@@ -469,6 +469,9 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
 KERNEL_REPEATS = 9
 KERNEL_MIN_ROUNDS = 5
 KERNEL_ROUND_SECONDS = 0.2
+# A kernel_probe call that took longer than this was measured now, not served from the cache: the page then
+# draws the sizes done so far while it times the rest (a cached size comes back in ~1-3 ms).
+KERNEL_PARTIAL_AFTER_S = 0.05
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
