@@ -136,18 +136,20 @@ def spec_from_controls(ctx: PageContext) -> tuple[KernelSpec, tuple[int, ...], b
 
 
 class ChartsPlace:
-    """Section 1's heading, its two chart slots and the caption under them, made at the first draw: until
-    then the previous run's charts stay on screen (an empty slot made up front would blank them)."""
+    """Section 1's heading, the time chart's slot, the memory chart's column and the caption under them,
+    made at the first draw: until then the previous run's charts stay on screen (an empty slot made up
+    front would blank them). The memory column's slot is made when memory is drawn, so a partial time
+    chart leaves the previous memory chart in place (greyed as stale) while the sizes are timed."""
 
     def __init__(self) -> None:
         self._slots: tuple | None = None
 
     def slots(self) -> tuple:
-        """(time chart slot, memory chart slot, caption slot)."""
+        """(time chart slot, memory chart column, caption slot)."""
         if self._slots is None:
             st.markdown("##### 1 · Time and memory against T")
             c1, c2 = st.columns(2)
-            self._slots = (c1.empty(), c2.empty(), st.empty())
+            self._slots = (c1.empty(), c2, st.empty())
         return self._slots
 
 
@@ -184,9 +186,10 @@ def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
     Returns the sizes with memory filled in (None when not measured), how memory was measured,
     the seconds the measurement took when it was computed and the backend frame of what is shown.
     """
-    time_slot, mem_slot, caption_slot = place.slots()
+    time_slot, mem_column, caption_slot = place.slots()
     tfig = view.time_figure(df)
     time_slot.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
+    mem_slot = mem_column.empty()
     sizes, note, seconds = None, "not measured (switch on “Measure peak memory”)", 0.0
     in_process = device.startswith("cuda")  # measured with the timings, at no extra cost
     if mem or in_process:
