@@ -47,18 +47,20 @@ VECTOR_ROWS = ("q", "k", "v", "o")
 
 
 def pick_points(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray, hover: str, *,
-                xaxis: str = "x", yaxis: str = "y") -> go.Scatter:
+                xaxis: str = "x", yaxis: str = "y", size: int = 8) -> go.Scatter:
     """Invisible markers at (x, y) that make a heatmap clickable (name :data:`PICK`).
 
     ``customdata`` (P, k) holds what a click on each point selects; ``hover`` is its hover
     template (the markers take the hover from the heatmap beneath, so it must say as much).
+    ``size``: the markers' diameter in px; a point answers hover and clicks within its radius plus
+    Plotly's hover distance (20 px), so larger markers cover a heatmap with fewer points.
     """
     # customdata as plain lists: a typed array would reach Streamlit's selection event as an object.
     # x and y as object arrays: Plotly validates a list of 4,096 category names in 4.8 ms, an array in 0.3.
     return go.Scatter(x=np.asarray(x, dtype=object), y=np.asarray(y, dtype=object), mode="markers", name=PICK,
                       customdata=np.asarray(customdata).tolist(),
                       hovertemplate=hover, showlegend=False, xaxis=xaxis, yaxis=yaxis,
-                      marker={"size": 8, "opacity": 0.0, "color": PALETTE[7]},
+                      marker={"size": size, "opacity": 0.0, "color": PALETTE[7]},
                       selected={"marker": {"opacity": 0.0}}, unselected={"marker": {"opacity": 0.0}})
 
 

@@ -25,6 +25,9 @@ ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
 ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
               ("output_rms", "output RMS", True))
 MAP_SIDE = 256  # cells per side of the synthetic weight maps
+GRID_MARGIN = {"l": 36, "r": 90, "t": 28, "b": 10}  # the layer x head grid's margins (px)
+PICK_SPACING_PX = 27  # the grid's pick points are about this far apart at its nominal width
+PICK_MARKER_PX = 14  # ...and this wide: each answers within 7 + 20 px, and neighbours never overlap
 
 
 def _tag(fig: go.Figure, view: str) -> go.Figure:
@@ -89,9 +92,20 @@ def layer_head_grid(
         layout["shapes"] = [{"type": "rect", "x0": h * (tw + 1) - 0.5, "x1": h * (tw + 1) + tw - 0.5,
                              "y0": l * (th + 1) - 0.5, "y1": l * (th + 1) + th - 0.5,
                              "line": {"color": PALETTE[5], "width": 3}}]
-    # Clickable: a grid of pick points per tile (customdata = layer, head) chooses that head.
-    ps_y = np.unique(np.linspace(0, th - 1, min(th, 4)).round().astype(int))
-    ps_x = np.unique(np.linspace(0, tw - 1, min(tw, 4)).round().astype(int))
+    # Square tiles on a chart about `width_px` wide.
+    row_px = width_px / H * (th + 1) / (tw + 1)
+    height = int(min(900, max(240, N * row_px + 40)))
+    # Clickable: a lattice of pick points per tile (customdata = layer, head) chooses that head. Each point
+    # answers within its radius plus Plotly's 20 px hover distance, so the points are spaced by the tile's
+    # size on screen (about PICK_SPACING_PX apart at `width_px`), not by its cells: every point is an SVG
+    # node the browser draws on each rerun that resends the grid (a layer or head move), and 4 x 4 per tile
+    # put 4 rows of points in the 28 px tall tiles of SmolLM2's 30 layers (4,320 points; their drawing was
+    # 80 % of the grid's). At the page's narrowest width (1280 px window) points stay further apart than
+    # a marker is wide, so a click never lands on two tiles' points at once.
+    tile_w = (width_px - GRID_MARGIN["l"] - GRID_MARGIN["r"]) * tw / (H * (tw + 1) - 1)
+    tile_h = (height - GRID_MARGIN["t"] - GRID_MARGIN["b"]) * th / (N * (th + 1) - 1)
+    ps_x = _pick_cells(tw, tile_w)
+    ps_y = _pick_cells(th, tile_h)
     px, py, cd = [], [], []
     for l in range(N):
         for h in range(H):
@@ -106,7 +120,8 @@ def layer_head_grid(
         hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>")
     pick = realtext_views.pick_points(
         px, py, np.array(cd, dtype=np.int64),
-        "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>")
+        "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>",
+        size=PICK_MARKER_PX)
     # ranges pinned to the grid (the markers would pad an autorange); rows top to bottom
     hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}
     fig = go.Figure(data=[heat, pick], layout={
@@ -114,12 +129,17 @@ def layer_head_grid(
         "xaxis": {**hidden, "range": [-0.5, len(x) - 0.5]},
         "yaxis": {**hidden, "autorange": False, "range": [len(y) - 0.5, -0.5]},
         "meta": {"tile_rows": th + 1, "tile_cols": tw + 1, "selected": list(selected or ())}})
-    # Square tiles on a chart about `width_px` wide.
-    row_px = width_px / H * (th + 1) / (tw + 1)
-    style(fig, height=int(min(900, max(240, N * row_px + 40))))
+    style(fig, height=height)
     # r: room for the colour bar and its title, so the browser need not widen it and draw again
-    fig.update_layout(margin={"l": 36, "r": 90, "t": 28, "b": 10})
+    fig.update_layout(margin=GRID_MARGIN)
     return fig
+
+
+def _pick_cells(cells: int, tile_px: float) -> list[int]:
+    """The cells of a tile side that carry pick points: one per PICK_SPACING_PX of the side (at least one,
+    at most one per cell), each at the middle of its share of the side."""
+    m = min(cells, max(1, round(tile_px / PICK_SPACING_PX)))
+    return [int((k + 0.5) * cells / m) for k in range(m)]
 
 
 def labelled_heatmap(
