@@ -160,6 +160,8 @@ def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str,
     While sizes are being measured (a call not served from the cache), the time chart is drawn with the
     sizes done so far after each one, marked as partial, so a new setting shows its first measured times
     at once and the larger sizes join as they are timed (the largest take most of the time: T² work).
+    Each partial draw is followed by a short pause (``KERNEL_DRAW_PAUSE_S``), so that a browser on the
+    same cores draws it before the next size's rounds are timed, not during them.
     """
     bar = st.progress(0.0, text="Starting…")
     seconds, sizes = 0.0, []
@@ -175,6 +177,7 @@ def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str,
             time_slot.plotly_chart(view.mark_partial(view.time_figure(view.backend_frame(sizes))),
                                    width="stretch")
             caption_slot.caption(view.partial_note(lengths[: i + 1], lengths[i + 1:]))
+            time.sleep(cached.KERNEL_DRAW_PAUSE_S)  # the browser draws it before the next size is timed
     bar.empty()
     return sizes, seconds
 
