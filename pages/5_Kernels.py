@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -133,35 +135,68 @@ def spec_from_controls(ctx: PageContext) -> tuple[KernelSpec, tuple[int, ...], b
     return spec, lengths, mem
 
 
-def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str) -> tuple[list[SizeResult], float]:
-    """Cached calls, one per length (a progress bar over them): every backend timed, no memory yet."""
+class ChartsPlace:
+    """Section 1's heading, the time chart's slot, the memory chart's column and the caption under them,
+    made at the first draw: until then the previous run's charts stay on screen (an empty slot made up
+    front would blank them). The memory column's slot is made when memory is drawn, so a partial time
+    chart leaves the previous memory chart in place (greyed as stale) while the sizes are timed."""
+
+    def __init__(self) -> None:
+        self._slots: tuple | None = None
+
+    def slots(self) -> tuple:
+        """(time chart slot, memory chart column, caption slot)."""
+        if self._slots is None:
+            st.markdown("##### 1 · Time and memory against T")
+            c1, c2 = st.columns(2)
+            self._slots = (c1.empty(), c2, st.empty())
+        return self._slots
+
+
+def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str,
+               place: ChartsPlace) -> tuple[list[SizeResult], float]:
+    """Cached calls, one per length (a progress bar over them): every backend timed, no memory yet.
+
+    While sizes are being measured (a call not served from the cache), the time chart is drawn with the
+    sizes done so far after each one, marked as partial, so a new setting shows its first measured times
+    at once and the larger sizes join as they are timed (the largest take most of the time: T² work).
+    Each partial draw is followed by a short pause (``KERNEL_DRAW_PAUSE_S``), so that a browser on the
+    same cores draws it before the next size's rounds are timed, not during them.
+    """
     bar = st.progress(0.0, text="Starting…")
     seconds, sizes = 0.0, []
     weights = [t * t for t in lengths]
     for i, t in enumerate(lengths):
         bar.progress(sum(weights[:i]) / sum(weights), text=f"T = {t}: trying every backend…")
+        t0 = time.perf_counter()
         res = cached.kernel_probe(spec, t, device)
         seconds += res.seconds
         sizes.append(res.value)
+        if i + 1 < len(lengths) and time.perf_counter() - t0 >= cached.KERNEL_PARTIAL_AFTER_S:
+            time_slot, _, caption_slot = place.slots()
+            time_slot.plotly_chart(view.mark_partial(view.time_figure(view.backend_frame(sizes))),
+                                   width="stretch")
+            caption_slot.caption(view.partial_note(lengths[: i + 1], lengths[i + 1:]))
+            time.sleep(cached.KERNEL_DRAW_PAUSE_S)  # the browser draws it before the next size is timed
     bar.empty()
     return sizes, seconds
 
 
-def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], mem: bool,
-                   device: str) -> tuple[list[SizeResult] | None, str, float]:
+def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...], mem: bool, device: str,
+                   place: ChartsPlace) -> tuple[list[SizeResult] | None, str, float, pd.DataFrame]:
     """The time chart as soon as the backends are timed; the memory chart once memory is measured.
 
-    Returns the sizes with memory filled in (None when not measured), how memory was measured
-    and the seconds the measurement took when it was computed.
+    Returns the sizes with memory filled in (None when not measured), how memory was measured,
+    the seconds the measurement took when it was computed and the backend frame of what is shown.
     """
-    st.markdown("##### 1 · Time and memory against T")
-    c1, c2 = st.columns(2)
+    time_slot, mem_column, caption_slot = place.slots()
     tfig = view.time_figure(df)
-    c1.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
-    mem_slot, caption_slot = c2.empty(), st.empty()
+    time_slot.plotly_chart(tfig, key="chart_kernels_time", width="stretch")
+    mem_slot = mem_column.empty()
     sizes, note, seconds = None, "not measured (switch on “Measure peak memory”)", 0.0
     in_process = device.startswith("cuda")  # measured with the timings, at no extra cost
     if mem or in_process:
+        caption_slot.empty()  # a partial chart's note, if any, no longer applies
         if not in_process:
             mem_slot.info("Measuring peak memory: every call again, each in a fresh process…",
                           icon=":material/memory:")
@@ -171,7 +206,7 @@ def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
     mfig = view.memory_figure(df)
     mem_slot.plotly_chart(mfig, key="chart_kernels_memory", width="stretch")
     caption_slot.caption(view.guide_caption(tfig, mfig))
-    return sizes, note, seconds
+    return sizes, note, seconds, df
 
 
 def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
@@ -183,7 +218,7 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
                 icon=":material/memory:")
     right = "right"
     widgets.table(
-        view.table_frame(sizes), key="chart_kernels_table",
+        view.table_frame(sizes, df), key="chart_kernels_table",
         column_config={
             "label": st.column_config.TextColumn("backend"),
             "time_ms": st.column_config.TextColumn("time (ms)", alignment=right,
@@ -231,12 +266,12 @@ def body(ctx: PageContext) -> None:
     budget = default_budget_bytes(ctx.device)
     check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
     explain(spec, ctx.device, lengths)
-    sizes, seconds = run_probes(spec, lengths, ctx.device)
-    measured, memory_note, mem_seconds = charts_section(view.backend_frame(sizes), spec, lengths, mem,
-                                                        ctx.device)
+    place = ChartsPlace()
+    sizes, seconds = run_probes(spec, lengths, ctx.device, place)
+    measured, memory_note, mem_seconds, df = charts_section(view.backend_frame(sizes), spec, lengths, mem,
+                                                            ctx.device, place)
     sizes = measured or sizes
     seconds += mem_seconds
-    df = view.backend_frame(sizes)
     table_section(sizes, df, spec, lengths, memory_note, budget, ctx.device)
     claims_section(sizes, spec, ctx.device)
     explain_more()

@@ -4,6 +4,7 @@ on the page's own device (a CPU dispatches to its flash kernel, a GPU to cuDNN o
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pandas as pd
@@ -469,3 +470,80 @@ def test_the_smollm2_preset_runs_the_real_models_attention_shape() -> None:
     at.run()
     no_errors(at)
     assert_table_matches_attncore(at, KernelSpec(heads=2, head_dim=16), [32, 64])
+
+
+def test_a_new_head_dim_draws_each_size_as_it_is_timed_and_a_seen_one_times_nothing(monkeypatch) -> None:
+    """Issue 34 item 5 (the head-dim slider): a setting not measured before draws the time chart with the
+    sizes timed so far after each one (marked partial, its points the very numbers the finished chart
+    shows); the finished chart equals attncore's probe at the new head dim; a move back to a head dim
+    measured before is served from the cache per (shape, T, device): no probe runs and nothing is drawn
+    partial. Three sizes and a seed of its own, so no other test's run is in the cache."""
+    import attncore.kernels as kernels_pkg
+
+    probed: list[tuple[int, int]] = []
+    real_probe = kernels_pkg.probe
+
+    def counting_probe(spec, L, device, **kw):
+        probed.append((spec.head_dim, L))
+        return real_probe(spec, L, device, **kw)
+
+    partials: list[dict[tuple[int, str], float]] = []
+    events: list[str] = []
+    real_mark = view.mark_partial
+    real_sleep = time.sleep
+
+    def recording_sleep(seconds):  # the page's pause after a partial chart, told apart by its value
+        if seconds == 0.0123:
+            events.append("pause")
+            seconds = 0
+        real_sleep(seconds)
+
+    def recording_mark(fig):
+        out = real_mark(fig)
+        drawn = {}
+        for tr in out.to_plotly_json()["data"]:
+            label = str(tr.get("name", "")).split(" · ")[0]
+            if label in BY_LABEL and tr.get("x") is not None:
+                for x, y in zip(decode(tr["x"]), decode(tr["y"]), strict=True):
+                    drawn[(int(round(float(x))), BY_LABEL[label])] = float(y)
+        partials.append(drawn)
+        events.append("partial")
+        return out
+
+    monkeypatch.setattr(kernels_pkg, "probe", counting_probe)
+    monkeypatch.setattr(view, "mark_partial", recording_mark)
+    monkeypatch.setattr(cached, "KERNEL_PARTIAL_AFTER_S", 0.0)  # every size counts as measured now
+    monkeypatch.setattr(cached, "KERNEL_DRAW_PAUSE_S", 0.0123)
+    monkeypatch.setattr(time, "sleep", recording_sleep)
+    query = {**SMALL, "k_tmin": "16", "k_tmax": "64", "k_dim": "32", "seed": "7341"}
+    at = run_app(PAGE, **query)
+    no_errors(at)
+    assert probed == [(32, 16), (32, 32), (32, 64)]
+    assert [sorted({t for t, _ in p}) for p in partials] == [[16], [16, 32]]
+    assert events == ["partial", "pause", "partial", "pause"]  # the browser draws before the next size
+    final = chart_values(at, "kernels_time")
+    assert not figure(at, "kernels_time")["layout"]["meta"].get("partial")
+    for p in partials:  # a partial chart draws the same measurement the finished one shows
+        assert p == {k: v for k, v in final.items() if k[0] in {t for t, _ in p}}
+
+    probed.clear()
+    partials.clear()
+    events.clear()
+    at.select_slider(key="k_dim").set_value(16)
+    at.run()
+    no_errors(at)
+    assert probed == [(16, 16), (16, 32), (16, 64)]
+    assert [sorted({t for t, _ in p}) for p in partials] == [[16], [16, 32]]
+    assert events == ["partial", "pause", "partial", "pause"]
+    assert_table_matches_attncore(at, KernelSpec(heads=4, head_dim=16, seed=7341), [16, 32, 64])
+    chart_matches_table(at, table(at), "kernels_time", "time_ms")
+
+    monkeypatch.setattr(cached, "KERNEL_PARTIAL_AFTER_S", 0.05)  # the page's own rule again
+    probed.clear()
+    partials.clear()
+    events.clear()
+    at.select_slider(key="k_dim").set_value(32)
+    at.run()
+    no_errors(at)
+    assert probed == [] and partials == [] and events == []  # from the cache: drawn once, no pause
+    assert chart_values(at, "kernels_time") == final

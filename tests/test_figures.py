@@ -211,3 +211,91 @@ def test_layer_heads_figure_tiles_show_attncores_weights_with_labels_picks_and_o
         assert (box["xref"], box["yref"]) == (hm["xaxis"], hm["yaxis"])
         assert (box["x0"], box["x1"], box["y0"], box["y1"]) == (-0.5 * fc, (cols - 0.5) * fc, -0.5 * fr,
                                                                  (rows - 0.5) * fr)
+
+
+def test_layer_head_grid_labels_every_tile_and_outlines_only_the_selected_head() -> None:
+    """The grid's labels (h0.. above the columns, L0.. left of the rows), the selected head's outline and
+    the pinned axes, as the builder writes them in one layout (the figure a layer or head move resends)."""
+    from ui.views import sinks as sinks_view
+
+    N, H, L = 3, 5, 7
+    a = np.random.default_rng(0).random((N, H, L, L)).astype(np.float32)
+    fig = json.loads(sinks_view.layer_head_grid(a, [f"t{i}" for i in range(L)], selected=(2, 3)).to_json())
+    lay, tc, tr = fig["layout"], L + 1, L + 1
+    assert lay["meta"] == {"tile_rows": tr, "tile_cols": tc, "selected": [2, 3]}
+    heads = [n for n in lay["annotations"] if n.get("yref") == "paper"]
+    layers = [n for n in lay["annotations"] if n.get("xref") == "paper"]
+    assert [n["text"] for n in heads] == [f"h{h}" for h in range(H)]
+    assert [n["x"] for n in heads] == [h * tc + (L - 1) / 2 for h in range(H)]
+    assert [n["text"] for n in layers] == [f"L{l}" for l in range(N)]
+    assert [n["y"] for n in layers] == [l * tr + (L - 1) / 2 for l in range(N)]
+    (box,) = lay["shapes"]
+    assert (box["x0"], box["x1"], box["y0"], box["y1"]) == (3 * tc - 0.5, 3 * tc + L - 0.5,
+                                                            2 * tr - 0.5, 2 * tr + L - 0.5)
+    n_cols, n_rows = H * tc - 1, N * tr - 1
+    assert lay["xaxis"]["range"] == [-0.5, n_cols - 0.5] and lay["yaxis"]["range"] == [n_rows - 0.5, -0.5]
+    assert not lay["xaxis"]["showticklabels"] and lay["yaxis"]["autorange"] is False
+    pick = fig["data"][1]
+    assert {tuple(c) for c in pick["customdata"]} == {(l, h) for l in range(N) for h in range(H)}
+    plain = json.loads(sinks_view.layer_head_grid(a, None).to_json())["layout"]
+    assert "shapes" not in plain and plain["meta"]["selected"] == []
+
+
+@pytest.mark.parametrize("shape", [(6, 12, 25), (30, 9, 13), (3, 5, 7), (1, 1, 3), (2, 2, 100)])
+def test_layer_head_grid_pick_points_cover_each_tile_about_27_px_apart(shape: tuple[int, int, int]) -> None:
+    """The grid's pick points (a click on one shows its head): inside their own tile, the same lattice in
+    every tile, about PICK_SPACING_PX apart at the grid's nominal width, so that each point's reach (its
+    radius + Plotly's 20 px hover distance) covers the tile; never closer than a marker is wide at the
+    page's narrowest width (0.68 x nominal: a 1280 px window). MiniLM (6 x 12) keeps 9 per tile, SmolLM2's
+    30 x 9 grid 4 per tile instead of 16 (4,320 SVG points drawn on every layer move)."""
+    from ui.views import sinks as sinks_view
+
+    N, H, L = shape
+    a = np.random.default_rng(1).random((N, H, L, L)).astype(np.float32)
+    fig = json.loads(sinks_view.layer_head_grid(a, [f"t{i}" for i in range(L)]).to_json())
+    heat, pick = fig["data"]
+    lay = fig["layout"]
+    tr, tc = lay["meta"]["tile_rows"], lay["meta"]["tile_cols"]
+    col = {name: i for i, name in enumerate(heat["x"])}
+    row = {name: i for i, name in enumerate(heat["y"])}
+    cells: dict[tuple[int, int], set[tuple[int, int]]] = {}
+    for x, y, (l, h) in zip(pick["x"], pick["y"], pick["customdata"], strict=True):
+        r, c = row[y] - l * tr, col[x] - h * tc
+        assert 0 <= r < tr - 1 and 0 <= c < tc - 1, (l, h, r, c)  # a cell of its own tile
+        cells.setdefault((l, h), set()).add((r, c))
+    lattice = next(iter(cells.values()))
+    assert len(cells) == N * H and all(v == lattice for v in cells.values())
+    m = sinks_view.GRID_MARGIN
+    px_x = (1100 - m["l"] - m["r"]) / (H * tc - 1)  # px per cell at the nominal width
+    px_y = (lay["height"] - m["t"] - m["b"]) / (N * tr - 1)
+    size = pick["marker"]["size"]
+    assert size == sinks_view.PICK_MARKER_PX
+    reach = size / 2 + 20  # a point answers hover and clicks this far from its centre
+    # x follows the window (0.68 x nominal at 1280 px); the height is fixed in px
+    for axis, px, n_cells, narrowest in ((1, px_x, tc - 1, 0.68), (0, px_y, tr - 1, 1.0)):
+        ks = sorted({rc[axis] for rc in lattice})
+        across = (ks[0] + n_cells + 1 - ks[-1]) * px  # the last point of a tile to the first of the next
+        gaps = [(b - a) * px for a, b in zip(ks[:-1], ks[1:], strict=True)] + [across]
+        assert across * narrowest >= size, (axis, across)  # two tiles' points never overlap
+        assert max(gaps) / 2 <= reach or len(ks) == n_cells, (axis, gaps)  # the tile is covered
+        assert len(ks) <= max(1, round(n_cells * px / sinks_view.PICK_SPACING_PX))  # no denser than needed
+    if (N, H, L) == (6, 12, 25):
+        assert len(lattice) == 9
+    if (N, H, L) == (30, 9, 13):
+        assert len(lattice) == 4
+
+
+def test_labelled_heatmap_axes_are_categories_with_rows_top_down() -> None:
+    from ui.views import sinks as sinks_view
+
+    z = np.array([[0.5, 0.001], [0.25, np.nan]])
+    fig = json.loads(sinks_view.labelled_heatmap(z, ["a", "b"], ["0", "1"], x_title="head", y_title="layer",
+                                                 title="on x").to_json())
+    lay = fig["layout"]
+    assert lay["yaxis"] == {"autorange": "reversed", "title": {"text": "layer"}, "type": "category"}
+    assert lay["xaxis"] == {"tickangle": 0, "title": {"text": "head"}, "type": "category"}
+    assert lay["title"]["text"] == "on x"
+    assert fig["data"][0]["text"] == [["0.50", ""], ["0.25", ""]]
+    wide = json.loads(sinks_view.labelled_heatmap(np.zeros((1, 17)), [str(i) for i in range(17)], ["0"],
+                                                  text_format=None).to_json())
+    assert wide["layout"]["xaxis"]["tickangle"] == -60 and "text" not in wide["data"][0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import math
 import mmap
 import warnings
@@ -553,3 +554,28 @@ def test_rounds_stop_at_the_time_budget_but_never_below_the_minimum() -> None:
     assert {at_least.row(n).rounds for n in ran} == {5}
     assert {one.row(n).rounds for n in ran} == {1}
     assert {roomy.row(n).rounds for n in ran} == {7}
+
+
+def test_a_refusal_collects_no_garbage_an_out_of_memory_call_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """free() (a full garbage collection) runs once per size and after an out-of-memory call, not after each
+    refusal: on a CPU two backends refuse at every size, and each collection cost a Kernels rerun 20-35 ms."""
+    probe_mod = importlib.import_module("attncore.kernels.probe")  # the module (the package exports probe())
+    calls: list[str] = []
+    monkeypatch.setattr(probe_mod, "free", lambda device: calls.append("free"))
+    res = probe(SMALL, 32, "cpu", repeats=1, measure_memory=False)
+    assert {r.name: r.status for r in res.rows}["efficient"] == "refused"
+    assert {r.name: r.status for r in res.rows}["cudnn"] == "refused"
+    assert calls == ["free"]  # the end of the size only
+
+    real = probe_mod.run_once
+
+    def oom_for_math(name, x, spec, device):
+        if name == "math":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4 GiB")
+        return real(name, x, spec, device)
+
+    monkeypatch.setattr(probe_mod, "run_once", oom_for_math)
+    calls.clear()
+    res = probe(SMALL, 32, "cpu", repeats=1, measure_memory=False)
+    assert {r.name: r.status for r in res.rows}["math"] == "out of memory"
+    assert calls == ["free", "free"]  # the out-of-memory call's, then the size's

@@ -469,6 +469,13 @@ def entropy_theory_given_queries(spec: SweepSpec, n: int, device: str) -> Timed[
 KERNEL_REPEATS = 9
 KERNEL_MIN_ROUNDS = 5
 KERNEL_ROUND_SECONDS = 0.2
+# A kernel_probe call that took longer than this was measured now, not served from the cache: the page then
+# draws the sizes done so far while it times the rest (a cached size comes back in ~1-3 ms).
+KERNEL_PARTIAL_AFTER_S = 0.05
+# After drawing a partial chart the page waits this long before timing the next size: on a machine where the
+# browser shares the cores (a laptop running the app), its redraw (~50-100 ms of Plotly) would otherwise run
+# during the next size's timed rounds and slow them.
+KERNEL_DRAW_PAUSE_S = 0.1
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -170,8 +170,11 @@ def _warm_up(name: str, x: KernelInputs, spec: KernelSpec, device: torch.device,
             outputs[name] = run_once(name, x, spec, device)
             sync(device)
         except Exception as exc:  # torch refuses with RuntimeError; anything else is reported too
-            free(device)
             if is_oom(exc):
+                # Only an out-of-memory call left memory to give back. A refusal allocates nothing, and
+                # free() is a full garbage collection: ~20-35 ms in a server process, twice per size on a
+                # CPU (its two CUDA-only backends refuse), 0.2-0.3 s of every Kernels rerun.
+                free(device)
                 return BackendResult(name, L, S, "out of memory", reason=clean_message(str(exc))[:300],
                                      estimated_bytes=est)
             status = "refused" if name in SDPA_BACKENDS and isinstance(exc, RuntimeError) else "failed"

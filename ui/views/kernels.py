@@ -29,8 +29,9 @@ from attncore.kernels.cost import call_flops, full_flops
 from ui.figures import PALETTE, Curve, legend_below, legend_key, line_chart, log_ticks
 
 __all__ = ["LABELS", "ONLINE_SOFTMAX", "SCORE_MATRICES", "TABLE_LEGEND", "backend_frame", "claims_caption",
-           "claims_frame", "fmt", "fmt_err", "guide_caption", "load_sentence", "memory_figure",
-           "table_caption", "table_frame", "time_figure", "work_sentence", "TIME_RANGE_HELP", "X_RANGE_HELP"]
+           "claims_frame", "fmt", "fmt_err", "guide_caption", "load_sentence", "mark_partial",
+           "memory_figure", "partial_note", "table_caption", "table_frame", "time_figure", "work_sentence",
+           "TIME_RANGE_HELP", "X_RANGE_HELP"]
 
 MIB = float(1 << 20)
 COLORS: dict[str, str] = {"flash": PALETTE[0], "efficient": PALETTE[2], "cudnn": PALETTE[3],
@@ -143,7 +144,7 @@ def _gib(n: float) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= (1 << 30) else f"{n / MIB:.3g} MiB"
 
 
-def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
+def table_frame(sizes: Sequence[SizeResult], frame: pd.DataFrame | None = None) -> pd.DataFrame:
     """The backend table as shown: every cell a string, a word where there is no number.
 
     Same rows and numbers as :func:`backend_frame` (formatted: times, rates and memory to three
@@ -154,10 +155,11 @@ def table_frame(sizes: Sequence[SizeResult]) -> pd.DataFrame:
     (the time column:
     ``skipped: needs ~X``, the budget estimate of its matrices), ``out of memory`` or ``failed``
     in each number column; ``not measured`` for memory when it was off; ``—`` where nothing
-    applies (see :data:`TABLE_LEGEND`).
+    applies (see :data:`TABLE_LEGEND`). ``frame``: :func:`backend_frame` of ``sizes`` when the caller
+    has it already (it is computed otherwise).
     Columns: :data:`TABLE_COLUMNS`.
     """
-    df = backend_frame(sizes).set_index(["T", "backend"])
+    df = (backend_frame(sizes) if frame is None else frame).set_index(["T", "backend"])
     recs = []
     for s in sizes:
         for r in s.rows:
@@ -259,6 +261,18 @@ def time_figure(df: pd.DataFrame) -> go.Figure:
     default dispatch's largest sizes (noise points left out)."""
     return _chart(df, "time_ms", "time per call (ms)", "kernels_time", "default", "default", "ms",
                   spread=True)
+
+
+def mark_partial(fig: go.Figure) -> go.Figure:
+    """The time chart while larger sizes are still being timed (``layout.meta.partial``; the page says so
+    under the chart, :func:`partial_note`)."""
+    return fig.update_layout(meta={**(fig.layout.meta or {}), "partial": True})
+
+
+def partial_note(done: Sequence[int], rest: Sequence[int]) -> str:
+    """The line under a partial time chart: which sizes it shows and which are being timed."""
+    return (f"Measuring… the chart shows T = {_and(done)} so far; T = {_and(rest)} "
+            f"{'is' if len(rest) == 1 else 'are'} being timed (the largest sizes take most of the time).")
 
 
 def memory_figure(df: pd.DataFrame) -> go.Figure:

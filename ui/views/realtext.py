@@ -48,7 +48,7 @@ VECTOR_ROWS = ("q", "k", "v", "o")
 
 
 def pick_point_props(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray | list, hover: str, *,
-                     xaxis: str = "x", yaxis: str = "y") -> dict:
+                     xaxis: str = "x", yaxis: str = "y", size: int = 8) -> dict:
     """The properties of :func:`pick_points` as a plain trace dict, for a builder that makes its figure once
     from dicts (Plotly validates a ``go.Scatter`` again when it goes into a figure)."""
     # customdata as plain lists: a typed array would reach Streamlit's selection event as an object.
@@ -57,19 +57,20 @@ def pick_point_props(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray 
             "mode": "markers", "name": PICK,
             "customdata": customdata if isinstance(customdata, list) else np.asarray(customdata).tolist(),
             "hovertemplate": hover, "showlegend": False, "xaxis": xaxis, "yaxis": yaxis,
-            "marker": {"size": 8, "opacity": 0.0, "color": PALETTE[7]},
+            "marker": {"size": size, "opacity": 0.0, "color": PALETTE[7]},
             "selected": {"marker": {"opacity": 0.0}}, "unselected": {"marker": {"opacity": 0.0}}}
 
 
 def pick_points(x: Sequence[Any], y: Sequence[Any], customdata: np.ndarray | list, hover: str, *,
-                xaxis: str = "x", yaxis: str = "y") -> go.Scatter:
+                xaxis: str = "x", yaxis: str = "y", size: int = 8) -> go.Scatter:
     """Invisible markers at (x, y) that make a heatmap clickable (name :data:`PICK`).
 
     ``customdata`` (P, k) holds what a click on each point selects (a list of lists is sent as it is);
     ``hover`` is its hover template (the markers take the hover from the heatmap beneath, so it must say
-    as much).
+    as much). ``size``: the markers' diameter in px; a point answers hover and clicks within its radius
+    plus Plotly's hover distance (20 px), so larger markers cover a heatmap with fewer points.
     """
-    props = pick_point_props(x, y, customdata, hover, xaxis=xaxis, yaxis=yaxis)
+    props = pick_point_props(x, y, customdata, hover, xaxis=xaxis, yaxis=yaxis, size=size)
     del props["type"]
     return go.Scatter(**props)
 

@@ -25,6 +25,9 @@ ZOO_COLORS = {name: PALETTE[i] for i, name in enumerate(ZOO)}
 ZOO_FIELDS = (("row_sum", "row sum (weight spent)", False), ("sink_weight", "weight on the sink", False),
               ("output_rms", "output RMS", True))
 MAP_SIDE = 256  # cells per side of the synthetic weight maps
+GRID_MARGIN = {"l": 36, "r": 90, "t": 28, "b": 10}  # the layer x head grid's margins (px)
+PICK_SPACING_PX = 27  # the grid's pick points are about this far apart at its nominal width
+PICK_MARKER_PX = 14  # ...and this wide: each answers within 7 + 20 px, and neighbours never overlap
 
 
 def _tag(fig: go.Figure, view: str) -> go.Figure:
@@ -76,24 +79,33 @@ def layer_head_grid(
 
     x = names(tw, fc, "key", H, "head")
     y = names(th, fr, "query", N, "layer")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=x, y=y, colorscale=SEQUENTIAL, zmin=0.0, zmax=zmax, hoverongaps=False,
-        colorbar={"thickness": 12, "len": 0.9, "title": {"text": "weight", "side": "right"}},
-        hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>"))
-    for h in range(H):
-        fig.add_annotation(x=h * (tw + 1) + (tw - 1) / 2, y=1.0, yref="paper", yanchor="bottom",
-                           text=f"h{h}", showarrow=False, font={"size": 11})
-    for l in range(N):
-        fig.add_annotation(x=0.0, xref="paper", xanchor="right", y=l * (th + 1) + (th - 1) / 2,
-                           text=f"L{l}", showarrow=False, font={"size": 11})
+    # Labels, outline and axes go into the layout in one assignment: Plotly's add_annotation runs its
+    # validation and relayout machinery per call (18 labels: 50-100 ms of every rerun that draws the grid,
+    # a layer or head move included; one layout: ~4 ms), with the same figure as the result.
+    labels = [{"x": h * (tw + 1) + (tw - 1) / 2, "y": 1.0, "yref": "paper", "yanchor": "bottom",
+               "text": f"h{h}", "showarrow": False, "font": {"size": 11}} for h in range(H)]
+    labels += [{"x": 0.0, "xref": "paper", "xanchor": "right", "y": l * (th + 1) + (th - 1) / 2,
+                "text": f"L{l}", "showarrow": False, "font": {"size": 11}} for l in range(N)]
+    layout: dict = {"annotations": labels}
     if selected is not None:
         l, h = selected
-        fig.add_shape(type="rect", x0=h * (tw + 1) - 0.5, x1=h * (tw + 1) + tw - 0.5,
-                      y0=l * (th + 1) - 0.5, y1=l * (th + 1) + th - 0.5,
-                      line={"color": PALETTE[5], "width": 3})
-    # Clickable: a grid of pick points per tile (customdata = layer, head) chooses that head.
-    ps_y = np.unique(np.linspace(0, th - 1, min(th, 4)).round().astype(int))
-    ps_x = np.unique(np.linspace(0, tw - 1, min(tw, 4)).round().astype(int))
+        layout["shapes"] = [{"type": "rect", "x0": h * (tw + 1) - 0.5, "x1": h * (tw + 1) + tw - 0.5,
+                             "y0": l * (th + 1) - 0.5, "y1": l * (th + 1) + th - 0.5,
+                             "line": {"color": PALETTE[5], "width": 3}}]
+    # Square tiles on a chart about `width_px` wide.
+    row_px = width_px / H * (th + 1) / (tw + 1)
+    height = int(min(900, max(240, N * row_px + 40)))
+    # Clickable: a lattice of pick points per tile (customdata = layer, head) chooses that head. Each point
+    # answers within its radius plus Plotly's 20 px hover distance, so the points are spaced by the tile's
+    # size on screen (about PICK_SPACING_PX apart at `width_px`), not by its cells: every point is an SVG
+    # node the browser draws on each rerun that resends the grid (a layer or head move), and 4 x 4 per tile
+    # put 4 rows of points in the 28 px tall tiles of SmolLM2's 30 layers (4,320 points; their drawing was
+    # 80 % of the grid's). At the page's narrowest width (1280 px window) points stay further apart than
+    # a marker is wide, so a click never lands on two tiles' points at once.
+    tile_w = (width_px - GRID_MARGIN["l"] - GRID_MARGIN["r"]) * tw / (H * (tw + 1) - 1)
+    tile_h = (height - GRID_MARGIN["t"] - GRID_MARGIN["b"]) * th / (N * (th + 1) - 1)
+    ps_x = _pick_cells(tw, tile_w)
+    ps_y = _pick_cells(th, tile_h)
     px, py, cd = [], [], []
     for l in range(N):
         for h in range(H):
@@ -102,21 +114,32 @@ def layer_head_grid(
                     px.append(x[h * (tw + 1) + c])
                     py.append(y[l * (th + 1) + r])
                     cd.append((l, h))
-    fig.add_trace(realtext_views.pick_points(
+    heat = go.Heatmap(
+        z=z, x=x, y=y, colorscale=SEQUENTIAL, zmin=0.0, zmax=zmax, hoverongaps=False,
+        colorbar={"thickness": 12, "len": 0.9, "title": {"text": "weight", "side": "right"}},
+        hovertemplate="%{y}<br>%{x}<br>weight %{z:.4f}<extra></extra>")
+    pick = realtext_views.pick_points(
         px, py, np.array(cd, dtype=np.int64),
-        "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>"))
+        "layer %{customdata[0]} · head %{customdata[1]}<br>click: show this head<extra></extra>",
+        size=PICK_MARKER_PX)
     # ranges pinned to the grid (the markers would pad an autorange); rows top to bottom
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="",
-                     range=[-0.5, len(x) - 0.5])
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, ticks="", autorange=False,
-                     range=[len(y) - 0.5, -0.5])
-    fig.update_layout(meta={"tile_rows": th + 1, "tile_cols": tw + 1, "selected": list(selected or ())})
-    # Square tiles on a chart about `width_px` wide.
-    row_px = width_px / H * (th + 1) / (tw + 1)
-    style(fig, height=int(min(900, max(240, N * row_px + 40))))
+    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}
+    fig = go.Figure(data=[heat, pick], layout={
+        **layout,
+        "xaxis": {**hidden, "range": [-0.5, len(x) - 0.5]},
+        "yaxis": {**hidden, "autorange": False, "range": [len(y) - 0.5, -0.5]},
+        "meta": {"tile_rows": th + 1, "tile_cols": tw + 1, "selected": list(selected or ())}})
+    style(fig, height=height)
     # r: room for the colour bar and its title, so the browser need not widen it and draw again
-    fig.update_layout(margin={"l": 36, "r": 90, "t": 28, "b": 10})
+    fig.update_layout(margin=GRID_MARGIN)
     return fig
+
+
+def _pick_cells(cells: int, tile_px: float) -> list[int]:
+    """The cells of a tile side that carry pick points: one per PICK_SPACING_PX of the side (at least one,
+    at most one per cell), each at the middle of its share of the side."""
+    m = min(cells, max(1, round(tile_px / PICK_SPACING_PX)))
+    return [int((k + 0.5) * cells / m) for k in range(m)]
 
 
 def labelled_heatmap(
@@ -147,13 +170,14 @@ def labelled_heatmap(
         text = [[("" if not np.isfinite(v) or format(float(v), text_format) == format(0.0, text_format)
                   else format(float(v), text_format)) for v in row] for row in a]  # d3 ".2f" = Python ".2f"
         kw.update(text=text, texttemplate="%{text}", textfont={"size": 10})
+    # the axes in the constructor's layout: update_xaxes / update_yaxes cost ~3 ms each on every rerun
     fig = go.Figure(go.Heatmap(
         z=a, x=list(x_labels), y=list(y_labels), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
         colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
         hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
-        **kw))
-    fig.update_yaxes(autorange="reversed", title=y_title, type="category")
-    fig.update_xaxes(title=x_title, type="category", tickangle=0 if len(x_labels) <= 16 else -60)
+        **kw), layout={"yaxis": {"autorange": "reversed", "title": {"text": y_title}, "type": "category"},
+                       "xaxis": {"title": {"text": x_title}, "type": "category",
+                                 "tickangle": 0 if len(x_labels) <= 16 else -60}})
     return style(fig, title=title, height=height)
 
 
