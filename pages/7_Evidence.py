@@ -23,7 +23,6 @@ TABLE_CSS = """<style>
 [data-testid=stTable] th:nth-child(3) { width: 22%; } [data-testid=stTable] th:nth-child(4) { width: 24%; }
 [data-testid=stTable] td p { overflow-wrap: anywhere; }
 </style>"""
-SLOW_DONE = "_ev_slow_done"  # settings whose slow rows this session has measured (they come from the cache)
 
 
 def controls(where) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -144,11 +143,13 @@ def body(ctx: PageContext) -> None:
     fast, slow = [c for c in CLAIMS if not c.slow], [c for c in CLAIMS if c.slow]
     rows = measure(ctx, fast, stamp, "Measuring claim")
     slots = [st.empty(), st.empty(), st.empty()]
+    # The fast rows are drawn first only while the slower ones are still to be measured on this server
     setting = (ctx.device, ctx.seed, ctx.dtype, stamp)
-    if setting not in st.session_state.setdefault(SLOW_DONE, set()):
+    measured = cached.evidence_slow_measured()
+    if setting not in measured:
         draw(slots, ctx, rows, slow, sources, verdicts, final=False)
     rows += measure(ctx, slow, stamp, "Measuring the slower claims:")
-    st.session_state[SLOW_DONE].add(setting)
+    measured.add(setting)
     draw(slots, ctx, rows, [], sources, verdicts, final=True)
     kept, _ = shown(rows, [], sources, verdicts)
     widgets.csv_download(

@@ -224,3 +224,23 @@ def test_each_link_opens_its_view_with_that_state(script: str, query: tuple[tupl
             assert got == pytest.approx(float(v)), (k, got, v)
         else:
             assert got == v, (k, got, v)
+
+
+def test_a_new_tab_draws_the_chart_and_table_once_when_the_slow_rows_are_measured(
+        default: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: the fast rows are drawn before the slower claims only while this server has not measured
+    them yet; a new session (tab) at a measured setting draws the chart and the table once (every new tab
+    drew both twice: the first time without the slower rows)."""
+    from ui import cached
+
+    calls: list[int] = []
+    real = view.verdict_figure
+    monkeypatch.setattr(view, "verdict_figure", lambda rows: calls.append(len(rows)) or real(rows))
+    at = run_app(PAGE, timeout=900)  # a second session: the slower rows come from the server's cache
+    no_errors(at)
+    assert calls == [len(CLAIMS)]
+    assert len(table(at)) == len(CLAIMS)
+    calls.clear()
+    cached.evidence_slow_measured().clear()  # as on a fresh server: the fast rows first, then every row
+    no_errors(run_app(PAGE, timeout=900))
+    assert calls == [len([c for c in CLAIMS if not c.slow]), len(CLAIMS)]

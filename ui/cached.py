@@ -517,6 +517,16 @@ def evidence_measurement(key: str, device: str, seed: int, dtype: str,
         return timed(lambda: _evidence.evaluate(c, _evidence.Setting(device, seed, dtype)).measurement)
 
 
+@st.cache_resource(show_spinner=False)
+def evidence_slow_measured() -> set[tuple[str, int, str, float]]:
+    """The settings (device, seed, dtype, results stamp) at which some session of this server has measured
+    the slower Evidence claims, so that :func:`evidence_measurement` holds them: a new tab at such a setting
+    draws the page once, with every row, not first without them and again with them (issue 34: the chart
+    and the 52-row table were sent and drawn twice in every new tab). Shared by all sessions; an entry that
+    the measurement cache has since dropped only costs that one run its early draw."""
+    return set()
+
+
 
 def sink_claims() -> tuple[_sink_verdicts.SinkClaims, dict]:
     """The sink claims judged over settings (the shipped sink grid and null_attention.json) and the grid
