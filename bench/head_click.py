@@ -33,16 +33,14 @@ import cProfile
 import functools
 import io
 import json
-import os
 import pstats
 import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.common import json_on_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 HEATMAPS = "pages/1_Heatmaps.py"
@@ -155,26 +153,7 @@ def measure(model: str, clicks: int, profile: bool) -> dict:
 
 def _against(ref: str, models: list[str], clicks: int) -> list[dict]:
     """The same measurement on the committed tree of ``ref``, in a subprocess."""
-    with tempfile.TemporaryDirectory(prefix="head-click-") as tmp:
-        archive = Path(tmp) / "tree.tar"
-        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), ref],
-                       check=True)
-        tree = Path(tmp) / "tree"
-        tree.mkdir()
-        with tarfile.open(archive) as tar:
-            tar.extractall(tree, filter="data")
-        (tree / "bench").mkdir(exist_ok=True)
-        (tree / "bench" / "head_click.py").write_text(Path(__file__).read_text())  # the same measuring code
-        (tree / "bench" / "__init__.py").touch()
-        if (ROOT / ".streamlit").is_dir() and not (tree / ".streamlit").exists():
-            (tree / ".streamlit").symlink_to(ROOT / ".streamlit")
-        cmd = [sys.executable, "-m", "bench.head_click", "--json", "--clicks", str(clicks),
-               "--models", ",".join(models)]
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"measuring {ref} failed:\n{done.stderr[-3000:]}")
-        return json.loads(done.stdout.strip().splitlines()[-1])
+    return json_on_tree(ref, __file__, ["--clicks", str(clicks), "--models", ",".join(models)])
 
 
 def _q(xs: list[float]) -> str:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tarfile
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from bench.common import json_on_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,25 +92,8 @@ def measure(labels: list[str] | None) -> list[PagePayload]:
 
 def _against(ref: str, labels: list[str] | None) -> list[PagePayload]:
     """The same measurement on the committed tree of ``ref``, in a subprocess."""
-    with tempfile.TemporaryDirectory(prefix="payload-") as tmp:
-        archive = Path(tmp) / "tree.tar"
-        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), ref],
-                       check=True)
-        tree = Path(tmp) / "tree"
-        tree.mkdir()
-        with tarfile.open(archive) as tar:
-            tar.extractall(tree, filter="data")
-        (tree / "bench").mkdir(exist_ok=True)
-        (tree / "bench" / "payload.py").write_text(Path(__file__).read_text())  # the same measuring code
-        (tree / "bench" / "__init__.py").touch()
-        cmd = [sys.executable, "-m", "bench.payload", "--json"]
-        cmd += ["--only", ",".join(labels)] if labels else []
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"measuring {ref} failed:\n{done.stderr[-2000:]}")
-        rows = json.loads(done.stdout.strip().splitlines()[-1])
-        return [PagePayload(r["label"], [Chart(**c) for c in r["charts"]], r["error"]) for r in rows]
+    rows = json_on_tree(ref, __file__, ["--only", ",".join(labels)] if labels else [])
+    return [PagePayload(r["label"], [Chart(**c) for c in r["charts"]], r["error"]) for r in rows]
 
 
 def _kb(n: int) -> str:
