@@ -55,6 +55,7 @@ def json_on_tree(ref: str, bench_file: str, args: list[str]) -> Any:
             tar.extractall(tree, filter="data")
         (tree / "bench").mkdir(exist_ok=True)
         (tree / "bench" / f"{name}.py").write_text(Path(bench_file).read_text())
+        (tree / "bench" / "common.py").write_text(Path(__file__).read_text())  # what the module imports
         (tree / "bench" / "__init__.py").touch()
         if (root / ".streamlit").is_dir() and not (tree / ".streamlit").exists():
             (tree / ".streamlit").symlink_to(root / ".streamlit")
