@@ -37,6 +37,7 @@ from tests.chart_data import (
 from tests.chart_data import set_widget as _set
 from tests.chart_data import walk as _walk
 from tests.streamlit_markdown import visible
+from tests.test_apptest_home_heatmaps import HEADS_OPEN as HEATMAPS_HEADS_OPEN
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
@@ -354,7 +355,8 @@ def test_heatmaps_real_text_source(lm: LoadedModel) -> None:
               ("text_area", "rt_text", "The quick brown fox jumps over the lazy dog.")],
          lambda a: check_real_heatmaps(a, lm))
     assert at.query_params["rt_src"] == "real" and at.query_params["rt_layer"] == "3"
-    # Back to the synthetic source: the original page, unchanged.
+    # Back to the synthetic source: the original page, unchanged (its heads grid drawn once opened).
+    at.session_state[HEATMAPS_HEADS_OPEN] = True
     _set(at, "radio", "rt_src", "synthetic")
     check_heatmaps(at)
     assert "rt_src" not in at.query_params
