@@ -84,15 +84,19 @@ def lab_spec(at: AppTest) -> SinkSpec:
 
 
 NOTHING_OPEN, ZOO_OPEN = "snk_nothing_open", "snk_zoo_open"  # the lab's two expanders drawn when opened
+MORE_OPEN = "snk_more_open"  # "Sinks and their fixes, in full": its text and formulas are sent when opened
 
 
 def run_lab(**query: str) -> AppTest:
-    """The synthetic lab with sections 2 and 3 opened (they are computed and sent only when open)."""
+    """The synthetic lab with sections 2 and 3 and the full text opened (they are computed and sent only when
+    open)."""
     at = run_app(PAGE, **query)
     views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
     assert not views & {"snk-nothing-mass", "snk-nothing-rms", "snk-zoo"}, views  # closed: not sent
+    assert not any("\\text{softmax: }" in s.value for s in at.latex)
     at.session_state[NOTHING_OPEN] = True
     at.session_state[ZOO_OPEN] = True
+    at.session_state[MORE_OPEN] = True
     return at.run()
 
 
