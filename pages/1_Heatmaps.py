@@ -192,16 +192,25 @@ def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats, log_color: b
                          label="Download weights (CSV)", key="dl_weights")
 
 
+HEADS_OPEN = "hm_heads_open"  # the heads grid's expander is open (a view, not a setting: not in the URL)
+HEADS_TITLE = "All heads (click one to show it above)"
+
+
 def heads_grid(stages, spec: SyntheticSpec, head: int) -> None:
+    """Every head's weights side by side, in an expander drawn only when opened (issue 34: the third of the
+    default view's charts, below the first screen); a click on a head selects it."""
     if spec.heads == 1:
         return
-    st.markdown("##### All heads (click one to show it above)")
-    st.plotly_chart(view.heads_figure(stages, spec, head), key="chart_heads",
-                    on_select=realtext.on_pick("chart_heads", {"head": P_HEAD}), selection_mode="points")
-    if spec.kv_heads < spec.heads:
-        group = spec.heads // spec.kv_heads
-        st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by "
-                   f"{group} query heads. Heads in a group see the same keys but differ in their queries.")
+    box = widgets.lazy_expander(HEADS_TITLE, HEADS_OPEN, icon=":material/grid_view:")
+    if box is None:
+        return
+    with box:
+        st.plotly_chart(view.heads_figure(stages, spec, head), key="chart_heads",
+                        on_select=realtext.on_pick("chart_heads", {"head": P_HEAD}), selection_mode="points")
+        if spec.kv_heads < spec.heads:
+            group = spec.heads // spec.kv_heads
+            st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by {group} "
+                       "query heads. Heads in a group see the same keys but differ in their queries.")
 
 
 def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:

@@ -158,9 +158,18 @@ def explain(max_exp: int = 24) -> None:
              r"\operatorname{std}(o) = \sqrt{\textstyle\sum_j p_j^2} \approx \sqrt{\frac{e^{\sigma^2}}{n}}")
 
 
+# The expanders below the panels are computed and sent only when opened (issue 34: closed, they still sent
+# their text, formulas and the validity table, whose grid is about 1.5 MB of JavaScript that a new tab loaded
+# and ran beside Plotly's before it drew the first chart).
+MORE_OPEN, HOW_OPEN, VALID_OPEN = "ent_more_open", "ent_how_open", "ent_valid_open"  # views, not settings
+
+
 def explain_more() -> None:
-    with st.expander("What the formulas assume, and the fully scaled fix", icon=":material/menu_book:"):
-        explain_text()
+    box = widgets.lazy_expander("What the formulas assume, and the fully scaled fix", MORE_OPEN,
+                                icon=":material/menu_book:")
+    if box is not None:
+        with box:
+            explain_text()
 
 
 def explain_text() -> None:
@@ -212,7 +221,10 @@ def how_it_is_computed(engine: str = "torch") -> None:
                 "draws its random numbers once, and the server keeps them for the next sweep (they do not "
                 "depend on d either), so moving d or τ only redoes the sums. A long sweep draws its short "
                 "lengths first, marked \"measuring…\", while the long ones stream.")
-    with st.expander("How attncore computes this", expanded=False):
+    box = widgets.lazy_expander("How attncore computes this", HOW_OPEN)
+    if box is None:
+        return
+    with box:
         st.markdown(
             "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
             "three sums, rescaling them whenever a block raises the maximum (the online softmax of "
@@ -415,8 +427,10 @@ def body(ctx: PageContext) -> None:
                                 f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
                                 f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused} "
                                 f"{engine_sentence(engines, [s.label for s in series])}")
-        with st.expander("Where the large-n formulas hold", expanded=False):
-            validity_table(series, frames, theories)
+        box = widgets.lazy_expander("Where the large-n formulas hold", VALID_OPEN)
+        if box is not None:
+            with box:
+                validity_table(series, frames, theories)
         explain_more()
         how_it_is_computed(engines[0].name)
     figure1_section(ctx)

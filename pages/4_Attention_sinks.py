@@ -59,8 +59,16 @@ def explain() -> None:
              r"p_j=\frac{e^{x_j}}{e^{b}+\sum_k e^{x_k}}")
 
 
+MORE_OPEN = "snk_more_open"  # the expander's open state (a view, not a setting: not in the URL)
+
+
 def explain_more(spec: SinkSpec | None = None) -> None:
-    with st.expander("Sinks and their fixes, in full", icon=":material/menu_book:"):
+    """The full text and formulas, in an expander computed and sent only when opened (issue 34: closed, its
+    three display formulas were still typeset with the first chart of every part)."""
+    box = widgets.lazy_expander("Sinks and their fixes, in full", MORE_OPEN, icon=":material/menu_book:")
+    if box is None:
+        return
+    with box:
         explain_text()
         if spec is not None:
             explain_lab(spec)

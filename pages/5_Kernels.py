@@ -87,9 +87,18 @@ def explain(spec: KernelSpec, device: str, lengths: tuple[int, ...]) -> None:
     st.latex(view.SCORE_MATRICES)
 
 
+# What sits below the backend table is computed and sent only when its expander is opened (issue 34: the
+# claims table's long cells and the backend notes, closed, were still laid out and typeset with the charts).
+CLAIMS_OPEN, MORE_OPEN = "k_claims_open", "k_more_open"  # the expanders' open state (views, not settings)
+CLAIMS_TITLE = "3 · What is said of FlashAttention, beside this machine"
+
+
 def explain_more() -> None:
-    with st.expander("How the fused kernels avoid the L × S matrix, and what each backend is",
-                     icon=":material/menu_book:"):
+    box = widgets.lazy_expander("How the fused kernels avoid the L × S matrix, and what each backend is",
+                                MORE_OPEN, icon=":material/menu_book:")
+    if box is None:
+        return
+    with box:
         st.markdown(
             "The plain way, softmax(QKᵀ/√E)V, writes the whole L × S score matrix to memory, reads it back "
             "for the softmax and again for the product with V. The fused kernels tile the keys and keep a "
@@ -247,13 +256,16 @@ def table_section(sizes: list[SizeResult], df: pd.DataFrame, spec: KernelSpec, l
 
 
 def claims_section(sizes: list[SizeResult], spec: KernelSpec, device: str) -> None:
-    st.markdown("##### 3 · What is said of FlashAttention, beside this machine")
-    claims = check_claims(sizes, spec, device)
-    st.table(view.claims_frame(claims).rename(columns={"claim": "the claim", "measured": "measured here"}),
-             hide_index=True)
-    st.caption(view.claims_caption(device))
-    with st.expander("How each verdict is computed", icon=":material/rule:"):
-        st.markdown("\n".join(f"- **{topic}**: {rule}" for topic, rule in RULES.items()))
+    box = widgets.lazy_expander(CLAIMS_TITLE, CLAIMS_OPEN, icon=":material/fact_check:")
+    if box is not None:
+        with box:
+            claims = check_claims(sizes, spec, device)
+            st.table(view.claims_frame(claims).rename(columns={"claim": "the claim",
+                                                               "measured": "measured here"}),
+                     hide_index=True)
+            st.caption(view.claims_caption(device))
+            st.markdown("**How each verdict is computed**\n\n"
+                        + "\n".join(f"- **{topic}**: {rule}" for topic, rule in RULES.items()))
     if spec.dropout > 0:
         st.warning("dropout_p > 0: SDPA drops weights on every call — it has no training flag of its own. "
                    "Pass dropout_p=0 at inference (nn.MultiheadAttention does so in eval mode).",

@@ -108,15 +108,29 @@ FULLY_SCALED_TERMS = ("$e$ is Euler's number (2.718…), $E$ the head dim, $T$ t
                       "+ 1$), $M$ the mask (0 or −∞).")
 
 
+CELLS_TITLE = "Every setting: seeds, mean and sd, the best validation point (table, every run as CSV)"
+
+
+def cells_open(name: str) -> str:
+    """The session key of experiment ``name``'s table expander (a view, not a setting: not in the URL)."""
+    return f"tr_cells_{name}_open"
+
+
 def cells_table(name: str, d: dict[str, Any]) -> None:
-    """Per cell: seeds, mean and sd, best validation point; every run as CSV."""
-    frame = view.cells_frame(d)
-    widgets.table(view.cells_shown(frame))
-    note = view.cells_note(frame)
-    if note:
-        st.caption(note)
-    widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
-                         key=f"dl_tr_{name}")
+    """Per cell: seeds, mean and sd, best validation point; every run as CSV; in an expander computed and sent
+    only when opened (issue 34: its grid is about 1.5 MB of JavaScript that a new tab loaded and ran beside
+    Plotly's before it drew the first chart)."""
+    box = widgets.lazy_expander(CELLS_TITLE, cells_open(name), icon=":material/table:")
+    if box is None:
+        return
+    with box:
+        frame = view.cells_frame(d)
+        widgets.table(view.cells_shown(frame))
+        note = view.cells_note(frame)
+        if note:
+            st.caption(note)
+        widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
+                             key=f"dl_tr_{name}")
 
 
 def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:

@@ -120,6 +120,16 @@ def open_page(page: Page, url: str, *, charts: bool = True, timeout_s: float = 1
     wait_idle(page, timeout_s)
 
 
+def open_expander(page: Page, title: str, timeout_s: float = 120.0) -> None:
+    """Click the closed expander ``title`` in the main area and wait for the rerun that draws its content (a
+    page computes and sends what such an expander holds only once it is opened, issue 34)."""
+    summary = page.locator("[data-testid=stMain] [data-testid=stExpander] summary", has_text=title)
+    assert summary.count() == 1, f"{summary.count()} expanders titled {title!r}"
+    summary.click()
+    page.wait_for_timeout(300)  # the click's rerun starts
+    wait_idle(page, timeout_s)
+
+
 def assert_clean(page: Page) -> None:
     """No exception box and no error alert on the page."""
     exc = page.locator("[data-testid=stException]")

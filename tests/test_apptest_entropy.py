@@ -310,11 +310,45 @@ def test_metrics_show_the_exact_value_given_the_queries_and_the_text_states_003s
     caption = " ".join(c.value for c in at.caption)
     assert (f"entropy {given['entropy']:.3f}, max weight {given['max_weight']:.3g}, output std "
             f"{given['output_std']:.3g}") in caption
-    # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse
+    # issue 9, correction 5: the fully scaled fix is presented with the finding that it trained worse (in an
+    # expander computed and sent only when opened, issue 34)
+    assert "trained worse" not in " ".join(m.value for m in at.markdown)
+    at.session_state["ent_more_open"] = True
+    at.run()
+    no_errors(at)
     text = " ".join(m.value for m in at.markdown)
     assert "fully scaled" in text and "trained worse" in text
     assert "about 1.4 with fully scaled attention against 1.2 with standard attention" in text
     assert "Shakespeare" in text
+
+
+def test_the_folded_sections_are_sent_when_opened_and_the_table_holds_attncores_numbers() -> None:
+    """Issue 34: closed, the three expanders under the panels send nothing (no grid, none of their formulas or
+    text); opened, the validity table has one row per curve with the sweep's entropy and the exact one at its
+    largest n, and the method and the fully scaled fix are explained."""
+    at = run(**SMALL)
+    no_errors(at)
+    assert not at.dataframe and len(at.latex) == 1  # the key formulas above the panels
+    assert not any("**Streaming.**" in m.value or "trained worse" in m.value for m in at.markdown)
+    for key in ("ent_valid_open", "ent_how_open", "ent_more_open"):
+        at.session_state[key] = True
+    at.run()
+    no_errors(at)
+    (grid,) = at.dataframe
+    table = grid.value
+    specs = specs_of(at)
+    assert list(table["curve"]) == [label for label, _ in specs]
+    for (_, spec), (_, row) in zip(specs, table.iterrows(), strict=True):
+        df = run_sweep(spec, device=page_device())
+        n = int(df["n"].iloc[-1])
+        swept = sweep_spec(spec, int(at.session_state["ent_ppo"]))
+        th = theory(replace(swept, seed=0, method="logits", queries=1, dtype="float32")).set_index("n")
+        assert int(row["n"]) == n
+        assert row["H measured"] == pytest.approx(df["entropy"].iloc[-1], rel=1e-5)
+        assert row["H exact"] == pytest.approx(th.loc[n, "entropy"], rel=1e-6)
+    text = " ".join(m.value for m in at.markdown)
+    assert "**Streaming.**" in text and "trained worse" in text
+    assert any(r"s_0 \leftarrow" in x.value for x in at.latex)
 
 
 def test_validity_table_shows_an_expansion_only_where_it_holds() -> None:
@@ -345,6 +379,8 @@ def test_validity_table_shows_an_expansion_only_where_it_holds() -> None:
 def test_dotted_asymptotes_are_drawn_only_within_the_stated_tolerance() -> None:
     # issue 9, correction 3: tau = 0.5 at n = 64 drew the output-std asymptote 1.059 against the exact 0.400
     at = run(**SMALL)
+    at.session_state["ent_more_open"] = True  # the text that states the rule (drawn when opened, issue 34)
+    at.run()
     no_errors(at)
     fig = figure(at, "entropy-panels")
     text = " ".join(m.value for m in at.markdown)

@@ -15,6 +15,7 @@ from attncore.kernels import (
     HEAD_CHOICES,
     HEAD_DIM_CHOICES,
     LENGTH_CHOICES,
+    RULES,
     SHAPE_PRESETS,
     KernelSpec,
     check_claims,
@@ -108,7 +109,15 @@ def chart_matches_table(at, df: pd.DataFrame, view_name: str, column: str) -> No
         assert shown[k] == view.fmt(y), k
 
 
+CLAIMS_OPEN = "k_claims_open"  # section 3's expander: its table is computed and sent only when open
+
+
 def claims_table(at) -> pd.DataFrame:
+    """Section 3's table of claims, read after opening its expander (closed, nothing of it is sent: checked)."""
+    assert not at.table and not any("How each verdict is computed" in m.value for m in at.markdown)
+    at.session_state[CLAIMS_OPEN] = True
+    at.run()
+    no_errors(at)
     return at.table[0].value.set_index("topic")
 
 
@@ -264,8 +273,8 @@ def test_memory_chart_table_and_verdicts_equal_the_rules_on_the_page_results() -
     for text in table(at)["x_default_text"]:
         if text not in NO_NUMBER and not text.startswith("skipped"):
             assert text == fmt_ratio(float(text))
-    expl = at.get("expander")
-    assert any("How each verdict is computed" in e.label for e in expl)
+    rules = [m.value for m in at.markdown if m.value.startswith("**How each verdict is computed**")]
+    assert len(rules) == 1 and all(f"**{topic}**: {rule}" in rules[0] for topic, rule in RULES.items())
 
 
 def test_budget_skips_materialised_paths_with_a_note_and_work_limit_is_a_plain_error() -> None:
@@ -348,6 +357,11 @@ def test_page_text_states_the_corrected_formulas_and_whole_sentences() -> None:
     at = run_app(PAGE, **SMALL)
     no_errors(at)
     latex = [el.value for el in at.get("latex")] if at.get("latex") else [m.value for m in at.latex]
+    assert not any(r"o_i \leftarrow" in x for x in latex), latex  # in an expander sent when opened (issue 34)
+    at.session_state["k_more_open"] = True
+    at.run()
+    no_errors(at)
+    latex = [m.value for m in at.latex]
     assert any(r"o_i \leftarrow o_i / \ell_i" in x for x in latex), latex
     assert any(r"2\,B\,H\,L\,S" in x and "scores and weights" in x for x in latex), latex
     cap = next(c.value for c in at.caption if c.value.startswith("Time: median"))

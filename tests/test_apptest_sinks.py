@@ -37,6 +37,7 @@ from tests.chart_data import (
 from tests.chart_data import set_widget as _set
 from tests.chart_data import walk as _walk
 from tests.streamlit_markdown import visible
+from tests.test_apptest_home_heatmaps import HEADS_OPEN as HEATMAPS_HEADS_OPEN
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
@@ -83,15 +84,19 @@ def lab_spec(at: AppTest) -> SinkSpec:
 
 
 NOTHING_OPEN, ZOO_OPEN = "snk_nothing_open", "snk_zoo_open"  # the lab's two expanders drawn when opened
+MORE_OPEN = "snk_more_open"  # "Sinks and their fixes, in full": its text and formulas are sent when opened
 
 
 def run_lab(**query: str) -> AppTest:
-    """The synthetic lab with sections 2 and 3 opened (they are computed and sent only when open)."""
+    """The synthetic lab with sections 2 and 3 and the full text opened (they are computed and sent only when
+    open)."""
     at = run_app(PAGE, **query)
     views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
     assert not views & {"snk-nothing-mass", "snk-nothing-rms", "snk-zoo"}, views  # closed: not sent
+    assert not any("\\text{softmax: }" in s.value for s in at.latex)
     at.session_state[NOTHING_OPEN] = True
     at.session_state[ZOO_OPEN] = True
+    at.session_state[MORE_OPEN] = True
     return at.run()
 
 
@@ -354,7 +359,8 @@ def test_heatmaps_real_text_source(lm: LoadedModel) -> None:
               ("text_area", "rt_text", "The quick brown fox jumps over the lazy dog.")],
          lambda a: check_real_heatmaps(a, lm))
     assert at.query_params["rt_src"] == "real" and at.query_params["rt_layer"] == "3"
-    # Back to the synthetic source: the original page, unchanged.
+    # Back to the synthetic source: the original page, unchanged (its heads grid drawn once opened).
+    at.session_state[HEATMAPS_HEADS_OPEN] = True
     _set(at, "radio", "rt_src", "synthetic")
     check_heatmaps(at)
     assert "rt_src" not in at.query_params

@@ -7,9 +7,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from attncore.kernels import VERDICTS
-from tests.browser_utils import assert_clean, nudge_and_time, open_page, report, screenshot
+from tests.browser_utils import assert_clean, nudge_and_time, open_expander, open_page, report, screenshot
 
 pytestmark = pytest.mark.browser
+
+CLAIMS = "3 · What is said of FlashAttention, beside this machine"  # drawn when opened (issue 34)
 
 
 def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_url: str) -> None:
@@ -18,9 +20,12 @@ def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_
     assert_clean(page)
     expect(page.get_by_role("combobox", name="Mask")).to_have_value("boolean attn_mask")
     expect(page.get_by_text("Which backend accepts this call")).to_be_visible()
-    # Both log-log charts and the two tables are drawn.
+    # Both log-log charts and the backend table are drawn; the claims' table once its expander is opened.
     assert page.locator(".js-plotly-plot").count() == 2
     assert page.locator("[data-testid=stDataFrame]").count() == 1
+    assert page.locator("[data-testid=stTable]").count() == 0
+    open_expander(page, CLAIMS)
+    assert_clean(page)
     assert page.locator("[data-testid=stTable]").count() == 1
     seconds = nudge_and_time(page, "Head dim E", timeout_s=120)
     assert_clean(page)
@@ -32,6 +37,8 @@ def test_kernels_opens_from_its_url_redraws_and_keeps_url_state(page: Page, app_
 
 def test_kernels_default_view_draws_verdicts_error_bars_and_fitted_guides(page: Page, app_url: str) -> None:
     open_page(page, f"{app_url}/Kernels", timeout_s=240)
+    assert_clean(page)
+    open_expander(page, CLAIMS)
     assert_clean(page)
     table = page.locator("[data-testid=stTable]")
     expect(table).to_contain_text("verdict")

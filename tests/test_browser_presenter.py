@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser_utils import assert_clean, open_page, report, screenshot, wait_idle
+from tests.browser_utils import assert_clean, open_expander, open_page, report, screenshot, wait_idle
 from ui.widgets import LONG_WORD
 
 pytestmark = pytest.mark.browser
@@ -182,6 +182,10 @@ TABLE_JS = """() => {
 }""".replace("LONG_WORD", str(LONG_WORD))
 
 
+# The Kernels page's table of claims is drawn once its expander is opened (issue 34): opened here as well.
+KERNEL_CLAIMS = "3 · What is said of FlashAttention, beside this machine"
+
+
 @pytest.mark.parametrize(("path", "grid"), [
     ("Saturation_and_gradients?sat_tab=Saturation", True),  # st.dataframe normally (ui.widgets.table)
     ("Evidence", False),  # st.table in both modes
@@ -197,6 +201,9 @@ def test_presenter_mode_table_text_at_least_16px(page: Page, app_url: str, path:
         url = f"{app_url}/{path}" + (("&" if "?" in path else "?") + query if query else "")
         open_page(page, url, timeout_s=240)
         assert_clean(page)
+        if name == "Kernels":
+            open_expander(page, KERNEL_CLAIMS)
+            assert_clean(page)
         seen[mode] = page.evaluate(TABLE_JS)
         table = page.locator("[data-testid=stMain] [data-testid=stDataFrame], "
                              "[data-testid=stMain] [data-testid=stTable]").first

@@ -16,6 +16,7 @@ from tests.browser_utils import (
     assert_clean,
     assert_drawn_at_their_margins,
     chart_point,
+    open_expander,
     open_page,
     screenshot,
     show_chart,
@@ -191,6 +192,10 @@ def test_heatmaps_synthetic_click_a_head_thumbnail(page: Page, app_url: str) -> 
     page.set_viewport_size(VIEWPORT)
     open_page(page, f"{app_url}/Heatmaps")
     assert_clean(page)
+    assert page.locator(".js-plotly-plot").count() == 2  # the grid is drawn once its expander opens (issue 34)
+    open_expander(page, "All heads (click one to show it above)")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                           ".some(el => (el.layout.meta || {}).view === 'heads')", timeout=60_000)
     assert '"selected":0' in page.evaluate(META_JS, "heads")
     before = page.evaluate(Z_JS, "weights")
     click_at(page, "heads", 2, fx=0.6, fy=0.4)  # trace 2: head 2's heatmap

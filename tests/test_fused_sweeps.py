@@ -577,6 +577,8 @@ def test_entropy_page_through_the_fused_engine(monkeypatch):
     monkeypatch.setenv(ENGINE_ENV, "fused")
     at = run(ent_lo="4", ent_hi="8", ent_q="4", ent_d="16", ent_vary="none", seed="31337")
     check_charts(at)  # compares with run_sweep on the page's device, which takes the same engine
+    at.session_state["ent_how_open"] = True  # "How attncore computes this" is sent when opened (issue 34)
+    at.run()
     text = " ".join(m.value for m in at.markdown)
     assert "fused Triton kernels" in text and "redrawn from the exact tail" not in text
 

@@ -22,6 +22,7 @@ from ui.text import plain
 __all__ = [
     "caption_compute",
     "csv_download",
+    "lazy_expander",
     "multiselect",
     "safe_csv_frame",
     "number",
@@ -160,6 +161,16 @@ def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str,
     where.download_button(label, data=payload if callable(data) else payload(), file_name=filename,
                           mime="text/csv", key=key or f"dl_{filename}", on_click="ignore",
                           icon=":material/download:")
+
+
+def lazy_expander(label: str, key: str, *, icon: str | None = None, expanded: bool = False,
+                  where: Any = st) -> Any | None:
+    """An expander whose content is computed and sent only while it is open: the container to draw into,
+    or None while it is closed (issue 34: a new tab draws its first chart sooner when the depth folded
+    below it is not sent with it; opening it reruns the page once). ``key`` holds the open state, a view
+    and not a setting, so it is not in the URL; it must not be a Param's URL name."""
+    box = where.expander(label, expanded=expanded, key=key, icon=icon, on_change="rerun")
+    return box if box.open else None
 
 
 PRESENT_KEY = "present"  # presenter mode's session-state key and URL name (ui.page declares its Param)
