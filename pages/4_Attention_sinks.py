@@ -20,7 +20,7 @@ from attncore.sinks import (
 )
 from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
 from ui import cached, causal, decoder_lab, learned, realtext, widgets
-from ui.page import PageContext, run_page
+from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import sinks as view
@@ -251,10 +251,28 @@ def middle_layers(n_layers: int) -> range:
 
 
 def model_view(ctx: PageContext) -> None:
-    chosen = realtext.choose(MP, ctx)
-    if chosen is None:
-        return
+    """The model picker and text box, then what a layer, head or token drives (:func:`model_selection`)."""
+    picked = realtext.choose_model(MP, ctx)
+    if picked is not None:
+        model_selection(ctx, picked)
+
+
+@st.fragment
+def model_selection(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """Everything below the model and text, as a fragment: a click on a layer x head tile or a row of the map
+    (or a move of the Layer, Head, Query token or threshold controls in the sidebar, drawn in here) reruns
+    this part alone, with run_page's error boundary and URL sync (issue 34: not the page's title, part
+    picker and explanation, nor its run_page)."""
+    in_fragment(ctx, lambda: model_part(ctx, picked))
+
+
+def model_part(ctx: PageContext, picked: realtext.ModelText) -> None:
+    """The cached forward pass, the pickers, the metrics, every head's grid, the selected head's map and
+    token views, and the sections on mass and the sink metric."""
+    chosen = realtext.choose_view(MP, picked, ctx)
     lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
+    if head is None:
+        raise ValueError("model_part needs a chosen head (realtext.choose_view picks one)")
     att = res.value
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,

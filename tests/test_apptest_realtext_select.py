@@ -475,6 +475,45 @@ def test_sinks_grid_click_selects_layer_and_head(lm: LoadedModel) -> None:
     assert (at.session_state["snk_layer"], at.session_state["snk_head"]) == (5, 11)
 
 
+def test_sinks_clicks_rerun_only_the_model_fragment(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: on Attention sinks' real-model part, a click on a layer x head tile or a row of the map reruns
+    the fragment below the model and text, not the page: ``run_page`` and the model load run once, the title,
+    the part picker and the text box are not sent again, the map and the sidebar controls follow the click,
+    and the URL (presenter mode included) says what was clicked."""
+    runs = {"page": 0, "model": 0}
+
+    def counted(name, original):
+        def call(*args, **kwargs):
+            runs[name] += 1
+            return original(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(ui.page, "run_page", counted("page", ui.page.run_page))
+    monkeypatch.setattr(ui.realtext, "load_model", counted("model", ui.realtext.load_model))
+    at = run_app(SINKS, snk_view="model", present="1")
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}
+    assert fragment_of(at, "chart_snk_grid") and fragment_of(at, "chart_snk_grid") == fragment_of(at, "chart_snk_head")
+    att = run_text(lm, DEFAULT_TEXT)
+    fragment_click(at, "chart_snk_grid", [3, 7])
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}
+    assert not at.title and not at.text_area and not at.radio  # only the fragment was sent
+    assert (at.session_state["snk_layer"], at.session_state["snk_head"]) == (3, 7)
+    assert at.slider(key="snk_layer").value == 3 and at.slider(key="snk_head").value == 7
+    assert (at.query_params["snk_layer"], at.query_params["snk_head"]) == ("3", "7")
+    assert (at.query_params["snk_view"], at.query_params["present"]) == ("model", "1")
+    head = figure(at, "snk-head")
+    np.testing.assert_allclose(decode(trace(head)["z"]), att.attentions[3, 7].numpy(), rtol=1e-5, atol=1e-7)
+    assert head["layout"]["meta"]["present"] is True
+    assert figure(at, "snk-grid")["layout"]["meta"]["selected"] == [3, 7]
+    fragment_click(at, "chart_snk_head", [5, 0, 0.5])
+    no_errors(at)
+    assert runs == {"page": 1, "model": 1}
+    assert at.session_state["snk_tok"] == 5 and at.query_params["snk_tok"] == "5"
+    check_token(at, lm, "snk_", "snk-token")
+
+
 def test_a_model_without_query_key_value_layers_says_so(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attncore.models import MODEL_DIRS_ENV
     from tests.test_models import make_tiny_gpt2
