@@ -259,21 +259,20 @@ def model_view(ctx: PageContext) -> None:
 
 @st.fragment
 def model_selection(ctx: PageContext, picked: realtext.ModelText) -> None:
-    """Everything below the model and text, as a fragment: a click on a layer x head tile or a row of the map
-    (or a move of the Layer, Head, Query token or threshold controls in the sidebar, drawn in here) reruns
-    this part alone, with run_page's error boundary and URL sync (issue 34: not the page's title, part
-    picker and explanation, nor its run_page)."""
+    """Everything below the model and text, as a fragment: a move of the sink threshold reruns this part
+    alone, with run_page's error boundary and URL sync (issue 34: not the page's title, part picker and
+    explanation, nor its run_page). What a layer, head or token drives is a fragment inside it
+    (:func:`head_views`)."""
     in_fragment(ctx, lambda: model_part(ctx, picked))
 
 
 def model_part(ctx: PageContext, picked: realtext.ModelText) -> None:
-    """The cached forward pass, the pickers, the metrics, every head's grid, the selected head's map and
-    token views, and the sections on mass and the sink metric."""
-    chosen = realtext.choose_view(MP, picked, ctx)
-    lm, res, layer, head = chosen.lm, chosen.res, chosen.layer, chosen.head
-    if head is None:
-        raise ValueError("model_part needs a chosen head (realtext.choose_view picks one)")
-    att = res.value
+    """The cached forward pass, the metrics over every head, the selected head's part (:func:`head_views`)
+    and the sections on mass and the sink metric. The Layer, Head and Query token pickers are drawn by
+    :func:`head_views` in a slot of the sidebar above the threshold."""
+    pickers = ctx.controls.container()
+    chosen = realtext.choose_view(MP, picked, ctx, layer=False)
+    lm, res, att = chosen.lm, chosen.res, chosen.res.value
     ctx.controls.markdown("#### Sink metric")
     eps = widgets.slider(P_EPS, "Sink threshold ε", step=0.05, where=ctx.controls,
                          help="A head is a sink head for key k when the queries that see k give it a mean "
@@ -297,6 +296,34 @@ def model_part(ctx: PageContext, picked: realtext.ModelText) -> None:
     c[3].metric(f"Mass on {plain(labels[other])}", f"{float(rep.mass[other].mean()):.3f}",
                 f"uniform {rep.uniform[other]:.3f}", delta_color="off", delta_arrow="off")
     glance(att, rep, labels, lm.layers)
+    head_views(ctx, chosen, pickers)
+    widgets.caption_compute(ctx.device_label, res.seconds,
+                            f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32, "
+                            f"eager attention) over {L} tokens; loading took {lm.seconds:.1f} s once per "
+                            "process.")
+    mass_section(att, rep, labels, lm)
+    metric_section(att, rep, labels, lm)
+    if causal.is_causal(lm):
+        causal.next_char_section(MP_NEXT, MP.text, ctx, view="snk-next", key="snk_next")
+    explain_more()
+
+
+@st.fragment
+def head_views(ctx: PageContext, chosen: realtext.Chosen, pickers) -> None:
+    """What the selected layer, head and query token drive, a fragment inside :func:`model_selection`: a
+    click on a layer x head tile or a row of the map (or a move of the Layer, Head or Query token controls,
+    drawn in ``pickers``) reruns these alone, not the metrics, the overview of mass per layer and the
+    sections under them, which depend on the text and the threshold only."""
+    in_fragment(ctx, lambda: head_part(ctx, chosen, pickers))
+
+
+def head_part(ctx: PageContext, chosen: realtext.Chosen, pickers) -> None:
+    """The pickers, every head's grid with the selected one outlined, its map and its query token's views."""
+    chosen = realtext.with_layer(MP, chosen, pickers)
+    chosen = realtext.with_token(MP, realtext.with_head(MP, chosen, pickers), pickers)
+    lm, att, layer, head = chosen.lm, chosen.res.value, chosen.layer, chosen.head
+    if head is None:
+        raise ValueError("head_part needs a chosen head (realtext.with_head)")
     st.markdown("##### Every head (rows: layers, columns: heads)")
     fig = view.layer_head_grid(att.attentions.numpy(), realtext.token_labels(att), selected=(layer, head))
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
@@ -307,15 +334,6 @@ def model_part(ctx: PageContext, picked: realtext.ModelText) -> None:
     st.caption("Click a row of the map (or pick the query token in the sidebar) for that token's attention "
                "over the text and its q, k, v.")
     realtext.token_section(chosen, ctx, key="snk-token")
-    widgets.caption_compute(ctx.device_label, res.seconds,
-                            f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32, "
-                            f"eager attention) over {L} tokens; loading took {lm.seconds:.1f} s once per "
-                            "process.")
-    mass_section(att, rep, labels, lm)
-    metric_section(att, rep, labels, lm)
-    if causal.is_causal(lm):
-        causal.next_char_section(MP_NEXT, MP.text, ctx, view="snk-next", key="snk_next")
-    explain_more()
 
 
 def present(att, labels: dict[str, str]) -> dict[str, str]:

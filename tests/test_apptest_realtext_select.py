@@ -212,6 +212,8 @@ def check_token(at: AppTest, lm: LoadedModel, prefix: str, key: str) -> None:
 def test_synthetic_heads_grid_click_selects_that_head() -> None:
     """Heatmaps, synthetic source: a click on thumbnail 2 of the "All heads" grid shows head 2 above."""
     at = run_app(HEATMAPS)
+    at.session_state["hm_heads_open"] = True  # the "All heads" expander: computed and sent when opened
+    at.run()
     assert at.session_state["head"] == 0
     assert figure(at, "heads")["layout"]["meta"]["selected"] == 0
     before = decode(trace(figure(at, "stages"), 3)["z"])
@@ -493,12 +495,17 @@ def test_sinks_clicks_rerun_only_the_model_fragment(lm: LoadedModel, monkeypatch
     at = run_app(SINKS, snk_view="model", present="1")
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
-    assert fragment_of(at, "chart_snk_grid") and fragment_of(at, "chart_snk_grid") == fragment_of(at, "chart_snk_head")
+    grid_fragment = fragment_of(at, "chart_snk_grid")
+    assert grid_fragment and grid_fragment == fragment_of(at, "chart_snk_head")
     att = run_text(lm, DEFAULT_TEXT)
     fragment_click(at, "chart_snk_grid", [3, 7])
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
-    assert not at.title and not at.text_area and not at.radio  # only the fragment was sent
+    assert not at.title and not at.text_area and not at.radio  # only the fragment was sent ...
+    assert not at.metric  # ... not the metrics over every head, nor the sections under the head's part
+    assert [c.key for c in at.get("plotly_chart")] == ["chart_snk_grid", "chart_snk_head", "chart_snk-token_qkv",
+                                                       "chart_snk-token_topkeys"]
+    assert not [s for s in at.slider if s.key == "snk_eps"]
     assert (at.session_state["snk_layer"], at.session_state["snk_head"]) == (3, 7)
     assert at.slider(key="snk_layer").value == 3 and at.slider(key="snk_head").value == 7
     assert (at.query_params["snk_layer"], at.query_params["snk_head"]) == ("3", "7")

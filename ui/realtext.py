@@ -252,26 +252,36 @@ def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
 
 
 def choose_view(mp: ModelParams, picked: ModelText, ctx: PageContext, *, long_text: bool = False,
-                head: bool = True, token: bool = True) -> Chosen:
+                layer: bool = True, head: bool = True, token: bool = True) -> Chosen:
     """The rest of :func:`choose`: the cached forward pass, the layer, head and token pickers and (for the
     causal character model) its explanation, in that order. ``head=False`` leaves the head picker (and the
     token picker) to :func:`with_head`, ``token=False`` the token picker to :func:`with_token`: a page may
     call them in fragments of their own (with the views of the head, of the token), so a click on a head
-    tile reruns only what the head drives, and a click on a row of the map only what the token drives."""
+    tile reruns only what the head drives, and a click on a row of the map only what the token drives.
+    ``layer=False`` leaves all three to :func:`with_layer` and the others (layer 0 until then; not with
+    ``long_text``, whose forward pass keeps the chosen layer's maps)."""
+    if not layer and long_text:
+        raise ValueError("choose_view(layer=False) needs every layer's maps: not with long_text")
     source, text = picked.source, picked.text
     if picked.lm is None:
         lm, res = load(source, text, ctx)
-        layer = pick_layer(mp, lm, ctx.controls)
+        i_layer = pick_layer(mp, lm, ctx.controls) if layer else 0
     else:
-        layer = pick_layer(mp, picked.lm, ctx.controls)
-        lm, res = load(source, text, ctx, picked.lm, layer if long_text else None)
+        i_layer = pick_layer(mp, picked.lm, ctx.controls) if layer else 0
+        lm, res = load(source, text, ctx, picked.lm, i_layer if long_text else None)
+    head = head and layer
     h = pick_head_index(mp, lm, ctx.controls) if head else None
     i = pick_token(mp, res.value, ctx.controls) if head and token else None
     if causal.is_causal(lm):
         causal.explain(lm)
     elif lm.description:
         st.caption(plain(model_sentence(lm)))
-    return Chosen(lm=lm, res=res, layer=layer, head=h, token=i, source=source, text=text)
+    return Chosen(lm=lm, res=res, layer=i_layer, head=h, token=i, source=source, text=text)
+
+
+def with_layer(mp: ModelParams, ch: Chosen, where) -> Chosen:
+    """``ch`` with its layer chosen by the Layer slider (:func:`pick_layer`), drawn in ``where``."""
+    return replace(ch, layer=pick_layer(mp, ch.lm, where))
 
 
 def with_token(mp: ModelParams, ch: Chosen, where) -> Chosen:
