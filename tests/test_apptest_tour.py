@@ -165,9 +165,10 @@ def check_learned(at: AppTest) -> None:
     # the weight the sink rule reads (the last 3 evaluation points' mean), and the verdict over the grid
     rows = [(k, s["n_sink"], s["n_usable"], s["bos_end"]["mean"]) for k, s in summary.items()]
     header, runs = load_grid()
-    over = "Over the Training lab's grid of settings: " + sink_claims(header, runs, load_result(
-        "null_attention")).fixes.headline
+    headline = sink_claims(header, runs, load_result("null_attention")).fixes.headline
+    over = "Over the Training lab's grid of settings, " + headline[:1].lower() + headline[1:]
     assert lesson(at) == view.learned_lesson(rows, SINK_THRESHOLD, over)
+    assert "settings, a denominator bias (softmax1" in lesson(at)  # one sentence, not 'settings: A …'
     assert "at some settings only" in lesson(at)
     soft = summary["softmax"]
     assert soft["n_sink"] > 0 and "softmax formed a sink" in lesson(at)

@@ -234,7 +234,8 @@ def show_learned(ctx: Any, where: Any) -> Shown:
     summary = ls_view.summary_of(d["runs"])
     rows = [(label, int(s["n_sink"]), int(s["n_usable"]), s["bos_end"]["mean"])
             for label, s in summary.items()]
-    over = "Over the Training lab's grid of settings: " + cached.sink_claims()[0].fixes.headline
+    headline = cached.sink_claims()[0].fixes.headline  # 'A denominator bias (…) removes …' / 'No setting …'
+    over = "Over the Training lab's grid of settings, " + headline[:1].lower() + headline[1:]
     return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD, over),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "
