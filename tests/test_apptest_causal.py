@@ -276,6 +276,10 @@ def test_url_bounds_of_the_new_controls() -> None:
 def test_entropy_page_states_the_shipped_lr_sweep_and_links_to_the_training_lab() -> None:
     at = run_app(ENTROPY, timeout=300, ent_lo="6", ent_hi="8")
     no_errors(at)
+    assert "fully scaled attention (rate" not in " ".join(m.value for m in at.markdown)  # closed: not sent
+    at.session_state["ent_more_open"] = True  # 'What the formulas assume': drawn when opened (issue 34)
+    at.run()
+    no_errors(at)
     d = load_result("lr_sweep")
     k = len(d.get("seeds") or [0])
     cells: dict = {}
