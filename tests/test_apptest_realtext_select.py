@@ -85,6 +85,22 @@ def fragment_click(at: AppTest, key: str, customdata: list) -> AppTest:
         local_script_runner.RerunData = RerunData  # type: ignore[misc]
 
 
+def count_runs(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the page frame (``run_page``: a page run, not a fragment's) and the model load run from now
+    on, counted in the returned dict."""
+    runs = {"page": 0, "model": 0}
+
+    def counted(name, original):
+        def call(*args, **kwargs):
+            runs[name] += 1
+            return original(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(ui.page, "run_page", counted("page", ui.page.run_page))
+    monkeypatch.setattr(ui.realtext, "load_model", counted("model", ui.realtext.load_model))
+    return runs
+
+
 def strips(at: AppTest) -> list[str]:
     return [e.proto.body for e in at.get("html") if "attn-strip" in e.proto.body]
 
@@ -265,16 +281,7 @@ def test_heatmaps_clicks_rerun_only_the_selection_fragment(lm: LoadedModel,
     (``run_page``) nor the model load runs again, the map, the token views and the sidebar controls follow
     the click, presenter mode stays on, and the URL says what was clicked, so a copied link reproduces the
     view."""
-    runs = {"page": 0, "model": 0}
-
-    def counted(name, original):
-        def call(*args, **kwargs):
-            runs[name] += 1
-            return original(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(ui.page, "run_page", counted("page", ui.page.run_page))
-    monkeypatch.setattr(ui.realtext, "load_model", counted("model", ui.realtext.load_model))
+    runs = count_runs(monkeypatch)
     at = run_app(HEATMAPS, rt_src="real", present="1")
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
@@ -482,16 +489,7 @@ def test_sinks_clicks_rerun_only_the_model_fragment(lm: LoadedModel, monkeypatch
     the fragment below the model and text, not the page: ``run_page`` and the model load run once, the title,
     the part picker and the text box are not sent again, the map and the sidebar controls follow the click,
     and the URL (presenter mode included) says what was clicked."""
-    runs = {"page": 0, "model": 0}
-
-    def counted(name, original):
-        def call(*args, **kwargs):
-            runs[name] += 1
-            return original(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(ui.page, "run_page", counted("page", ui.page.run_page))
-    monkeypatch.setattr(ui.realtext, "load_model", counted("model", ui.realtext.load_model))
+    runs = count_runs(monkeypatch)
     at = run_app(SINKS, snk_view="model", present="1")
     no_errors(at)
     assert runs == {"page": 1, "model": 1}
