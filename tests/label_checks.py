@@ -9,7 +9,8 @@ classes (each a list of strings, empty when the page is clean):
 * ``colorbar``: a colour bar (with its tick labels and title) that reaches into a plot area of its figure,
   past its figure's edge (cut off) or into another chart on the page (the panel beside it);
 * ``metric``: a metric whose value or label is cut (its text wider than its box: "11.952 ± 0….");
-* ``notes``: a note or title of a chart drawn over another (a status label over a panel's title).
+* ``notes``: a note or title of a chart (its own, an axis's) drawn over another (a status label over a panel's
+  title; a rotated y-axis title longer than its plot reaching into the chart's title).
 
 :func:`label_defects` runs it; the browser tests call it over every page's default view and presenter mode.
 """
@@ -130,8 +131,9 @@ LABEL_CHECK_JS = r"""() => {
       for (const other of plots) if (other !== gd && overlap(r, box(other), 1))
         out.colorbar.push(`${view}: a colour bar reaches into the chart ${name(other)} beside it`);
     }
-    // 5. titles and notes (annotations) of one chart do not cover each other
-    const notes = Array.from(gd.querySelectorAll('.infolayer .gtitle, .annotation-text-g text, .annotation text'))
+    // 5. titles (the chart's and its axes') and notes (annotations) of one chart do not cover each other
+    const notes = Array.from(gd.querySelectorAll('.infolayer text[class$="title"], .annotation-text-g text, ' +
+        '.annotation text'))  // gtitle, xtitle, x2title, ytitle, …, a colour bar's title
       .filter(t => (t.textContent || '').trim()).map(t => [t.textContent, box(t)]).filter(([, r]) => visible(r));
     for (let i = 0; i < notes.length; i++) for (let j = i + 1; j < notes.length; j++)
       if (notes[i][0] !== notes[j][0] && overlap(notes[i][1], notes[j][1], 2))

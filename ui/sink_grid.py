@@ -131,7 +131,8 @@ def _cell_part(cell: Cell | None, label: str, setting: Setting | None) -> None:
     per = "; ".join(f"seed {f['seed']}: {_seed_words(f)}" for f in cell.per_seed)
     steps = cell.end_steps
     span = f"steps {steps[0]}–{steps[-1]}" if len(steps) > 1 else "the last step"
-    st.caption(plain(f"{where}, {cell.seeds_text()}: {per}. The end weight averages {span} (shaded)."))
+    st.caption(plain(f"{where}, {cell.seeds_text()}, the weight on BOS from non-trigger positions: {per}. "
+                     f"The end weight averages {span} (shaded)."))
 
 
 def _seed_words(f: dict[str, Any]) -> str:

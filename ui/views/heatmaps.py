@@ -148,7 +148,7 @@ def weights_with_row_stats(
     ]
     ent_title = "entropy (nats)"
     if max_entropy is not None:
-        ent_title = "entropy (nats)<br>- - log n (uniform)"
+        ent_title = "entropy (nats)<br>- - log n"  # '(uniform)' made it reach into the max-weight title
         traces.append(go.Scatter(x=as_f32(max_entropy), y=y, mode="lines", name="log n (uniform)",
                                  xaxis="x2", yaxis="y", line={"color": PALETTE[7], "dash": "dash"},
                                  hovertemplate="query %{y}<br>log n %{x:.4f}<extra></extra>"))

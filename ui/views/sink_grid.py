@@ -130,8 +130,9 @@ def cell_curves_figure(c: Cell) -> go.Figure:
     curves.append(Curve(f"{SINK_THRESHOLD:g} (sink threshold)", [0, top], [SINK_THRESHOLD] * 2, theory=True,
                         color=PALETTE[7]))
     title = f"{html.escape(c.label)} · {c.setting.text()} ({c.seeds_text()})"
-    fig = figures.line_chart(curves, title=title, x_title="training step",
-                             y_title="weight on BOS (non-trigger)", height=360)
+    # a short y title: rotated, 'weight on BOS (non-trigger)' ran past the plot into the chart's title
+    fig = figures.line_chart(curves, title=title, x_title="training step", y_title="weight on BOS",
+                             height=360)
     if c.end_steps:
         fig.add_vrect(x0=c.end_steps[0], x1=c.end_steps[-1], fillcolor=PALETTE[7], opacity=0.15, line_width=0)
     fig.update_yaxes(range=[-0.02, 1.02])

@@ -378,7 +378,8 @@ def zoo_table(spec: SinkSpec, zoo: dict[str, ZooEntry], theory: dict[str, ZooThe
 
 
 def glance_figure(rep: SinkReport, labels: dict[str, str], n_layers: int) -> go.Figure:
-    """Mean mass per layer on each key set, against uniform attention (``snk-glance``)."""
+    """Mean mass per layer on each key set, against uniform attention (``snk-glance``). The y title is short:
+    rotated, a longer one ran past the plot's height into the chart's title."""
     x = np.arange(n_layers)
     curves: list[Curve] = []
     for i, (key, label) in enumerate(labels.items()):
@@ -390,7 +391,7 @@ def glance_figure(rep: SinkReport, labels: dict[str, str], n_layers: int) -> go.
                    Curve(f"uniform attention ({name})", x, np.full(n_layers, rep.uniform[key]), theory=True,
                          color=color)]
     fig = figures.line_chart(curves, title="mean attention mass per layer (error bar: spread over heads)",
-                             x_title="layer (0-based)", y_title="mass (mean over queries and heads)",
+                             x_title="layer (0-based)", y_title="mean mass",
                              height=380)
     fig.update_xaxes(dtick=1)
     _tag(fig, "snk-glance")
