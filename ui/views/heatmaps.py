@@ -163,7 +163,7 @@ def weights_with_row_stats(
                   "showgrid": False, "zeroline": False},
         "xaxis2": {"domain": list(d2), "anchor": "y", "side": "bottom", "title": {"text": ent_title}},
         "xaxis3": {"domain": list(d3), "anchor": "y", "side": "bottom", "range": mx_range,
-                   "title": {"text": "max weight"}},
+                   "title": {"text": "max<br>weight"}},  # on one line it sat ~2 px from the entropy title
         "yaxis": {"autorange": "reversed", "title": {"text": "query"}, "showgrid": False},
         "showlegend": False,
         "bargap": 0.05,
