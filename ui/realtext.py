@@ -44,7 +44,6 @@ __all__ = [
     "Chosen",
     "ModelParams",
     "ModelText",
-    "choose",
     "choose_model",
     "choose_view",
     "head_view",
@@ -107,7 +106,7 @@ def model_params(prefix: str, *, layer: int = 0) -> ModelParams:
 
 @dataclass(frozen=True)
 class Chosen:
-    """What :func:`choose` returns: the model, its timed attentions, the selected layer, head and
+    """What :func:`choose_view` returns: the model, its timed attentions, the selected layer, head and
     query token, and the source and text they came from (for :func:`vectors`). ``head`` is None until
     :func:`with_head` chooses it (``choose_view(head=False)``), ``token`` until :func:`with_token` does
     (``choose_view(token=False)``)."""
@@ -240,9 +239,9 @@ class ModelText:
 
 
 def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
-    """The model picker, the text box and the cached model: the part of :func:`choose` that a head, layer or
-    token selection leaves alone (a page may run :func:`choose_view` in an ``st.fragment``, so a click
-    reruns only that). None while the local-folder box is empty."""
+    """The model picker, the text box and the cached model: what comes before :func:`choose_view`, which a
+    head, layer or token selection leaves alone (a page may run :func:`choose_view` in an ``st.fragment``,
+    so a click reruns only that). None while the local-folder box is empty."""
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
     if source is None:
@@ -253,7 +252,7 @@ def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
 
 def choose_view(mp: ModelParams, picked: ModelText, ctx: PageContext, *, long_text: bool = False,
                 layer: bool = True, head: bool = True, token: bool = True) -> Chosen:
-    """The rest of :func:`choose`: the cached forward pass, the layer, head and token pickers and (for the
+    """After :func:`choose_model`: the cached forward pass, the layer, head and token pickers and (for the
     causal character model) its explanation, in that order. ``head=False`` leaves the head picker (and the
     token picker) to :func:`with_head`, ``token=False`` the token picker to :func:`with_token`: a page may
     call them in fragments of their own (with the views of the head, of the token), so a click on a head
@@ -292,18 +291,6 @@ def with_token(mp: ModelParams, ch: Chosen, where) -> Chosen:
 def with_head(mp: ModelParams, ch: Chosen, where) -> Chosen:
     """``ch`` with its head chosen by the Head slider (:func:`pick_head_index`), drawn in ``where``."""
     return replace(ch, head=pick_head_index(mp, ch.lm, where))
-
-
-def choose(mp: ModelParams, ctx: PageContext, *, long_text: bool = False) -> Chosen | None:
-    """Model picker, text box, the cached forward pass, the head and token pickers and (for the
-    causal character model) its explanation, in that order (:func:`choose_model`, then
-    :func:`choose_view`). None while the local-folder box is empty.
-
-    ``long_text``: a decoder may read past its map limit (only the shown layer's maps are kept);
-    otherwise the text is cut to the limit where every map fits.
-    """
-    picked = choose_model(mp, ctx)
-    return None if picked is None else choose_view(mp, picked, ctx, long_text=long_text)
 
 
 def model_sentence(lm: LoadedModel) -> str:
