@@ -155,7 +155,7 @@ def jacobian_caption(n: int, trials: int) -> str:
     """What the step drew: the rows per σ, and why fewer than :data:`J_TRIALS` when there are."""
     fewer = "" if trials == J_TRIALS else (
         f" ({J_TRIALS:,} at fewer keys; {trials:,} × {n} keys × {cached.SCALE_POINTS} scales = "
-        f"{trials * n * cached.SCALE_POINTS:,} softmax entries keeps within the {MAX_SCALE_ENTRIES:,} one "
+        f"{trials * n * cached.SCALE_POINTS:,} softmax entries stay within the {MAX_SCALE_ENTRIES:,} one "
         "request may compute)")
     return (f"{trials:,} rows of {n} logits σ·z, z ~ N(0, 1), per σ{fewer}; J = diag(p) − ppᵀ is the softmax "
             "Jacobian, the only path from the weights' gradient back to the scores.")
