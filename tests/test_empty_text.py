@@ -36,9 +36,11 @@ def test_an_empty_text_box_says_what_to_type(script: str, key: str, state: dict[
     at = run_app(script, timeout=900, **state)
     no_errors(at)
     before = len(figures(at))
+    was_empty = at.text_area(key=key).value == ""  # the decoder's own text starts empty
     at.text_area(key=key).set_value(text).run(timeout=900)
     no_errors(at)  # no red box
     assert not at.warning, [w.value for w in at.warning]
     infos = [i.value for i in at.info]
     assert any(SAYS[key] in i for i in infos), infos
-    assert len(figures(at)) < before  # the views that read the text wait for it
+    if not was_empty:
+        assert len(figures(at)) < before  # the views that read the text wait for it

@@ -133,7 +133,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("script", ALL_PAGES)
 def test_no_page_names_a_server_path(script: str, cache: Path) -> None:
-    at = run_app(script)
+    at = run_app(script, timeout=900)  # the page's text is read, not its speed (the machine may be loaded)
     assert not at.exception, [e.value for e in at.exception]
     paths = server_paths(cache, cache.parent)
     texts = [(f"{ft.element}.{ft.field}", ft.text) for ft in element_texts(at)]
