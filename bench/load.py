@@ -49,6 +49,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,16 +92,26 @@ def _tree_rss(pid: int) -> int:
 
 
 class Server:
-    """`streamlit run app.py` on a free loopback port, with an RSS sampler."""
+    """`streamlit run app.py` on a free loopback port, with an RSS sampler.
 
-    def __init__(self) -> None:
+    The server's output (stdout and stderr) goes to a file, ``log`` (default
+    test-artifacts/bench-load-streamlit.log), never to a pipe: a pipe nobody reads fills at 64 KB,
+    and then the server's next log line blocks the thread that writes it while it holds the logging
+    lock, so every other script thread waits behind it and the server stops answering (issue 44,
+    item 13: 40 sessions logging a traceback each render). ``command``: what follows the interpreter
+    (``serve.py``; a test passes a stand-in server)."""
+
+    def __init__(self, command: Sequence[str] = ("serve.py",), log: Path | None = None) -> None:
         self.port = _free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "serve.py", "--server.address", HOST,  # streamlit run app.py, warmed
-             "--server.port", str(self.port), "--server.headless", "true"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
+        self.log = log if log is not None else ROOT / "test-artifacts" / "bench-load-streamlit.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as out:  # the child keeps its own handle to the file
+            self.proc = subprocess.Popen(
+                [sys.executable, *command, "--server.address", HOST,  # streamlit run app.py, warmed
+                 "--server.port", str(self.port), "--server.headless", "true"],
+                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )
         self.peak = 0
         self.current = 0
         self._stop = threading.Event()
@@ -115,7 +126,8 @@ class Server:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+                tail = self.log.read_bytes()[-4000:].decode("utf-8", "replace")
+                raise RuntimeError(f"streamlit exited (its output: {self.log}):\n{tail}")
             with contextlib.suppress(OSError), \
                     urllib.request.urlopen(f"http://{HOST}:{self.port}/_stcore/health", timeout=2) as r:
                 if r.status == 200:

@@ -111,3 +111,17 @@ def test_bad_text_is_plain(lm: LoadedModel) -> None:
     np.testing.assert_allclose(grid, s.first_score.numpy(), rtol=1e-4, atol=1e-6)
     assert f"Text: your text, {ids.shape[1]} tokens. " in _captions(at)
     assert at.text_area(key="dec_text").value == payload
+
+
+def test_a_shift_past_a_short_text_says_so_plainly(lm: LoadedModel) -> None:
+    """F8: dec_shift=32 on a 24-token text said the shift 'leaves -8' tokens."""
+    text = "The quick brown fox jumps over the lazy dog. A second line, with commas; and a colon here."
+    total = lm.tokenizer(text, return_tensors="pt")["input_ids"].shape[1]
+    assert MIN_TEXT_TOKENS <= total < 32
+    at = run_app(SINKS, timeout=900, **{**SHORT, "dec_shift": "32"}, dec_src="own", dec_text=text)
+    no_errors(at)
+    said = [i.value for i in at.info if "the variants need" in i.value]
+    assert said == [f"Your text gives {total} tokens; a shift of 32 tokens goes past its whole length, fewer "
+                    f"than the {MIN_TEXT_TOKENS} the variants need. Lower the shift to {total - MIN_TEXT_TOKENS} "
+                    "or less, or use a longer text."], said
+    assert not any("sink heads" in d.value.columns for d in at.dataframe)  # no variants table

@@ -341,6 +341,9 @@ def test_learned_part_controls(results) -> None:
     at.text_area(key="snk_ltext").input("ééé").run()
     assert any("type at least one character the corpus has" in e for e in texts(at, "error"))
     assert not at.exception
+    at.text_area(key="snk_ltext").input("").run()  # F11: an empty box says what to type, as an info box
+    no_errors(at)
+    assert any("Type characters in the sidebar's box" in i for i in texts(at, "info")), texts(at, "info")
 
 
 def test_missing_shipped_models_give_a_plain_message(tmp_path, monkeypatch) -> None:

@@ -293,8 +293,9 @@ def test_model_view_every_control_changes_the_charts(lm: LoadedModel) -> None:
 
 def test_model_view_bad_text(lm: LoadedModel) -> None:
     at = run_app(PAGE, snk_view="model")
-    _set(at, "text_area", "snk_text", "")
-    assert not at.exception and at.error and "type some text" in at.error[0].value
+    _set(at, "text_area", "snk_text", "")  # F11: an empty box says what to type (an info box, as everywhere)
+    assert not at.exception and not at.error
+    assert any("Type or paste a text in the box above" in i.value for i in at.info), [i.value for i in at.info]
     long = ("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer "
             "the slings and arrows of outrageous fortune. ") * 80
     assert len(long) > 9_000
@@ -367,8 +368,10 @@ def test_heatmaps_real_text_source(lm: LoadedModel) -> None:
 
 
 def test_heatmaps_real_text_bad_input() -> None:
-    at = run_app(HEATMAPS, rt_src="real", rt_text="   ")
-    assert not at.exception and "type some text" in at.error[0].value
+    at = run_app(HEATMAPS, rt_src="real", rt_text="   ")  # F11: white space is no text: say what to type
+    no_errors(at)
+    assert any("Type or paste a text in the box above" in i.value for i in at.info), [i.value for i in at.info]
+    assert not figures(at)
     at = run_app(HEATMAPS, rt_src="real", rt_layer="99", rt_head="999")
     no_errors(at)
     assert (at.session_state["rt_layer"], at.session_state["rt_head"]) == (5, 11)

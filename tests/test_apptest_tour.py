@@ -110,11 +110,18 @@ def check_saturation(at: AppTest, n: int = 4) -> None:
 
 def check_jacobian(at: AppTest, n: int = 16) -> None:
     fig = only_figure(at)
-    sw = jacobian_vs_scale(np.geomspace(0.01, 64.0, 49), n, 2_000, seed=0, device=page_device())
+    trials = 2_000 if n < 256 else 1_000  # 2,000 x 256 keys x 49 scales is past attncore's limit (F1)
+    assert tour.jacobian_trials(n) == trials
+    sw = jacobian_vs_scale(np.geomspace(0.01, 64.0, 49), n, trials, seed=0, device=page_device())
     close(decode(named(fig, "measured")["y"]), sw.jac_mean, rtol=1e-5)
     j1, j8 = view.interpolate(sw.sigma, sw.jac_mean, 1.0), view.interpolate(sw.sigma, sw.jac_mean, 8.0)
     i = int(np.argmax(sw.jac_mean))
     assert lesson(at) == view.jacobian_lesson(n, j1, j8, 64, float(sw.sigma[i]), float(sw.jac_mean[i]))
+    caption = " ".join(c.value for c in at.caption)
+    assert caption.startswith(f"{trials:,} rows of {n} logits")  # the page states the rows it drew
+    if trials < 2_000:
+        assert f"{trials:,} × {n} keys × 49 scales = {trials * n * 49:,} softmax entries" in caption
+    assert link(at)[1]["sat_trials"] == str(trials)  # the full page draws the same rows
 
 
 def check_overflow(at: AppTest, dtype: str = "float16") -> None:
@@ -285,6 +292,39 @@ def test_each_control_moves_the_view(key: str) -> None:
     assert lesson(at) != before
     CHECKS[key](at, new)
     assert at.query_params[name] == (f"{new:g}" if isinstance(new, float) else str(new))
+
+
+def options_of(at: AppTest, p) -> list:  # noqa: ANN001 - a ui.state.Param
+    """Every value a step's control offers: its options, or a slider's whole step grid."""
+    if p.options is not None:
+        return list(p.options)
+    (w,) = [w for w in at.slider if w.key == p.key]
+    step = float(w.proto.step)
+    return [float(v) for v in np.arange(float(w.proto.min), float(w.proto.max) + step / 2, step)]
+
+
+@pytest.mark.parametrize("key", [s.key for s in tour.STEPS if s.params])
+def test_every_control_draws_at_every_option(key: str) -> None:
+    """F1: every value a step's control offers draws its chart, its lesson and its link, with no error or
+    warning (256 keys on the Jacobian step was an error box: 2,000 trials x 256 keys x 49 scales is past
+    attncore's limit)."""
+    at = run(tour=str(step_number(key)))
+    no_errors(at)
+    step = tour.STEPS[step_number(key) - 1]
+    n_figures = len(figures(at))
+    for p in step.params:
+        for option in options_of(at, p):
+            widget = [w for w in (*at.select_slider, *at.selectbox, *at.slider) if w.key == p.key]
+            assert len(widget) == 1, p.key
+            widget[0].set_value(option).run()
+            no_errors(at)
+            assert not at.warning, (p.key, option, [w.value for w in at.warning])
+            assert len(figures(at)) == n_figures, (p.key, option)
+            assert lesson(at) and link(at)
+            assert at.query_params.get(p.key, str(p.default)) in (str(option), f"{option:g}"
+                                                                   if isinstance(option, float) else "")
+            if key == "jacobian":
+                check_jacobian(at, int(option))
 
 
 def test_learned_step_has_no_control() -> None:

@@ -63,7 +63,8 @@ def test_sinks_bad_input_shows_a_message_not_a_traceback(page: Page, app_url: st
     assert "ATTNLAB_MODEL_DIRS" in err.first.inner_text()
     open_page(page, f"{app_url}/Attention_sinks?snk_view=model&snk_text=%20", charts=False)
     assert page.locator("[data-testid=stException]").count() == 0
-    expect(page.locator("[data-testid=stAlertContentError]").first).to_contain_text("type some text")
+    assert page.locator("[data-testid=stAlertContentError]").count() == 0  # F11: no text is an info box
+    expect(page.locator("[data-testid=stAlertContentInfo]").first).to_contain_text("Type or paste a text")
 
 
 def test_heatmaps_real_text_source_redraws(page: Page, app_url: str) -> None:

@@ -74,3 +74,21 @@ def test_previous_and_open_this_in_full(page: Page, app_url: str) -> None:
     assert_clean(page)
     for part in ("L=12", "S=12", "heads=1", "kv=1"):
         assert part in page.url, page.url
+
+
+def test_the_jacobian_step_at_256_keys_draws_and_opens_in_full(page: Page, app_url: str) -> None:
+    """F1: /Tour?tour=4&tour_keys=256 was an error box with no "Open this in full"; now it draws 1,000 rows,
+    says so, and its link opens the Saturation page at the same 1,000 rows, also clean."""
+    page.set_viewport_size(VIEWPORT)
+    step = [s.key for s in STEPS].index("jacobian") + 1
+    open_page(page, f"{app_url}/Tour?tour={step}&tour_keys=256", timeout_s=180)
+    assert_clean(page)
+    expect(page.get_by_text(re.compile(r"^1,000 rows of 256 logits")).first).to_be_visible()
+    screenshot(page, "tour-jacobian-256")
+    page.get_by_role("link", name="Open this in full").click()
+    page.wait_for_url(re.compile(r"/Saturation_and_gradients\?"), timeout=120_000)
+    page.wait_for_selector(".js-plotly-plot", timeout=180_000)
+    wait_idle(page, 180)
+    assert_clean(page)
+    for part in ("sat_keys=256", "sat_trials=1000"):
+        assert part in page.url, page.url

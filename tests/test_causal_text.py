@@ -57,3 +57,18 @@ def test_next_char_figure_holds_the_top_k_in_order(model: CharTransformer) -> No
     assert len(next_char_figure(dist, 5, 1.0, view="x", reference=ref).data) == 1
     frame = next_char_frame(dist, 0.7)
     assert len(frame) == len(model.vocab) and frame["probability"].sum() == pytest.approx(1.0)
+
+
+def test_next_char_figure_draws_markup_tokens_as_typed() -> None:
+    """F10: a local model's vocabulary may hold tokens that look like HTML; Plotly draws a subset of HTML in
+    tick labels and hover texts, so they are escaped and shown as typed."""
+    tokens = ["<b>x</b>", "a&b", "<br>", "plain"]
+    dist = list(zip(tokens, [0.4, 0.3, 0.2, 0.1], strict=True))
+    ref = list(zip(tokens, [0.25, 0.25, 0.25, 0.25], strict=True))
+    fig = next_char_figure(dist, 4, 0.5, view="x", reference=ref)
+    want = ["&lt;b&gt;x&lt;/b&gt;", "a&amp;b", "&lt;br&gt;", "plain"]
+    assert list(fig.layout.xaxis.ticktext) == want
+    assert [list(t.customdata) for t in fig.data] == [want, want]  # the hover texts
+    assert fig.layout.meta["chars"] == tokens  # what the model writes, kept for the table and tests
+    rendered = [*fig.layout.xaxis.ticktext, *(c for t in fig.data for c in t.customdata)]
+    assert not any("<" in s or ">" in s for s in rendered), rendered

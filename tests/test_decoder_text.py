@@ -4,13 +4,15 @@ transformers' own attention maps."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from attncore.decoder.sinks import GU_TOKENS, decoder_sinks, sink_variants
 from attncore.decoder.text import MIN_TEXT_TOKENS, text_tokens
 from attncore.errors import AttnInputError
-from ui.decoder_lab import variants_length
+from ui.decoder_lab import short_for_shift, variants_length
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -115,3 +117,23 @@ def test_a_short_text_is_read_whole_and_the_variants_fit(model: torch.nn.Module)
                       shift=shift, length=n)
     torch.testing.assert_close(v[2].first_score, _attn(model, tt.ids[:, shift:shift + n])[..., 0].mean(-1))
     assert v[2].first_text == text[shift] and v[0].first_text == text[0]
+
+
+@pytest.mark.parametrize(("total", "shift", "said", "fix"), [
+    (24, 32, "a shift of 32 tokens goes past its whole length", "Lower the shift to 8 or less"),
+    (24, 24, "a shift of 24 tokens is its whole length", "Lower the shift to 8 or less"),
+    (24, 10, "shifted by 10 it leaves 14", "Lower the shift to 8 or less"),
+    (16, 3, "shifted by 3 it leaves 13", "Use a longer text: at least 19 tokens for a shift of 3."),
+])
+def test_a_shift_past_the_text_says_so_plainly(total: int, shift: int, said: str, fix: str) -> None:
+    """F8: dec_shift=32 on a 24-token text said the shift 'leaves -8' tokens."""
+    msg = short_for_shift(total, shift)
+    assert msg is not None and said in msg and fix in msg, msg
+    assert f"Your text gives {total} tokens; " in msg and f"the {MIN_TEXT_TOKENS} the variants need" in msg
+    assert not re.search(r"-\d", msg), msg  # no negative count
+    assert variants_length(total, shift) == max(0, total - shift)
+
+
+def test_a_shift_that_leaves_enough_says_nothing() -> None:
+    assert short_for_shift(24, 8) is None and short_for_shift(5_000, 32) is None
+    assert short_for_shift(24, 9) is not None  # 15 left: one fewer than the variants need

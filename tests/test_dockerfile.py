@@ -364,6 +364,27 @@ def test_copies_exactly_what_the_app_needs(instructions) -> None:
     assert not _all(instructions, "ADD"), "use COPY, not ADD"
 
 
+def _image_check_allowlist() -> set[str]:
+    """What scripts/image-check lets /app hold ("/app holds only the app"): its grep -vxE alternation."""
+    text = (ROOT / "scripts" / "image-check").read_text()
+    m = re.search(r"grep -vxE '([^']*)'", text[text.index("/app holds only the app") - 600:])
+    assert m, "the image check's /app allowlist was not found"
+    return {p.replace("\\.", ".") for p in m.group(1).split("|") if p}
+
+
+def test_app_holds_what_the_image_check_allows(instructions) -> None:
+    """Issue 44, item 12: every file copied into /app is one scripts/image-check allows there, or is removed
+    by a later RUN (requirements-model.txt stayed in /app and failed the image check on main)."""
+    allowed = _image_check_allowlist()
+    assert {"app.py", "attncore", "requirements.lock"} <= allowed, allowed
+    copied = {s.rstrip("/") for s in _copy_sources(instructions)}
+    removed = {t for args in _all(instructions, "RUN") for t in re.findall(r"\brm\s+(?:-\w+\s+)*([\w./-]+)", args)}
+    left = {c for c in copied if Path(c).name not in allowed and c not in removed}
+    assert not left, f"copied into /app and left there, which the image check refuses: {sorted(left)}"
+    install = _index(instructions, "RUN", r"-r requirements-model\.txt")
+    assert re.search(r"&& rm requirements-model\.txt", instructions[install][1]), "removed in the same layer"
+
+
 def test_dockerignore_keeps_heavy_and_local_paths_out() -> None:
     patterns = set(_dockerignore_patterns())
     for required in (".git", ".venv", ".image-check", "**/__pycache__", "test-artifacts", "bench", "docs"):

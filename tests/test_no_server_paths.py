@@ -8,10 +8,13 @@ without being listed here.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import sys
 import sysconfig
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +39,83 @@ def leaks(text: str, paths: list[str]) -> list[str]:
     return [p for p in paths if p in text]
 
 
+# Folders of a build or server machine a shipped file must not name (issue 44, item 9): the checkouts and
+# data (/work/), home folders (/root/, /home/) and scratch space (/tmp/). The deployment manifests name the
+# container's own home, /home/app (the image's user, made by the Dockerfile), on purpose.
+MACHINE_PATH = re.compile(rb"/(?:work|root|home|tmp)/[^\s\"'`)]*")
+CONTAINER_PATHS = {"deploy": (b"/home/app",)}
+SHIPPED = ("attncore", "docs", "deploy", "ui", "pages")  # what the image and the repository ship
+
+
+def machine_paths(data: bytes, allowed: tuple[bytes, ...] = ()) -> list[str]:
+    """The machine paths in ``data``: in a zip archive (.npz, a torch .pt) in each member, read whole."""
+    if data[:4] == b"PK\x03\x04":
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return [hit for name in z.namelist() for hit in machine_paths(z.read(name), allowed)]
+    return [m.group().decode("utf-8", "replace") for m in MACHINE_PATH.finditer(data)
+            if not any(m.group().startswith(a) for a in allowed)]
+
+
+def test_the_shipped_file_check_can_fail() -> None:
+    assert machine_paths(b'"command": "x --corpus /work/shared/data/t.txt"') == ["/work/shared/data/t.txt"]
+    assert machine_paths(b"--out /tmp/gpu --home /home/me/x") == ["/tmp/gpu", "/home/me/x"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("header.npy", b"--out /root/runs/stream.npz")
+    assert machine_paths(buf.getvalue()) == ["/root/runs/stream.npz"]
+    assert machine_paths(b"mountPath: /home/app/.cache", CONTAINER_PATHS["deploy"]) == []
+    assert not machine_paths(b"--corpus tinyshakespeare.txt --out attncore/training/results")
+
+
+def test_no_shipped_file_names_a_machine_path() -> None:
+    """Every file under attncore/ (results, models, their headers), docs/, deploy/, ui/ and pages/: the
+    training results recorded the build machine's --corpus and the sink grid's --out folder."""
+    files = [p for top in SHIPPED for p in sorted((ROOT / top).rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts]
+    assert len(files) > 100
+    bad = {str(p.relative_to(ROOT)): hits for p in files
+           if (hits := machine_paths(p.read_bytes(), CONTAINER_PATHS.get(p.relative_to(ROOT).parts[0], ())))}
+    assert not bad, json.dumps(bad, indent=1)[:3000]
+
+
+def test_shipped_results_name_their_corpus_by_name_and_sha256() -> None:
+    """The corpus a shipped result read, by file name and content (no folder), and a command a user can
+    run from a checkout."""
+    from attncore.training.io import RESULTS_DIR
+    from attncore.training.sink_grid import load_grid
+
+    docs = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("*.json"))]
+    header, _ = load_grid()
+    assert len(docs) >= 4 and header
+    for d in [*docs, header]:
+        c = d["corpus"]
+        assert c["name"] == "tinyshakespeare.txt" and re.fullmatch(r"[0-9a-f]{64}", c["sha256"]), c
+        assert "path" not in c
+        assert d["command"].startswith("python -m attncore.training.")
+        assert not machine_paths(d["command"].encode()), d["command"]
+
+
+def test_a_result_header_records_no_folder_of_the_machine(tmp_path: Path) -> None:
+    """The code that writes the headers: the command as typed from a checkout, the corpus by name and
+    SHA-256 (an absolute --corpus and --out were recorded as given)."""
+    import hashlib
+
+    from attncore.provenance import file_record, portable_command, portable_path
+
+    corpus = tmp_path / "deep" / "my corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("abcab", encoding="utf-8")
+    argv = ["lr_sweep", "--out", str(tmp_path / "out"), f"--corpus={corpus}", "--threads", "1"]
+    cmd = portable_command("python -m attncore.training.experiments", argv)
+    assert cmd == "python -m attncore.training.experiments lr_sweep --out out '--corpus=my corpus.txt' --threads 1"
+    assert portable_path(str(ROOT / "attncore" / "training" / "results")) == "attncore/training/results"
+    assert portable_path("attncore/training/results") == "attncore/training/results"
+    rec = file_record(corpus, "abcab")
+    assert rec == {"name": "my corpus.txt", "sha256": hashlib.sha256(b"abcab").hexdigest(), "chars": 5,
+                   "vocab": 3}
+    assert str(tmp_path) not in json.dumps(rec) + cmd
+
+
 def test_the_check_can_fail() -> None:
     paths = server_paths()
     assert leaks(f"Finished runs are kept in {jobs.cache_dir()}.", paths)
@@ -53,12 +133,14 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("script", ALL_PAGES)
 def test_no_page_names_a_server_path(script: str, cache: Path) -> None:
-    at = run_app(script)
+    at = run_app(script, timeout=900)  # the page's text is read, not its speed (the machine may be loaded)
     assert not at.exception, [e.value for e in at.exception]
     paths = server_paths(cache, cache.parent)
     texts = [(f"{ft.element}.{ft.field}", ft.text) for ft in element_texts(at)]
     assert len(texts) > 20, "the page's text was read"
     bad = [f"{where}: {leaks(text, paths)} in {text[:200]!r}" for where, text in texts if leaks(text, paths)]
+    # nor a folder of the machine that made a shipped result (the Training lab quoted the build's --corpus)
+    bad += [f"{where}: {hits} in {text[:200]!r}" for where, text in texts if (hits := machine_paths(text.encode()))]
     assert not bad, "\n".join(bad[:10])
 
 

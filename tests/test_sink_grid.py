@@ -3,6 +3,7 @@ command resuming and sharding on tiny sizes (every run trained once, none twice)
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,11 @@ def test_the_command_resumes_where_it_stopped(tmp_path: Path, monkeypatch: pytes
     assert sum(1 for line in lines if json.loads(line).get("kind") == "header") == 1
     header = json.loads(lines[0])
     assert header["grid"] == TINY_GRID and header["command"].startswith("python -m attncore.training.sink_grid")
+    # no folder of this machine (issue 44, item 9): --out by its name, the corpus by name and SHA-256
+    assert header["command"] == "python -m attncore.training.sink_grid --out out --corpus corpus.txt --limit 3"
+    assert header["corpus"] == {"name": "corpus.txt",
+                                "sha256": hashlib.sha256((SNIPPET * 20).encode("utf-8")).hexdigest()}
+    assert str(tmp_path) not in lines[0]
     runs = sink_grid.load_grid(tmp_path / "out" / sink_grid.FILE)[1]
     # learned positions end at the context: no streaming test for them, the ablation for every run
     assert all((r["streaming"] is None) == (r["config"]["positions"] == "learned") for r in runs)

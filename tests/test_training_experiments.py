@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -60,6 +61,10 @@ def test_tiny_run_writes_three_complete_results_and_a_model(tiny_run: Path, caps
         assert {"cpu", "torch", "device"} <= set(doc["machine"])
         assert doc["machine"]["device"] == str(resolve_device("auto"))
         assert doc["git_commit"] and doc["wall_s"] > 0 and doc["corpus"]["chars"] > 0
+        # no folder of this machine (issue 44, item 9): the corpus by name and SHA-256, the command portable
+        assert doc["corpus"]["sha256"] == hashlib.sha256((tiny_run / "corpus.txt").read_bytes()).hexdigest()
+        assert "path" not in doc["corpus"] and str(tiny_run.parent) not in doc["command"]
+        assert f"--out {tiny_run.name} --scale tiny --corpus corpus.txt" in doc["command"]
         assert doc["seeds"] == [0, 1, 2] and doc["runs_trained"] == len(doc["runs"]) and "reused" not in doc
         assert doc["claim"] and doc["finding"] and doc["source_setup"]
         for run in doc["runs"]:

@@ -55,6 +55,7 @@ from attncore.training import sink_verdicts as _sink_verdicts
 from ui.admission import admit
 
 __all__ = [
+    "SCALE_POINTS",
     "SWEEP_POINTS",
     "Timed",
     "causal_attention",
@@ -103,6 +104,7 @@ __all__ = [
 ]
 
 SWEEP_POINTS = 41  # points of the sink strength and content sweeps
+SCALE_POINTS = 49  # logit scales of sat_scale_sweep
 
 T = TypeVar("T")
 
@@ -186,8 +188,8 @@ def sat_temperature_rows(scores: tuple[float, ...], d: int) -> Timed[_grad.Tempe
 @st.cache_data(max_entries=8, show_spinner=False)
 def sat_scale_sweep(n: int, trials: int, sigma_max: float, seed: int, device: str,
                     dtype: str) -> Timed[_grad.ScaleSweep]:
-    """E||J|| and E[max weight] against the logit scale sigma in [0.01, sigma_max]."""
-    sigmas = np.geomspace(0.01, sigma_max, 49)
+    """E||J|| and E[max weight] against the logit scale sigma in [0.01, sigma_max] (SCALE_POINTS scales)."""
+    sigmas = np.geomspace(0.01, sigma_max, SCALE_POINTS)
     return timed(lambda: _grad.jacobian_vs_scale(sigmas, n, trials, seed=seed, device=device,
                                                  dtype=sampling_dtype(dtype)))
 

@@ -40,7 +40,8 @@ from ui.text import plain
 from ui.views import decoder as view
 
 __all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "SHIPPED_RUN_OPEN", "SHIPPED_RUN_TITLE", "ChosenText",
-           "choose_text", "decoder_part", "entropy_part", "stream_store", "variants_length"]
+           "choose_text", "decoder_part", "entropy_part", "short_for_shift", "stream_store",
+           "variants_length"]
 
 P_SRC = Param("dec_src", "shipped", options=("shipped", "own"))
 P_TEXT = Param("dec_text", "")  # at most MAX_TEXT_CHARS characters (ui.realtext.long_text_box)
@@ -228,8 +229,25 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
 
 
 def variants_length(total: int, shift: int) -> int:
-    """Tokens each variant reads: Gu et al.'s 64, or what the text has left after the shift when fewer."""
-    return min(GU_TOKENS, total - shift)
+    """Tokens each variant reads: Gu et al.'s 64, or what the text has left after the shift when fewer
+    (0 when the shift is not shorter than the text)."""
+    return max(0, min(GU_TOKENS, total - shift))
+
+
+def short_for_shift(total: int, shift: int) -> str | None:
+    """The plain message when a text of ``total`` tokens shifted by ``shift`` leaves fewer than the
+    :data:`MIN_TEXT_TOKENS` the variants need (None when it leaves enough): what is left, or that the
+    shift passes the text's end, and the largest shift this text allows."""
+    left = total - shift
+    if left >= MIN_TEXT_TOKENS:
+        return None
+    what = (f"shifted by {shift} it leaves {left}" if left > 0
+            else f"a shift of {shift} tokens {'is' if left == 0 else 'goes past'} its whole length")
+    most = total - MIN_TEXT_TOKENS
+    fix = (f"Lower the shift to {most} or less, or use a longer text." if most >= P_SHIFT.lo
+           else f"Use a longer text: at least {MIN_TEXT_TOKENS + shift} tokens for a shift of {shift}.")
+    return (f"Your text gives {total:,} tokens; {what}, fewer than the {MIN_TEXT_TOKENS} the variants need. "
+            f"{fix}")
 
 
 def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenText | None = None) -> None:
@@ -239,11 +257,9 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
         _nothing_yet()
         return
     n = variants_length(chosen.total, shift)
-    if n < MIN_TEXT_TOKENS:
-        st.info(f"Your text gives {chosen.total:,} tokens; shifted by {shift} it leaves "
-                f"{chosen.total - shift}, fewer than the {MIN_TEXT_TOKENS} the variants need. Lower the "
-                "shift or use a longer text.",
-                icon=":material/short_text:")
+    short = short_for_shift(chosen.total, shift)
+    if short is not None:
+        st.info(short, icon=":material/short_text:")
         return
     with _passes(ctx, n, 3, "the three variants"):
         res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)

@@ -417,6 +417,10 @@ def learned_part(ctx: Any) -> None:
                 "The variant beside it has another way out: a slot that no value stands behind, weights that "
                 "need not sum to 1, or a gate on what the head writes.")
     st.markdown(settings_note(cached.sink_claims()[0]))
+    if c["src"] == "text" and not c["text"]:
+        st.info("Type characters in the sidebar's box (Characters after BOS): both models' maps are drawn on "
+                "them.", icon=":material/edit_note:")
+        return
     ids, note = _sequence(c, task, ctx.seed)
     if note:
         st.caption(plain(note))

@@ -53,6 +53,7 @@ __all__ = [
     "model_controls",
     "model_sentence",
     "model_params",
+    "no_text",
     "on_pick",
     "pick_head",
     "pick_head_index",
@@ -238,13 +239,24 @@ class ModelText:
     lm: LoadedModel | None
 
 
+def no_text(source: str, text: str) -> bool:
+    """Nothing to read yet: an empty text box, or white space only for a tokenizer's model (it gives no
+    word; the character model reads a space as a character)."""
+    return text == "" or (source != causal.CAUSAL and not text.strip())
+
+
 def choose_model(mp: ModelParams, ctx: PageContext) -> ModelText | None:
     """The model picker, the text box and the cached model: what comes before :func:`choose_view`, which a
     head, layer or token selection leaves alone (a page may run :func:`choose_view` in an ``st.fragment``,
-    so a click reruns only that). None while the local-folder box is empty."""
+    so a click reruns only that). None, with an info box that says what to type, while the local-folder box
+    or the text box is empty (:func:`no_text`)."""
     source = model_controls(mp, ctx.controls)
     text = text_box(mp)
     if source is None:
+        return None
+    if no_text(source, text):
+        st.info("Type or paste a text in the box above: the model's attention maps are drawn on it "
+                "(Ctrl+Enter applies it).", icon=":material/edit_note:")
         return None
     lm = None if source == causal.CAUSAL else load_model(source, ctx)
     return ModelText(source=source, text=text, lm=lm)

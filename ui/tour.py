@@ -27,7 +27,7 @@ from attncore.decoder.sinks import GU_TOKENS
 from attncore.decoder.streaming import ABLATIONS
 from attncore.evidence import CLAIMS, SOURCES, Row, judge
 from attncore.explore import SyntheticSpec
-from attncore.gradients import saturation_crossing
+from attncore.gradients import MAX_SCALE_ENTRIES, max_scale_trials, saturation_crossing
 from attncore.kernels.cost import cpu_flash_bytes, materialised_bytes
 from attncore.kernels.spec import KernelSpec
 from attncore.overflow import OVERFLOW_DTYPES
@@ -142,18 +142,36 @@ P_KEYS = Param("tour_keys", 16, options=(4, 16, 64, 256))
 J_TRIALS, J_SMAX, J_D = 2_000, 64.0, 64
 
 
+def jacobian_trials(n: int) -> int:
+    """The rows the step draws at ``n`` keys: :data:`J_TRIALS`, halved until trials x keys x scales fits
+    attncore's limit (1,000 at 256 keys); each count is one of the Saturation page's own options."""
+    trials = J_TRIALS
+    while trials > 250 and trials > max_scale_trials(n, cached.SCALE_POINTS):
+        trials //= 2
+    return trials
+
+
+def jacobian_caption(n: int, trials: int) -> str:
+    """What the step drew: the rows per σ, and why fewer than :data:`J_TRIALS` when there are."""
+    fewer = "" if trials == J_TRIALS else (
+        f" ({J_TRIALS:,} at fewer keys; {trials:,} × {n} keys × {cached.SCALE_POINTS} scales = "
+        f"{trials * n * cached.SCALE_POINTS:,} softmax entries stay within the {MAX_SCALE_ENTRIES:,} one "
+        "request may compute)")
+    return (f"{trials:,} rows of {n} logits σ·z, z ~ N(0, 1), per σ{fewer}; J = diag(p) − ppᵀ is the softmax "
+            "Jacobian, the only path from the weights' gradient back to the scores.")
+
+
 def show_jacobian(ctx: Any, where: Any) -> Shown:
     n = int(widgets.select_slider(P_KEYS, "Keys n per row", where=where))
-    sw = cached.sat_scale_sweep(n, J_TRIALS, J_SMAX, ctx.seed, ctx.device, ctx.sample_dtype).value
+    trials = jacobian_trials(n)
+    sw = cached.sat_scale_sweep(n, trials, J_SMAX, ctx.seed, ctx.device, ctx.sample_dtype).value
     j1 = view.interpolate(sw.sigma, sw.jac_mean, 1.0)
     jd = view.interpolate(sw.sigma, sw.jac_mean, math.sqrt(J_D))
     i = int(np.argmax(sw.jac_mean))
     fig = sat_view.scale_figure(sw).update_layout(meta={"view": "sat-jscale"})
     return Shown((fig,), view.jacobian_lesson(n, j1, jd, J_D, float(sw.sigma[i]), float(sw.jac_mean[i])),
-                 {"sat_tab": "Gradients", "sat_keys": str(n)},
-                 f"{J_TRIALS:,} rows of {n} logits σ·z, z ~ N(0, 1), per σ; J = diag(p) − ppᵀ is the softmax "
-                 "Jacobian, the only path from the weights' gradient back to the scores.",
-                 {"j_scaled": j1, "j_unscaled": jd})
+                 {"sat_tab": "Gradients", "sat_keys": str(n), "sat_trials": str(sw.trials)},
+                 jacobian_caption(n, sw.trials), {"j_scaled": j1, "j_unscaled": jd, "trials": sw.trials})
 
 
 # ------------------------------------------------------------------------------ 5 · overflow

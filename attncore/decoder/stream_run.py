@@ -23,7 +23,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import shlex
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from attncore.decoder.streaming import StreamResult, StreamSetting, default_sett
 from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text, text_tokens
 from attncore.device import cpu_model
 from attncore.errors import AttnInputError
+from attncore.provenance import portable_command
 
 __all__ = [
     "RESULTS_DIR",
@@ -195,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started, commit = _dt.datetime.now(_dt.UTC), _git_commit()  # the code that runs, not the tree at the end
     load_before = _load()
     result = stream_run(lm.model, ids, settings, progress)
-    header = {"command": "python -m attncore.decoder.stream_run " + shlex.join(sys.argv[1:] if argv is None
-                                                                                  else list(argv)),
+    header = {"command": portable_command("python -m attncore.decoder.stream_run",
+                                          sys.argv[1:] if argv is None else list(argv)),
               **machine_label(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "commit": commit, "date": started.strftime("%Y-%m-%d %H:%M UTC"),
               "load_average": [load_before, _load()],

@@ -37,6 +37,7 @@ import torch
 from attncore.budget import fmt_bytes
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
+from attncore.provenance import portable_command
 from attncore.training.config import TrainConfig, device_train_budget
 from attncore.training.io import save_model
 from attncore.training.measure import first_token_sinks, streaming_test
@@ -592,9 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     budget = device_train_budget(device)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
-    command = "python -m attncore.training.experiments " + " ".join(
-        a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:])
-    )
+    command = portable_command("python -m attncore.training.experiments",
+                               argv if argv is not None else sys.argv[1:])  # no folder of this machine
     try:
         for name in names:
             sizes = SIZES[args.scale][name]

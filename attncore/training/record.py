@@ -21,6 +21,7 @@ import torch
 
 from attncore.device import cpu_model  # re-exported: the results' headers share one reader
 from attncore.errors import AttnInputError
+from attncore.provenance import file_record
 from attncore.training.config import TrainConfig
 from attncore.training.train import TrainResult, best_val, train
 
@@ -207,8 +208,7 @@ class Recorder:
             "machine": machine_info(device),
             "git_commit": git_commit(),
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "corpus": {"path": str(corpus), "name": corpus.name, "chars": len(text),
-                       "vocab": len(set(text))},
+            "corpus": file_record(corpus, text),  # by name and SHA-256: no folder of this machine
             "runs": [],
         }
         if reuse:

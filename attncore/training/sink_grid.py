@@ -27,6 +27,7 @@ import torch
 
 from attncore.device import cpu_model
 from attncore.errors import AttnInputError
+from attncore.provenance import file_record, portable_command
 from attncore.training import io as _io
 from attncore.training.bbm import BigramBackcopy
 from attncore.training.config import TrainConfig
@@ -136,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     done = {run_key(r["config"]) for r in runs}
     if not header and shard == 0:
         header = {"kind": "header", "experiment": "sink_grid", "grid": GRID,
-                  "command": "python -m attncore.training.sink_grid " + " ".join(argv if argv is not None
-                                                                               else sys.argv[1:]),
-                  "corpus": corpus.name, "machine": _machine(), "git_commit": _git_commit(),
+                  "command": portable_command("python -m attncore.training.sink_grid",
+                                              argv if argv is not None else sys.argv[1:]),
+                  "corpus": file_record(corpus), "machine": _machine(), "git_commit": _git_commit(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                   "tests": {k: sizes[k] for k in ("ablation_seqs", "stream_seqs", "stream_len", "window")}}
         with path.open("a", encoding="utf-8") as f:

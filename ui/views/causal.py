@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from attncore.training import char_label
 from ui.figures import PALETTE, style
+from ui.text import chart
 
 __all__ = ["next_char_figure", "next_char_frame", "top_k"]
 
@@ -28,12 +29,13 @@ def next_char_figure(dist: Sequence[tuple[str, float]], k: int, temperature: flo
     """Bars: the ``k`` most likely next characters at ``temperature`` (trace 0, probabilities).
 
     ``reference`` (the distribution at temperature 1) adds grey ticks on the same characters,
-    so the chart shows what the temperature did. ``layout.meta``: ``view``, ``chars`` (the
-    characters, as the model writes them) and ``temperature``.
+    so the chart shows what the temperature did. Labels and hover texts are HTML-escaped
+    (:func:`ui.text.chart`): a local model's tokens may look like markup. ``layout.meta``: ``view``,
+    ``chars`` (the characters, as the model writes them) and ``temperature``.
     """
     top = top_k(dist, k)
     chars = [c for c, _ in top]
-    labels = [char_label(c) for c in chars]
+    labels = [chart(char_label(c)) for c in chars]  # a model's vocabulary is drawn as typed, never as markup
     # Plotly treats category labels that look like numbers as numbers: pin the order.
     p = np.array([q for _, q in top], dtype=np.float64)
     fig = go.Figure(go.Bar(

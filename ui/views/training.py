@@ -96,6 +96,7 @@ def provenance(d: dict[str, Any]) -> str:
     m = d.get("machine") or {}
     c = (d.get("sizes") or {}).get("config") or {}
     corpus = d.get("corpus") or {}
+    sha = f"SHA-256 {corpus['sha256'][:12]}…, " if corpus.get("sha256") else ""  # the file, wherever it is
     names = {"n_layer": "{} layer{}", "n_head": "{} head{}", "d_model": "d_model {}", "context": "context {}",
              "batch": "batch {}", "steps": "{} step{}", "lr": "lr {}"}
     size = ", ".join(names[k].format(v, "" if v == 1 else "s") for k, v in c.items() if k in names)
@@ -122,7 +123,7 @@ def provenance(d: dict[str, Any]) -> str:
     return (f"Made by `{d.get('command', '?')}` on {where}{took}, torch {m.get('torch', '?')}, commit "
             f"{str(d.get('git_commit', '?'))[:10]}, scale '{d.get('scale', '?')}', seeds "
             f"{', '.join(str(x) for x in seeds)}. Models: {size or '?'}. Corpus: {corpus.get('name', '?')} "
-            f"({corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
+            f"({sha}{corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
 
 
 def _missing(v: Any) -> bool:
