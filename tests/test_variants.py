@@ -279,3 +279,40 @@ def test_job_estimates_count_each_gate_by_its_width() -> None:
     keys = {v: calibration_key(base.replace(variant=v), 50, "cpu") for v in f}
     assert len({keys["standard"], keys["gated"], keys["gated_headwise"], keys["softpick"]}) == 4
     assert keys["gated"] == keys["gated_control"]  # the same shape: one calibration
+
+
+# --- weight decay up to Gu et al.'s 5.0 (issue 43 item 3) ----------------------------------------
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.5, 1.0, 5.0, 10.0])
+def test_weight_decay_up_to_ten_is_accepted_and_reaches_the_optimiser(wd: float) -> None:
+    from attncore.training.config import MAX_WEIGHT_DECAY
+    from attncore.training.train import make_optimizer
+
+    assert MAX_WEIGHT_DECAY >= 5.0
+    cfg = TrainConfig(weight_decay=wd, lr=1e-3, n_layer=1, n_head=2, d_model=16, context=8)
+    assert cfg.weight_decay == wd
+    m = CharTransformer.create(cfg, VOCAB, torch.Generator().manual_seed(0))
+    groups = make_optimizer(m, cfg).param_groups
+    assert [g["weight_decay"] for g in groups] == [wd, 0.0]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    (dict(weight_decay=10.5), r"weight_decay must lie in \[0, 10\]; got 10.5"),
+    (dict(weight_decay=-0.1), r"weight_decay must lie in \[0, 10\]; got -0.1"),
+    (dict(weight_decay=float("inf")), "weight_decay must be a finite number"),
+    (dict(weight_decay=float("nan")), "weight_decay must be a finite number"),
+    (dict(weight_decay="5"), "weight_decay must be a finite number"),
+])
+def test_weight_decay_out_of_range_is_a_plain_message(changes: dict, message: str) -> None:
+    with pytest.raises(AttnInputError, match=message) as err:
+        TrainConfig(**changes)
+    assert "Traceback" not in str(err.value) and "/" not in str(err.value).replace("1 - lr", "")
+
+
+def test_weight_decay_does_not_change_the_memory_estimate() -> None:
+    """AdamW's decoupled decay keeps no state: the estimate (weights, gradients, two moments, activations)
+    is the same at every weight decay."""
+    base = TrainConfig(n_layer=2, n_head=4, d_model=32)
+    assert {estimate_train_bytes(base.replace(weight_decay=wd), 30) for wd in (0.0, 0.1, 5.0)} == {
+        estimate_train_bytes(base, 30)}

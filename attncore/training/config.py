@@ -20,6 +20,7 @@ __all__ = [
     "EXPERIMENT_MEMORY_SHARE",
     "MAX_TRAIN_BYTES",
     "MAX_VOCAB",
+    "MAX_WEIGHT_DECAY",
     "POSITIONS",
     "VARIANTS",
     "VARIANT_INFO",
@@ -119,6 +120,9 @@ MAX_TRAIN_BYTES = 6 * 1024**3
 # device's memory (CUDA: the GPU's total memory; CPU: the machine's physical memory).
 EXPERIMENT_MEMORY_SHARE = 0.8
 MAX_DROPOUT = 0.9
+# AdamW's decoupled decay, with room for the weight-decay sweep up to 5 after Gu et al. (ICLR 2025, "When
+# Attention Sink Emerges"); each step multiplies a decayed weight by 1 - lr x weight_decay.
+MAX_WEIGHT_DECAY = 10.0
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "n_layer": (1, 12),
@@ -146,7 +150,9 @@ class TrainConfig:
         steps: optimiser steps.
         lr: peak AdamW learning rate (linear warm-up over ``warmup`` steps, then cosine
             decay to ``lr / 10``).
-        weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars).
+        weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars), in
+            [0, :data:`MAX_WEIGHT_DECAY`] (each step multiplies a decayed weight by
+            ``1 - lr * weight_decay``, decoupled from the gradient).
         seed: seeds every random draw (initialisation, batches, evaluation windows, dropout).
         eval_every: steps between evaluation points (one is also made at the last step).
         dropout: probability of zeroing an activation during training, on the embeddings
@@ -206,8 +212,9 @@ class TrainConfig:
                 raise AttnInputError(f"{name} must be a finite number; got {value!r}.")
         if not 0.0 < self.lr <= 100.0:
             raise AttnInputError(f"the learning rate must lie in (0, 100]; got {self.lr}.")
-        if not 0.0 <= self.weight_decay <= 1.0:
-            raise AttnInputError(f"weight_decay must lie in [0, 1]; got {self.weight_decay}.")
+        if not 0.0 <= self.weight_decay <= MAX_WEIGHT_DECAY:
+            raise AttnInputError(
+                f"weight_decay must lie in [0, {MAX_WEIGHT_DECAY:g}]; got {self.weight_decay}.")
         if (isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float)
                 or not 0.0 <= self.dropout <= MAX_DROPOUT):
             raise AttnInputError(f"dropout must be a number in [0, {MAX_DROPOUT}]; got {self.dropout!r}.")
