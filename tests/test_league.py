@@ -18,6 +18,7 @@ from attncore.training.league import (
     FILE,
     LEAGUE,
     league_configs,
+    league_table,
     load_league,
     main,
     residual_stats,
@@ -150,3 +151,23 @@ def test_league_refuses_a_file_made_with_other_settings(tmp_path, capsys) -> Non
     assert main(["--out", str(tmp_path / "o2"), "--corpus", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err
     assert "missing.txt" in err and str(tmp_path) not in err
+
+
+def test_league_table_means_and_t_intervals_per_cell() -> None:
+    def rec(label: str, lr: float, seed: int, rate: float, diverged: int | None = None) -> dict:
+        return {"label": label, "variant": label, "config": {"lr": lr, "seed": seed}, "sink_rate": rate,
+                "loss": 1.0 + rate, "diverged_at": diverged}
+
+    runs = [rec("softmax", 1e-3, 0, 0.5), rec("softmax", 1e-3, 1, 0.25), rec("softmax", 1e-3, 2, 0.75),
+            rec("softmax", 1e-3, 2, 0.0),  # a repeated seed counts once
+            rec("softpick", 1e-3, 0, 0.0), rec("softpick", 1e-3, 1, 0.0, diverged=40),
+            rec("softmax", 1e-2, 0, 0.125)]
+    table = league_table(runs)
+    assert [(c["label"], c["lr"]) for c in table] == [("softmax", 1e-3), ("softpick", 1e-3), ("softmax", 1e-2)]
+    a = table[0]
+    assert a["seeds"] == [0, 1, 2] and a["sink_rate"]["n"] == 3
+    assert a["sink_rate"]["mean"] == pytest.approx(0.5)
+    se = math.sqrt(((0.0) ** 2 + 0.25**2 + 0.25**2) / 2 / 3)
+    assert a["sink_rate"]["half"] == pytest.approx(4.303 * se, rel=1e-3)  # t(0.975, 2) = 4.303
+    assert table[1]["diverged"] == [1] and table[1]["sink_rate"]["n"] == 1 and table[1]["sink_rate"]["half"] is None
+    assert table[2]["loss"]["mean"] == pytest.approx(1.125) and table[2]["kurtosis"]["n"] == 0

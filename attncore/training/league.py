@@ -51,12 +51,14 @@ from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer
 from attncore.training.record import default_corpus
 from attncore.training.sink_grid import _git_commit, _machine
-from attncore.training.sink_stats import LAST_POINTS, end_weight
+from attncore.training.sink_stats import LAST_POINTS, end_weight, t_interval
 
 __all__ = [
     "FILE",
     "LEAGUE",
+    "TABLE_KEYS",
     "league_configs",
+    "league_table",
     "league_record",
     "load_league",
     "main",
@@ -213,6 +215,31 @@ def league_record(result: BBMResult, residual: dict[str, Any]) -> dict[str, Any]
     return _round(rec)
 
 
+TABLE_KEYS = ("sink_rate", "nowhere_other", "max_activation", "kurtosis", "loss", "copy_loss",
+              "bigram_excess")
+
+
+def league_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (variant label, learning rate), in order of first appearance: the seeds (a repeated seed
+    counts once), the diverged seeds, and for each of :data:`TABLE_KEYS` the mean over the seeds that did not
+    diverge with its t interval (:func:`~attncore.training.sink_stats.t_interval`: mean ± t(0.975, n - 1)
+    standard errors; none from one seed)."""
+    cells: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in runs:
+        key = (r["label"], float(r["config"]["lr"]))
+        cell = cells.setdefault(key, [])
+        if all(x["config"]["seed"] != r["config"]["seed"] for x in cell):
+            cell.append(r)
+    out = []
+    for (label, lr), cell in cells.items():
+        ok = [r for r in cell if r.get("diverged_at") is None]
+        out.append({"label": label, "variant": cell[0]["variant"], "lr": lr,
+                    "seeds": [r["config"]["seed"] for r in cell],
+                    "diverged": [r["config"]["seed"] for r in cell if r.get("diverged_at") is not None],
+                    **{k: t_interval([r.get(k) for r in ok]) for k in TABLE_KEYS}})
+    return out
+
+
 def train_league_run(config: TrainConfig, task: BigramBackcopy, device: str = "cpu") -> dict[str, Any]:
     """Train one run of the league and measure it (:func:`league_record`)."""
     result = train_bbm(config, task, device=device)
@@ -325,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {rec['name']} lr {cfg.lr:g}: sink rate {rec['sink_rate']}, nowhere {rec['nowhere_other']}, "
               f"max |x| {rec['max_activation']}, loss {rec['loss']} ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
+    for c in league_table(load_league(path)[1]):
+        r = c["sink_rate"]
+        half = "" if r["half"] is None else f" ± {r['half']:.3f}"
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.3f}{half}"
+        print(f"  {c['label']:>28} lr {c['lr']:g}: sink rate {mean} over {r['n']} seed(s)", file=sys.stderr)
     return 0
 
 
