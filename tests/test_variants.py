@@ -151,6 +151,16 @@ def test_softpick_large_logits_stay_finite(dtype: torch.dtype) -> None:
     assert torch.isfinite(x.grad).all()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA check: needs a CUDA device")
+def test_softpick_on_cuda_follows_the_device_and_equals_the_cpu() -> None:
+    x = _scores(12, shape=(2, 6, 6))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    for dtype in (torch.float32, torch.float64):
+        w = Softpick()(x.to("cuda", dtype), causal.cuda())
+        assert w.device.type == "cuda" and w.dtype == dtype
+        torch.testing.assert_close(w.cpu(), Softpick()(x.to(dtype), causal))
+
+
 def test_softpick_registered_and_validated() -> None:
     assert "softpick" in NORMALIZER_NAMES
     n = get_normalizer("softpick", eps=1e-6)
