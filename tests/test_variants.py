@@ -326,3 +326,14 @@ def test_weight_decay_does_not_change_the_memory_estimate() -> None:
     base = TrainConfig(n_layer=2, n_head=4, d_model=32)
     assert {estimate_train_bytes(base.replace(weight_decay=wd), 30) for wd in (0.0, 0.1, 5.0)} == {
         estimate_train_bytes(base, 30)}
+
+
+def test_readme_counts_the_variants_and_names_softpick() -> None:
+    from pathlib import Path
+
+    from attncore.training import VARIANTS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"({len(VARIANTS)} attention variants" in readme
+    assert "normalisers (softmax, softmax1, SSMax, sigmoid, ReLU, softpick)" in readme
+    assert len(NORMALIZER_NAMES) == 6
