@@ -34,6 +34,7 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "SoftmaxWithSink",
+    "Softpick",
     "allowed_counts",
     "effective_allowed",
     "get_normalizer",
@@ -134,8 +135,9 @@ class SoftmaxWithSink(Normalizer):
     :math:`p_i = e^{x_i} / (e^{b} + \sum_j e^{x_j})`. Equal to appending a column
     of logit ``b`` to the scores, taking the softmax and dropping that column.
     ``b = 0`` is softmax1, the "off-by-one" softmax (Evan Miller 2023, "Attention
-    Is Off By One"); a learned ``b`` per head is the sink logit of gpt-oss
-    (OpenAI 2025). Rows may sum to less than 1: a head can "attend to nothing".
+    Is Off By One"); a learned ``b`` per head is the gpt-oss form (OpenAI 2025: one
+    learned sink logit per head, appended to the scores and dropped after the softmax).
+    Rows may sum to less than 1: a head can "attend to nothing".
     ``sink_logit`` may be a float or a tensor broadcastable to ``(..., L, 1)``,
     e.g. ``(H, 1, 1)`` for one logit per head.
     """
@@ -245,12 +247,57 @@ class ReLUNorm(Normalizer):
         return w
 
 
+@dataclass(frozen=True)
+class Softpick(Normalizer):
+    r"""Softpick, the rectified softmax: ReLU(e^x - 1) over the sum of |e^x - 1| (plus epsilon).
+
+    :math:`p_i = \mathrm{ReLU}(e^{x_i} - 1) / (\sum_j |e^{x_j} - 1| + \epsilon)`.
+
+    Zuhri, Fuadi & Aji 2025, "Softpick: No Attention Sink, No Massive Activations with Rectified
+    Softmax" (arXiv:2504.20966). Computed in the paper's numerically safe form, numerator and
+    denominator multiplied by :math:`e^{-m}`:
+    :math:`p_i = \mathrm{ReLU}(e^{x_i - m} - e^{-m}) / (\sum_j |e^{x_j - m} - e^{-m}| + \epsilon)`
+    with ``eps`` = 1e-8 as in the authors' reference code (``naive_softpick_attn.py`` of
+    zaydzuhri/softpick-attention), where m is the row's largest allowed score. Here m is that max
+    clamped at 0 from below: a row whose max is below 0 has every :math:`e^{x_j} - 1 < 0`, so all its
+    weights are 0 either way, and the clamp keeps :math:`e^{-m} \le 1` (no overflow for rows of very
+    negative scores). A key scored at or below 0 gets weight exactly 0; disallowed keys count in
+    neither sum. Rows sum to at most 1 (to 1 minus the share of the absolute mass that lies below 0),
+    and a row whose scores are all <= 0 gets all-zero weights: the head attends to nothing.
+    """
+
+    eps: float = 1e-8
+    name = "softpick"
+    label = "softpick (rectified)"
+    formula = r"p_i = \frac{\mathrm{ReLU}(e^{x_i} - 1)}{\sum_{j} |e^{x_j} - 1| + \epsilon}"
+    source = "Zuhri, Fuadi & Aji 2025, 'Softpick: No Attention Sink, No Massive Activations'"
+    sums_to_one = False
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.eps) or not 0 < self.eps <= 1:
+            raise AttnInputError(f"softpick needs 0 < eps <= 1; got eps = {self.eps}.")
+
+    def __call__(self, scores: Tensor, allowed: Tensor | None = None) -> Tensor:
+        ok = effective_allowed(scores, allowed)
+        x = torch.where(ok, scores, torch.zeros_like(scores))  # hidden keys: any finite value
+        m = x.masked_fill(~ok, float("-inf")).amax(dim=-1, keepdim=True).clamp_min(0.0)  # (..., L, 1)
+        d = torch.exp(x - m) - torch.exp(-m)  # e^{-m} (e^x - 1), (..., L, S)
+        zero = torch.zeros_like(d)
+        num = torch.where(ok, torch.relu(d), zero)
+        den = torch.where(ok, d.abs(), zero).sum(dim=-1, keepdim=True) + self.eps
+        return num / den
+
+    def params(self) -> dict[str, float]:
+        return {"eps": self.eps}
+
+
 _FACTORIES = {
     "softmax": Softmax,
     "softmax1": SoftmaxWithSink,
     "ssmax": SSMax,
     "sigmoid": Sigmoid,
     "relu": ReLUNorm,
+    "softpick": Softpick,
 }
 NORMALIZER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
@@ -259,7 +306,7 @@ def get_normalizer(spec: str | Normalizer, **params: float | None) -> Normalizer
     """Return a normaliser object from a name (with parameters) or pass one through.
 
     Names: ``softmax``, ``softmax1`` (param ``sink_logit``), ``ssmax`` (``s``),
-    ``sigmoid`` (``bias``), ``relu``.
+    ``sigmoid`` (``bias``), ``relu``, ``softpick`` (``eps``).
     """
     if isinstance(spec, Normalizer):
         if params:

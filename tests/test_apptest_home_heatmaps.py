@@ -131,6 +131,7 @@ CHANGES = [
     ("selectbox", "mask", "causal"),
     ("selectbox", "norm", "softmax1"),
     ("selectbox", "norm", "sigmoid"),
+    ("selectbox", "norm", "softpick"),
     ("selectbox", "norm", "ssmax"),
     ("slider", "ss", 1.2),
     ("number_input", "seed", 7),

@@ -155,9 +155,10 @@ def test_all_false_bool_rows_give_zero(normalizer):
     out, w = attention(q, k, v, attn_mask=m, normalizer=normalizer, return_weights=True)
     rows = ~m.any(-1)  # (B, H, L)
     _check_zero_rows(out, w, rows)
-    # Other rows are untouched: nonzero output (ReLU: unless every key the row sees scores <= 0, by design).
+    # Other rows are untouched: nonzero output (ReLU, softpick: unless every key the row sees scores <= 0,
+    # by design).
     live = ~rows
-    if normalizer == "relu":
+    if normalizer in ("relu", "softpick"):
         live &= ((q @ k.transpose(-2, -1) > 0) & m).any(-1)
     assert bool((out[live].abs().sum(-1) > 0).all())
 
@@ -171,7 +172,7 @@ def test_valid_lens_zero_gives_zero(normalizer):
     rows[0] = True
     _check_zero_rows(out, w, rows)
     assert bool((w[1, ..., 3:] == 0).all())
-    if normalizer == "relu":  # a key gets weight exactly when it scores above 0
+    if normalizer in ("relu", "softpick"):  # a key gets weight exactly when it scores above 0
         assert torch.equal(w[1, ..., :3] > 0, (q @ k.transpose(-2, -1))[1, ..., :3] > 0)
     else:
         assert bool((w[1, ..., :3] > 0).all())

@@ -17,6 +17,7 @@ from attncore.normalizers import (
     Sigmoid,
     Softmax,
     SoftmaxWithSink,
+    Softpick,
     SSMax,
     get_normalizer,
 )
@@ -358,9 +359,9 @@ def test_attention_uses_named_normalizer(name):
 
 
 def test_get_normalizer_names():
-    assert NORMALIZER_NAMES == ("softmax", "softmax1", "ssmax", "sigmoid", "relu")
+    assert NORMALIZER_NAMES == ("softmax", "softmax1", "ssmax", "sigmoid", "relu", "softpick")
     expected = {"softmax": Softmax, "softmax1": SoftmaxWithSink, "ssmax": SSMax, "sigmoid": Sigmoid,
-                "relu": ReLUNorm}
+                "relu": ReLUNorm, "softpick": Softpick}
     for name, cls in expected.items():
         n = get_normalizer(name)
         assert type(n) is cls and n.name == name
@@ -375,7 +376,7 @@ def test_get_normalizer_passes_objects_through():
 
 
 def test_get_normalizer_errors():
-    with pytest.raises(AttnInputError, match=r"unknown normaliser 'entmax'.*softmax, softmax1, ssmax, sigmoid, relu"):
+    with pytest.raises(AttnInputError, match=r"unknown normaliser 'entmax'.*softmax, softmax1, ssmax, sigmoid, relu, softpick"):
         get_normalizer("entmax")
     with pytest.raises(AttnInputError, match="bad parameters for normaliser 'softmax'"):
         get_normalizer("softmax", s=1.0)

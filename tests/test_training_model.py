@@ -41,7 +41,7 @@ def make_model(variant: str, *, n_layer: int = 2, n_head: int = 2, d_model: int 
                 blk.attn.ssmax_s.copy_(torch.rand(n_head, generator=g) + 0.3)
             if variant == "sink_logit":
                 blk.attn.sink.copy_(torch.randn(n_head, generator=g) * 2.0)
-            if variant == "gated":
+            if variant in ("gated", "gated_headwise", "gated_control"):
                 blk.attn.gate.weight.mul_(50.0)
     return m.eval()
 
@@ -94,6 +94,10 @@ def scratch_attention(m: CharTransformer, layer: int, x: torch.Tensor) -> tuple[
         w = torch.where(causal, torch.sigmoid(logits - torch.log(n)), torch.zeros_like(logits))
     elif v_name == "relu":  # max(x, 0) / n (Guo et al.: over the 1-based query position)
         w = torch.where(causal, logits.clamp_min(0.0), torch.zeros_like(logits)) / n
+    elif v_name == "softpick":  # ReLU(e^x - 1) / (Σ_visible |e^x - 1| + 1e-8), the safe form's m = row max
+        m = logits.masked_fill(~causal, float("-inf")).amax(-1, keepdim=True)
+        d = torch.where(causal, torch.exp(logits - m) - torch.exp(-m), torch.zeros_like(logits))
+        w = d.clamp_min(0.0) / (d.abs().sum(-1, keepdim=True) + 1e-8)
     else:
         w = e / denom
     o = w @ v  # (B, H, T, E)
@@ -104,6 +108,11 @@ def scratch_attention(m: CharTransformer, layer: int, x: torch.Tensor) -> tuple[
     o = o.permute(0, 2, 1, 3).reshape(B, T, D)
     if v_name == "gated":
         o = o * torch.sigmoid(xd @ attn.gate.weight.double().t())
+    if v_name == "gated_control":  # Qiu et al.'s non-sparse control gate
+        o = o * (0.5 + 0.5 * torch.sigmoid(xd @ attn.gate.weight.double().t()))
+    if v_name == "gated_headwise":  # one sigmoid per head, on its E channels
+        g = torch.sigmoid(xd @ attn.gate.weight.double().t())  # (B, T, H)
+        o = (o.view(B, T, H, E) * g[..., None]).reshape(B, T, D)
     return o @ attn.proj.weight.double().t(), w
 
 
@@ -166,14 +175,14 @@ def test_fully_scaled_uses_key_length_and_rows_use_visible_keys() -> None:
     torch.testing.assert_close(fr[:, -1], base[:, -1] * math.sqrt(T / math.e))
 
 
-@pytest.mark.parametrize("variant", ["ssmax", "sink_logit", "gated"])
+@pytest.mark.parametrize("variant", ["ssmax", "sink_logit", "gated", "gated_headwise", "gated_control"])
 def test_learned_parameters_get_gradients(variant: str) -> None:
     m = make_model(variant).train()
     ids = torch.randint(0, len(VOCAB), (2, 10), generator=torch.Generator().manual_seed(3))
     logits, _ = m(ids)
     logits.square().mean().backward()
     attn = m.blocks[0].attn
-    p = {"ssmax": lambda: attn.ssmax_s, "sink_logit": lambda: attn.sink, "gated": lambda: attn.gate.weight}[variant]()
+    p = attn.ssmax_s if variant == "ssmax" else attn.sink if variant == "sink_logit" else attn.gate.weight
     assert p.grad is not None and float(p.grad.abs().sum()) > 0
 
 

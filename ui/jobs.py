@@ -193,7 +193,8 @@ def flops_per_token(config: TrainConfig | dict[str, Any], vocab: int = 100) -> f
     measure of a job's size (for caps), not of its time (see :func:`calibrate`)."""
     c = config.to_dict() if isinstance(config, TrainConfig) else config
     D, N, T = c["d_model"], c["n_layer"], c["context"]
-    per_layer = 12 * D * D + (D * D if c["variant"] == "gated" else 0)
+    gate = {"gated": D, "gated_control": D, "gated_headwise": c["n_head"]}.get(c["variant"], 0)  # its width
+    per_layer = 12 * D * D + D * gate
     forward = 2 * (N * per_layer + D * vocab) + 4 * N * T * D
     return 3.0 * forward
 
@@ -238,6 +239,9 @@ _CAL_LOCK = threading.Lock()
 _MEASURING: dict[tuple[Any, ...], threading.Lock] = {}
 
 
+_GATE_WIDTH = {"gated": "D", "gated_control": "D", "gated_headwise": "H"}  # the output gate's width
+
+
 def calibration_key(config: TrainConfig, vocab: int, device: str,
                     train_fn: Callable[..., Any] = train) -> tuple[Any, ...]:
     """What a calibration stands for: device, model shape, vocabulary size (its :func:`vocab_band`), the
@@ -246,7 +250,7 @@ def calibration_key(config: TrainConfig, vocab: int, device: str,
     c = config
     fn = f"{train_fn.__module__}.{train_fn.__qualname__}"
     return (device, c.n_layer, c.n_head, c.d_model, c.context, c.batch, vocab_band(vocab),
-            c.variant in FUSED_VARIANTS, c.variant == "gated", fn)
+            c.variant in FUSED_VARIANTS, _GATE_WIDTH.get(c.variant, ""), fn)
 
 
 def vocab_band(vocab: int) -> int:

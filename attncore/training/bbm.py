@@ -305,8 +305,9 @@ def capture(model: CharTransformer, idx: Tensor, allowed: Tensor | None = None) 
         out, w = blk.attn.core(q, k, v, h, allowed, True)
         weights.append(w)
         values.append(v)
-        if model.config.variant == "gated":
-            gates.append(torch.sigmoid(blk.attn.gate(h)))
+        g = blk.attn.gate_values(h)  # (B, T, D) for the gated variants
+        if g is not None:
+            gates.append(g)
         x = x + blk.attn.proj(out)
         x = x + blk.mlp(blk.ln2(x))
     logits = model.ln_f(x) @ model.tok.weight.t()  # (B, T, V)

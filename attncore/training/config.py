@@ -20,6 +20,7 @@ __all__ = [
     "EXPERIMENT_MEMORY_SHARE",
     "MAX_TRAIN_BYTES",
     "MAX_VOCAB",
+    "MAX_WEIGHT_DECAY",
     "POSITIONS",
     "VARIANTS",
     "VARIANT_INFO",
@@ -64,14 +65,35 @@ VARIANT_INFO: dict[str, dict[str, str]] = {
         "source": "Evan Miller 2023, 'Attention Is Off By One'",
     },
     "sink_logit": {
-        "label": "learned sink logit per head",
+        "label": "sink logit per head (gpt-oss)",
         "formula": r"p_j = \frac{e^{x_j}}{e^{b_h} + \sum_k e^{x_k}}",
         "source": "gpt-oss (OpenAI 2025): one learned logit per head, appended then dropped",
     },
     "gated": {
         "label": "gated output (σ(x W_g))",
         "formula": r"o = \mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v \odot \sigma(x W_g)",
-        "source": "Qiu et al. 2025, 'Gated Attention for Large Language Models'",
+        "source": ("Qiu et al. 2025, 'Gated Attention for Large Language Models' (elementwise gate after "
+                   "SDPA)"),
+    },
+    "gated_headwise": {
+        "label": "gated output per head (σ(x w_h))",
+        "formula": r"o_h = \mathrm{softmax}\!\left(\frac{q_h k_h^\top}{\sqrt{E}}\right) v_h \,\sigma(x w_h)",
+        "source": ("Qiu et al. 2025, 'Gated Attention for Large Language Models' (headwise gate: one scalar "
+                   "per head)"),
+    },
+    "gated_control": {
+        "label": "gated output, non-sparse control (0.5 + 0.5σ)",
+        "formula": r"o = \mathrm{softmax}\!\left(\frac{q k^\top}{\sqrt{E}}\right) v \odot "
+        r"\left(\tfrac12 + \tfrac12\sigma(x W_g)\right)",
+        "source": ("Qiu et al. 2025, 'Gated Attention for Large Language Models' (the non-sparse control: "
+                   "the same non-linearity, a gate that never falls below 0.5)"),
+    },
+    "softpick": {
+        "label": "softpick (rectified softmax)",
+        "formula": r"p_{ij} = \frac{\mathrm{ReLU}(e^{x_{ij}} - 1)}{\sum_k |e^{x_{ik}} - 1| + \epsilon},"
+        r"\quad x_{ij} = \frac{q_i k_j^\top}{\sqrt{E}}",
+        "source": ("Zuhri, Fuadi & Aji 2025, 'Softpick: No Attention Sink, No Massive Activations with "
+                   "Rectified Softmax'"),
     },
     "sigmoid": {
         "label": "sigmoid (b = −log n)",
@@ -98,6 +120,9 @@ MAX_TRAIN_BYTES = 6 * 1024**3
 # device's memory (CUDA: the GPU's total memory; CPU: the machine's physical memory).
 EXPERIMENT_MEMORY_SHARE = 0.8
 MAX_DROPOUT = 0.9
+# AdamW's decoupled decay, with room for the weight-decay sweep up to 5 after Gu et al. (ICLR 2025, "When
+# Attention Sink Emerges"); each step multiplies a decayed weight by 1 - lr x weight_decay.
+MAX_WEIGHT_DECAY = 10.0
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "n_layer": (1, 12),
@@ -125,7 +150,9 @@ class TrainConfig:
         steps: optimiser steps.
         lr: peak AdamW learning rate (linear warm-up over ``warmup`` steps, then cosine
             decay to ``lr / 10``).
-        weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars).
+        weight_decay: AdamW decay on 2-D weights (not on norms, biases, per-head scalars), in
+            [0, :data:`MAX_WEIGHT_DECAY`] (each step multiplies a decayed weight by
+            ``1 - lr * weight_decay``, decoupled from the gradient).
         seed: seeds every random draw (initialisation, batches, evaluation windows, dropout).
         eval_every: steps between evaluation points (one is also made at the last step).
         dropout: probability of zeroing an activation during training, on the embeddings
@@ -185,8 +212,9 @@ class TrainConfig:
                 raise AttnInputError(f"{name} must be a finite number; got {value!r}.")
         if not 0.0 < self.lr <= 100.0:
             raise AttnInputError(f"the learning rate must lie in (0, 100]; got {self.lr}.")
-        if not 0.0 <= self.weight_decay <= 1.0:
-            raise AttnInputError(f"weight_decay must lie in [0, 1]; got {self.weight_decay}.")
+        if not 0.0 <= self.weight_decay <= MAX_WEIGHT_DECAY:
+            raise AttnInputError(
+                f"weight_decay must lie in [0, {MAX_WEIGHT_DECAY:g}]; got {self.weight_decay}.")
         if (isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float)
                 or not 0.0 <= self.dropout <= MAX_DROPOUT):
             raise AttnInputError(f"dropout must be a number in [0, {MAX_DROPOUT}]; got {self.dropout!r}.")
@@ -223,8 +251,10 @@ def n_params(config: TrainConfig, vocab: int) -> int:
     """Trainable parameters of the model for ``config`` and a vocabulary of ``vocab`` characters."""
     D, H, N = config.d_model, config.n_head, config.n_layer
     per_layer = 4 * D * D + 8 * D * D + 5 * D + 4 * D  # qkv+out, MLP (4x), MLP biases, two LayerNorms
-    if config.variant == "gated":
+    if config.variant in ("gated", "gated_control"):
         per_layer += D * D
+    if config.variant == "gated_headwise":
+        per_layer += D * H
     if config.variant in ("ssmax", "sink_logit"):
         per_layer += H
     pos = config.context * D if config.positions == "learned" else 0
@@ -241,7 +271,7 @@ def estimate_train_bytes(config: TrainConfig, vocab: int) -> int:
     B, T, D, H, N = config.batch, config.context, config.d_model, config.n_head, config.n_layer
     params = n_params(config, vocab)
     maps = 6 if config.variant not in ("standard", "unscaled", "fully_scaled", "fully_scaled_rows",
-                                       "gated") else 0
+                                       "gated", "gated_headwise", "gated_control") else 0
     act = N * (B * T * D * 20 + B * H * T * T * maps) + B * T * vocab * 3
     if config.dropout > 0:  # the masks (and scaled copies) of 2N + 1 dropouts kept for backward
         act += (2 * N + 1) * B * T * D * 2

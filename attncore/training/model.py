@@ -21,14 +21,18 @@ from torch import Tensor, nn
 from attncore.attention import attention_stages
 from attncore.errors import AttnInputError
 from attncore.kernels import SDPA_LOCK
-from attncore.normalizers import Normalizer, ReLUNorm, Sigmoid, Softmax, SoftmaxWithSink
+from attncore.normalizers import Normalizer, ReLUNorm, Sigmoid, Softmax, SoftmaxWithSink, Softpick
 from attncore.training.config import TrainConfig
 
-__all__ = ["FUSED_VARIANTS", "CharTransformer", "apply_rotary", "rotary_angles"]
+__all__ = ["FUSED_VARIANTS", "GATED_VARIANTS", "CharTransformer", "apply_rotary", "rotary_angles"]
 
 # Variants whose weights are a plain softmax of scaled dot products: torch's fused SDPA
 # computes the same function (the output factor or gate is applied after it).
-FUSED_VARIANTS = frozenset({"standard", "unscaled", "fully_scaled", "fully_scaled_rows", "gated"})
+FUSED_VARIANTS = frozenset({"standard", "unscaled", "fully_scaled", "fully_scaled_rows", "gated",
+                            "gated_headwise", "gated_control"})
+# Qiu et al.'s output gates after SDPA (o ⊙ gate(x)): elementwise σ(x W_g) (one gate per channel), headwise
+# σ(x W_g) with one scalar per head, and the non-sparse control 0.5 + 0.5 σ(x W_g) (elementwise)
+GATED_VARIANTS = frozenset({"gated", "gated_headwise", "gated_control"})
 ROPE_BASE = 10000.0
 
 
@@ -68,8 +72,10 @@ class CausalSelfAttention(nn.Module):
         self.d_head = config.d_head
         self.qkv = nn.Linear(D, 3 * D, bias=False)
         self.proj = nn.Linear(D, D, bias=False)
-        if self.variant == "gated":
+        if self.variant in ("gated", "gated_control"):
             self.gate = nn.Linear(D, D, bias=False)
+        if self.variant == "gated_headwise":
+            self.gate = nn.Linear(D, H, bias=False)
         if self.variant == "ssmax":
             self.ssmax_s = nn.Parameter(torch.empty(H))
         if self.variant == "sink_logit":
@@ -83,6 +89,20 @@ class CausalSelfAttention(nn.Module):
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, E)
         return q, k, v
+
+    def gate_values(self, x: Tensor) -> Tensor | None:
+        """The output gate (B, L, D) that multiplies the merged heads, from the queries' normalised input
+        x (B, L, D): σ(x W_g) (gated), σ(x W_g) (B, L, H) repeated over each head's E channels
+        (gated_headwise), 0.5 + 0.5 σ(x W_g) (gated_control, in [0.5, 1]); None for a variant without
+        a gate."""
+        if self.variant not in GATED_VARIANTS:
+            return None
+        g = torch.sigmoid(self.gate(x))  # (B, L, D), or (B, L, H) headwise
+        if self.variant == "gated_headwise":
+            return g.repeat_interleave(self.d_head, dim=-1)  # (B, L, D): head h's gate on its E channels
+        if self.variant == "gated_control":
+            return 0.5 + 0.5 * g
+        return g
 
     def core(
         self, q: Tensor, k: Tensor, v: Tensor, x: Tensor, allowed: Tensor | None, want_weights: bool
@@ -118,6 +138,8 @@ class CausalSelfAttention(nn.Module):
                 normalizer = Sigmoid()  # bias -log n_i, n_i = keys row i sees
             elif variant == "relu":
                 normalizer = ReLUNorm()
+            elif variant == "softpick":
+                normalizer = Softpick()
             elif variant == "ssmax":
                 factor = self.ssmax_s.view(H, 1, 1) * torch.log(counts) * scale  # (H, L, 1)
 
@@ -135,8 +157,9 @@ class CausalSelfAttention(nn.Module):
         elif variant == "fully_scaled_rows":
             out = out * torch.sqrt(counts / math.e)  # (L, 1) broadcasts over (B, H, L, E)
         out = out.transpose(1, 2).reshape(B, L, H * E)  # (B, L, D)
-        if variant == "gated":
-            out = out * torch.sigmoid(self.gate(x))
+        gate = self.gate_values(x)
+        if gate is not None:
+            out = out * gate
         return out, weights
 
     def forward(
@@ -203,9 +226,9 @@ class CharTransformer(nn.Module):
 
         Linear and embedding weights ~ N(0, 0.02²); the residual projections (attention
         output, MLP output) ~ N(0, (0.02/sqrt(2N))²); biases 0; LayerNorm gains 1; the
-        gate's weights N(0, 0.02²) (gate ≈ 0.5 at start); the sink logits ``config.sink_init``
-        (0: softmax1 at start); SSMax's s = 1/log(T) (the last row of a training sequence starts
-        as standard).
+        gates' weights N(0, 0.02²) (σ ≈ 0.5 at start; the control gate ≈ 0.75); the sink logits
+        ``config.sink_init`` (0: softmax1 at start); SSMax's s = 1/log(T) (the last row of a training
+        sequence starts as standard).
         """
         with torch.device("meta"):
             model = cls(config, vocab)
