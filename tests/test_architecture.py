@@ -190,3 +190,38 @@ def test_attncore_has_no_import_circle() -> None:
 def test_the_circle_check_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_circles(graph) == [["a", "b", "c"]]
+
+
+# CONTRIBUTING: no module over ~600 lines (a page over 400: a page is widgets -> cached call -> view -> text,
+# and its builders and words live in ui.views). Files listed here are over their limit and not yet split;
+# each says why, and the test fails once one is back under its limit, so the entry goes with it.
+MAX_MODULE_LINES = 600
+MAX_PAGE_LINES = 400
+LINE_LIMIT_ALLOWLIST = {
+    # issue 44 item 11: these were being edited by other engineers while the rest was split; not split yet
+    "ui/cached.py": "674 lines: split by concept (as ui.jobs / ui.job_cost) after the concurrent edits",
+    "pages/1_Heatmaps.py": "455 lines: thin to the page pattern (as Entropy's words went to ui.views.entropy_text)",
+    "pages/4_Attention_sinks.py": "446 lines: thin to the page pattern, as Heatmaps",
+}
+
+
+def _line_limit(rel: str) -> int:
+    return MAX_PAGE_LINES if rel.startswith("pages/") else MAX_MODULE_LINES
+
+
+SOURCES = sorted(p.relative_to(ROOT).as_posix() for d in ("attncore", "ui", "pages")
+                 for p in (ROOT / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize("rel", SOURCES)
+def test_no_module_is_over_its_line_limit(rel: str) -> None:
+    lines = len((ROOT / rel).read_text(encoding="utf-8").splitlines())
+    if rel in LINE_LIMIT_ALLOWLIST:
+        assert lines > _line_limit(rel), f"{rel} is {lines} lines now: take it off LINE_LIMIT_ALLOWLIST"
+        return
+    assert lines <= _line_limit(rel), (f"{rel} has {lines} lines (limit {_line_limit(rel)}): split it by concept "
+                                       "(CONTRIBUTING)")
+
+
+def test_the_line_limit_allowlist_names_files_that_exist() -> None:
+    assert set(LINE_LIMIT_ALLOWLIST) <= set(SOURCES)
