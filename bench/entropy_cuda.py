@@ -112,12 +112,12 @@ def crossover(times: dict[int, tuple[float | None, float | None]]) -> int | None
 
 
 def _tiles(bn: int, dch: int, warps: int) -> Callable:
-    """attncore.sweeps.fused._plan with the vectors kernel's tiles replaced (for --tune)."""
+    """attncore.sweeps.fused_plan.launch_plan with the vectors kernel's tiles replaced (for --tune)."""
     from dataclasses import replace
 
     from attncore.sweeps import fused
 
-    original = fused._plan
+    original = fused.launch_plan
 
     def plan(spec):  # noqa: ANN001, ANN202
         p = original(spec)
@@ -132,25 +132,26 @@ def _tiles(bn: int, dch: int, warps: int) -> Callable:
 
 def tune(exp: int, reps: int) -> int:
     """Time the vectors kernel's tile alternatives at n = 2^exp (the draws differ by DCH, not the work)."""
-    from attncore.sweeps import SweepSpec, fused
+    from attncore.sweeps import SweepSpec, fused, fused_plan
 
     spec = SweepSpec(lengths=(1 << exp,), queries=Q, d=D, method="vectors", value_dim=DV)
-    original = fused._plan
+    original = fused.launch_plan
     print(f"vectors kernel tiles at n = 2^{exp}, {Q} rows, d = {D}, value dim {DV} (best of {reps}):")
     print(f"{'keys/tile':>9} {'d chunk':>7} {'warps':>5} {'time':>10} {'G/s':>7}")
     try:
         for bn, dch, warps in TUNE_TILES:
-            fused._plan = _tiles(bn, dch, warps)
+            fused.launch_plan = _tiles(bn, dch, warps)
             try:
                 t = _cuda_time(lambda: fused.run_fused_sweep(spec, device=DEV), reps)
             except Exception as exc:  # a variant that does not compile or fit: say so, go on
                 print(f"{bn:>9} {dch:>7} {warps:>5}  failed: {type(exc).__name__}: {str(exc)[:80]}")
                 continue
-            samples = (1 << exp) * fused._plan(spec).samples_per_key
+            samples = (1 << exp) * fused.launch_plan(spec).samples_per_key
             print(f"{bn:>9} {dch:>7} {warps:>5} {_fmt(t):>10} {samples / t / 1e9:7.1f}", flush=True)
     finally:
-        fused._plan = original
-    print(f"(the defaults: keys/tile {fused.BN}, d chunk {fused.DCH}, {64 // fused.ROWS_PER_WARP} warps)")
+        fused.launch_plan = original
+    warps = 64 // fused_plan.ROWS_PER_WARP
+    print(f"(the defaults: keys/tile {fused_plan.BN}, d chunk {fused_plan.DCH}, {warps} warps)")
     return 0
 
 
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
               "nothing measured.")
         return 0
     from attncore.sweeps import CROSSOVERS, MAX_SWEEP_N, SweepSpec, engine_choice, max_sweep_n, run_sweep
-    from attncore.sweeps.fused import _plan, fused_floor, fused_unavailable_reason, run_fused_sweep
+    from attncore.sweeps.fused import run_fused_sweep
+    from attncore.sweeps.fused_plan import fused_unavailable_reason, launch_plan
+    from attncore.sweeps.fused_replay import fused_floor
 
     why = fused_unavailable_reason(DEV)
     if why is not None:
@@ -197,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         reps = args.reps if e <= 24 else min(2, args.reps)
         for method in ("logits", "vectors"):
             spec = SweepSpec(lengths=(n,), queries=Q, d=D, method=method, value_dim=DV)
-            samples = n * _plan(spec).samples_per_key
-            floor_rows = _plan(spec).samples_per_key
+            samples = n * launch_plan(spec).samples_per_key
+            floor_rows = launch_plan(spec).samples_per_key
             # the floor draws as the method's kernel does (vectors: the fast special functions)
             t_floor = _cuda_time(lambda: fused_floor(floor_rows, n, DEV, fast=method == "vectors"), reps)
             torch.cuda.synchronize()

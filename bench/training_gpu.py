@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from attncore.training import TrainConfig, train
-from attncore.training.experiments import SIZES
+from attncore.training.experiment_specs import SIZES
 from attncore.training.record import default_corpus
 
 TARGET_VAL = 1.47  # nanoGPT's shakespeare-char validation loss at this size

@@ -18,14 +18,13 @@ from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps
 from ui.text import plain
+from ui.views import entropy_text as words
 from ui.views import training as training_view
 from ui.views.entropy import (
-    ASYMPTOTE_RTOL,
     EMPTY_SWEEP,
     Controls,
     Series,
     build_series,
-    engine_sentence,
     figure1_charts,
     figure1_frame,
     main_chart,
@@ -173,22 +172,7 @@ def explain_more() -> None:
 
 
 def explain_text() -> None:
-    st.markdown(
-        "With logits of a fixed spread σ, every extra key takes a share: the row flattens, its entropy "
-        "climbs like log n and its largest weight falls. To stay sharp, a head must produce ever larger "
-        "logits as n grows (no n × n matrix is formed; the dashed lines are computed by quadrature). "
-        "Here $\\sigma^2$ is the logits' variance (1 for unit Gaussian q, k with 1/√d scaling and τ = 1). "
-        "The large-n asymptotes need n well past $e^{\\sigma^2}$, and the dotted lines are drawn only "
-        f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact expectation (from the first n that stays "
-        "so); below about "
-        "$e^{\\sigma^2/2}$ the row is *frozen*: a handful of keys carry nearly all the weight. The output of "
-        "attention over unit-variance values shrinks like $\\sqrt{e^{\\sigma^2}/n}$ (Graphcore's log-normal "
-        "rule); multiplying it by $\\sqrt{n/e}$ (\"fully scaled\" attention) restores unit scale at σ = 1. "
-        "That fix trained worse, though: in the post that derives it (Graphcore's \"Almost-scaled "
-        "dot-product attention\"), a small character-level language model on Shakespeare reached a final "
-        "training loss of about 1.4 with fully scaled attention against 1.2 with standard attention, so the "
-        "shrinking output seems to help training, for reasons the post calls an open question."
-    )
+    st.markdown(words.formulas_text())
     training_result()
 
 
@@ -205,96 +189,30 @@ def training_result() -> None:
 
 def how_it_is_computed(engine: str = "torch") -> None:
     """The method, as the engine that ran on this device (``torch`` or ``fused``) does it."""
-    if engine == "fused":
-        tail = ("Here the sweeps run as fused Triton kernels: every program draws its random "
-                "numbers in-kernel (Philox) and keeps the same running sums over its chunk of keys, chunks "
-                "are merged in float64, and nothing of size n is ever stored, up to 2³⁰ keys per row; "
-                "*vectors* draws each tile of keys once and shares it across up to 128 query rows through "
-                "tensor-core products (keys and values rounded to tf32, queries split into two tf32 parts: "
-                "float32-accurate logits). Their Gaussians take 40 random bits for the radius and reach "
-                "7.54σ, beyond the largest of 2³⁰ keys, so nothing is redrawn. A long sweep draws its short "
-                "lengths first, marked \"measuring…\", while the long ones stream.")
-    else:
-        tail = ("torch's float32 Gaussian never exceeds 5.77σ, which matters for the largest of 16M keys, so "
-                "samples above 5σ are redrawn from the exact tail. Curves that differ only in temperature, "
-                "scale rule or normaliser read one stream of draws, each with its own factor: a comparison "
-                "draws its random numbers once, and the server keeps them for the next sweep (they do not "
-                "depend on d either), so moving d or τ only redoes the sums. A long sweep draws its short "
-                "lengths first, marked \"measuring…\", while the long ones stream.")
     box = widgets.lazy_expander("How attncore computes this", HOW_OPEN)
     if box is None:
         return
     with box:
-        st.markdown(
-            "**Streaming.** Keys arrive in blocks; per query row attncore keeps the running maximum m and "
-            "three sums, rescaling them whenever a block raises the maximum (the online softmax of "
-            "FlashAttention). Entropy, max weight and $\\sum p^2$ follow from the sums at any length, so a "
-            "row of 2²⁴ keys needs a few MB, and one pass to the largest n serves every shorter n.\n\n"
-            "**Two methods.** *vectors* draws real Gaussian q, k, v and measures the output spread directly. "
-            "*logits* uses that, given q, the scores $q\\cdot k_j/\\sqrt d$ of Gaussian keys are iid "
-            "$N(0, |q|^2/d)$: it draws those n numbers per row instead of n·d, and the output spread is "
-            "exactly $\\sqrt{\\textstyle\\sum_j p_j^2}$ for unit-variance values. " + tail + "\n\n"
-            "**Rows that need not sum to 1.** For softmax1 and sigmoid, entropy and effective support are "
-            "those of the row renormalised to sum 1; max weight, $\\sum p^2$ and the output use the raw "
-            "weights, so the output std also shows how much mass the row spends.\n\n"
-            "**Theory.** With $|q|^2\\sim\\chi^2_d$ averaged by Gauss nodes, every expectation reduces to "
-            "one- and two-dimensional integrals through $1/D=\\int_0^\\infty e^{-tD}dt$ and independence "
-            "of the keys; the dashed lines are those integrals, accurate to about 1e-5."
-        )
-        st.latex(r"m' = \max(m, \max_{j\in B} x_j),\quad "
-                 r"s_0 \leftarrow e^{m-m'}s_0 + \sum_{j\in B} e^{x_j-m'},\quad "
-                 r"H = \log s_0 - \frac{s_1}{s_0},\quad \max_j p_j = \frac{1}{s_0}")
+        st.markdown(words.method_text(engine))
+        st.latex(words.METHOD_LATEX)
 
 
 def metrics(s: Series, df: pd.DataFrame, th: pd.DataFrame, given: pd.DataFrame) -> None:
     """The first curve at its longest n: measured, against the exact value given its queries and overall."""
-    last = df.iloc[-1]
-    n = int(last["n"])
-    t, g = th.set_index("n").loc[n], given.iloc[0]
-    st.markdown(f"**The numbers below describe the first curve, {s.label}, at its longest n = "
-                f"{n_label(n)}.**")
+    st.markdown(words.metrics_heading(s, df))
     # Two by two: a value with its error bar and two reference values did not fit a quarter of the page
     # ("11.952 ± 0…."; issue 34, tests/test_browser_labels.py measures it).
     cols = [*st.columns(2), *st.columns(2)]
-    quiet = {"delta_color": "off", "delta_arrow": "off"}
-    cols[0].metric(f"Entropy at n = {n_label(n)}", f"{last['entropy']:.3f} ± {2 * last['entropy_sem']:.3f}",
-                   f"given these queries {g['entropy']:.3f} · exact {t['entropy']:.3f}", **quiet,
-                   help="Nats: measured mean over the query rows ± 2 standard errors. Given these queries: "
-                        "the exact expectation over the keys for the query rows this seed drew, which is "
-                        "what the measurement estimates. Exact: the expectation over random queries too. "
-                        f"The uniform maximum is log n = {math.log(n):.3f}.")
-    cols[1].metric("Max weight", f"{last['max_weight']:.3g} ± {2 * last['max_weight_sem']:.1g}",
-                   f"given these queries {g['max_weight']:.3g} · exact {t['max_weight']:.3g}", **quiet,
-                   help=f"Uniform: 1/n = {1 / n:.2g}.")
-    cols[2].metric("Effective support exp(H)", f"{last['effective_support']:,.0f} keys",
-                   f"exact {t['effective_support']:,.0f} · {last['effective_support'] / n:.1%} of n", **quiet)
-    full = last["output_std"] * math.sqrt(n / math.e)
-    cols[3].metric("Output std", f"{last['output_std']:.3g}",
-                   f"given these queries {g['output_std']:.3g} · exact {t['output_std']:.3g}", **quiet,
-                   help=f"Fully scaled (× √(n/e)): {full:.3f}.")
-    st.caption(
-        f"{s.label} at n = {n_label(n)}. Exact given these {s.spec.queries} queries (the keys averaged over, "
-        f"what the measurement estimates): entropy {g['entropy']:.3f}, max weight {g['max_weight']:.3g}, "
-        f"output std {g['output_std']:.3g}. Exact over random queries as well: {t['entropy']:.3f}, "
-        f"{t['max_weight']:.3g}, {t['output_std']:.3g}. The two can differ by more than the error bar: "
-        "this seed's query norms |q| are one draw, and they set every row's logit spread.")
+    for col, cell in zip(cols, words.metric_cells(df, th, given), strict=True):
+        col.metric(**cell, delta_color="off", delta_arrow="off")
+    st.caption(words.metrics_caption(s, df, th, given))
 
 
 def validity_table(series: list[Series], frames: list[pd.DataFrame], theories: list[pd.DataFrame]) -> None:
-    num = st.column_config.NumberColumn
     widgets.table(validity_frame(series, frames, theories),
-                  column_config={"asymptote holds for n ≫ e^σ²": num(format="%.3g"),
-                                 "frozen below n ≈ e^(σ²/2)": num(format="%.3g"),
-                                 "σ² at largest n": num(format="%.3f"), "H measured": num(format="%.4f"),
-                                 "H exact": num(format="%.4f"), "H asymptote": num(format="%.4f"),
-                                 "H with 1/n term": num(format="%.4f"),
-                                 f"asymptotes within {ASYMPTOTE_RTOL:.0%} from n": num(format="%.3g")})
-    st.caption("The 1/n term: $E[H] \\approx \\log n - \\sigma^2/2 + (\\sigma^2 e^{\\sigma^2} - "
-               "(e^{\\sigma^2}-1)/2)/n$ (second-order delta method). Both expansions are shown only "
-               f"where they lie within {ASYMPTOTE_RTOL:.0%} of the exact value; a blank cell means they "
-               "are further off at this n (outside their range they can even leave [0, log n], where "
-               "every entropy lies). Unscaled logits at d = 64 have σ² = 64: the asymptote would need "
-               "n ≫ e⁶⁴ ≈ 6·10²⁷, so such a row stays frozen at every length you can run.")
+                  column_config={col: st.column_config.NumberColumn(format=fmt)
+                                 for col, fmt in words.VALIDITY_FORMATS.items()})
+    st.caption(words.validity_caption())
 
 
 @st.fragment
@@ -316,15 +234,8 @@ def figure1(ctx: PageContext) -> None:
 
 
 def figure1_body(ctx: PageContext) -> None:
-    st.markdown(
-        "The setup of figure 1 in Nakanishi's *Scalable-Softmax Is Superior for Attention* (2025): one "
-        "key has logit +3, every other key −2. Softmax lets the crowd win: the spike keeps 0.600 of the "
-        "weight at n = 100 but only 0.129 at n = 1000. SSMax multiplies the logits by s·log n, so the "
-        "gap the spike needs grows with n as fast as the crowd does."
-    )
-    st.latex(r"p_{\text{peak}} = \frac{1}{1 + (n-1)\,e^{-\Delta}}\ \ \text{(softmax)},\qquad "
-             r"p_{\text{peak}} = \frac{1}{1 + (n-1)\,n^{-s\Delta}}\ \ \text{(SSMax)},\qquad "
-             r"\Delta = \text{peak} - \text{rest}")
+    st.markdown(words.FIGURE1_INTRO)
+    st.latex(words.FIGURE1_LATEX)
     c1, c2 = st.columns(2)
     peak = widgets.slider(P_PEAK, "Peak logit", step=0.5, where=c1)
     rest = widgets.slider(P_REST, "Other logits", step=0.5, where=c2)
@@ -336,13 +247,7 @@ def figure1_body(ctx: PageContext) -> None:
     left, right = st.columns(2)
     left.plotly_chart(fig, key="chart_fig1")
     right.plotly_chart(mfig, key="chart_margin")
-    gap = peak - rest
-    at = df.set_index("n")
-    sm, ss = at["softmax"], at["ssmax"]
-    cross = f" Softmax drops below ½ at n = 1 + e^Δ ≈ {1 + math.exp(gap):,.0f}." if 0 < gap < 40 else ""
-    st.caption(f"Measured with attncore's normalisers on materialised rows: softmax {sm[100]:.3f} at n = 100 "
-               f"and {sm[1000]:.3f} at n = 1000; SSMax {ss[100]:.3f} and {ss[1000]:.3f}.{cross} "
-               "Right: closed forms only.")
+    st.caption(words.figure1_caption(df, peak, rest))
     widgets.csv_download(figure1_frame(df, peak, rest, s), "ssmax_figure1.csv",
                          label="Download figure-1 data (CSV)", key="dl_ent_fig1")
     widgets.caption_compute(ctx.device_label, res.seconds, f"{len(ns)} rows up to n = 2²⁰.")
@@ -417,16 +322,10 @@ def body(ctx: PageContext) -> None:
         metrics(series[0], frames[0], theories[0], given)
         widgets.csv_download(lambda: panel_frame(series, frames, theories), "entropy_vs_length.csv",
                              label="Download these curves (CSV)", key="dl_ent_panels")
-        work = sum(s.spec.queries * max(s.spec.lengths) for s in series)
-        shown = len(series[0].shown)
-        reused = "" if result.computed == len(series) else \
-            f" {len(series) - result.computed} of {len(series)} curves reused from an earlier run."
         engines = [engine_choice(s.spec, ctx.device) for s in series]
         widgets.caption_compute(ctx.device_label, result.seconds,
-                                f"{len(series)} curves × {shown} lengths, {c.queries} "
-                                f"query rows, method {c.method}, up to {work / 1e6:,.0f}M logits per curve "
-                                f"set; theory in {sum(t for _, t in th) * 1e3:.0f} ms.{reused} "
-                                f"{engine_sentence(engines, [s.label for s in series])}")
+                                words.sweep_caption(series, len(series[0].shown), c.queries, c.method,
+                                                   sum(t for _, t in th), result.computed, engines))
         box = widgets.lazy_expander("Where the large-n formulas hold", VALID_OPEN)
         if box is not None:
             with box:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from attncore import theory
@@ -28,17 +26,14 @@ from ui.page import PageContext, run_page
 from ui.state import Param, value
 from ui.text import plain
 from ui.views import saturation as view
+from ui.views import saturation_text as words
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 TABS = ("Why √d", "Saturation", "Gradients")
-# The "Scaled Attention: Why √d Matters" tutorial's worked examples:
-SOURCE = '"Scaled Attention: Why √d Matters" tutorial'
-SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # its worked example, the default row
+SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # the source's worked example (words.SOURCE), the default row
 DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)
-SOURCE_SCALED = (0.31, 0.07, 0.30, 0.05, 0.12)  # what it prints for that row divided by √64
-SOURCE_PEAKED = ((8.5, -2.1, 7.9), (0.99, 0.00, 0.01))  # its "extremely peaked" example, first 3 entries
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")  # the rows of attncore.gradients.temperature_rows
 ROW_LABELS = {"unscaled": "unscaled (τ = 1)", "tau0.5": "τ = 0.5·√d", "tau1": "τ = √d", "tau2": "τ = 2·√d"}
 
@@ -114,15 +109,7 @@ def why_sqrt_d(ctx: PageContext) -> None:
         res = cached.sat_dot_histograms(d, n, bins, vq, vk, ctx.seed, ctx.device, ctx.sample_dtype)
         h = res.value
         chart(view.dot_histogram_figure(h, vq, vk, same_x), "sat-hist")
-        sd_theory, sd_scaled = theory.dot_product_std(d, vq, vk), math.sqrt(vq * vk)
-        st.markdown(
-            f"**d = {d}:** unscaled scores have std √(d·σq²·σk²) = **{sd_theory:#.3g}** (measured "
-            f"{h.std_raw:#.3g} ± {h.se_raw:.2g} from {n:,} samples); divided by √d = {math.sqrt(d):#.3g} "
-            f"they have std **{sd_scaled:#.3g}** (measured {h.std_scaled:#.3g} ± {h.se_scaled:.2g}). "
-            f"At d = 64 that is {theory.dot_product_std(64, vq, vk):#.3g} against {sd_scaled:#.3g}; "
-            f"at d = 512 (the exercise of the {SOURCE}), **{theory.dot_product_std(512, vq, vk):.1f}** "
-            f"against {sd_scaled:#.3g} (√512 ≈ 22.6 for unit variances)."
-        )
+        st.markdown(words.spread_sentence(h, d, n, vq, vk))
         widgets.csv_download(lambda: view.hist_frame(h, vq, vk), f"qk_histogram_d{d}.csv",
                              label="Download histogram (CSV)", key="dl_sat_hist")
         widgets.caption_compute(ctx.device_label, res.seconds,
@@ -180,7 +167,7 @@ def saturation(ctx: PageContext) -> None:
                                 f"{sc.x.numel()} rows of {n} entries in float64 through attncore's softmax.")
     st.markdown("##### A worked example, and what temperature does")
     st.markdown(
-        f"The {SOURCE} scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
+        f"The {words.SOURCE} scores five positions with [9.2, −3.1, 8.8, −5.4, 1.2], scores the size of an "
         "unscaled d = 64 dot product. Edit them; each row below is softmax(scores / τ): unscaled, then "
         "τ = 0.5√d, √d and 2√d. A smaller τ sharpens the row, a larger one flattens it."
     )
@@ -207,18 +194,7 @@ def saturation(ctx: PageContext) -> None:
 
 def source_check(rows: TemperatureRows) -> None:
     """Compare the live numbers with what the source prints, and say where it is wrong (twice)."""
-    unscaled, scaled = rows.weights[0].tolist(), rows.weights[2].tolist()
-    fmt = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
-    (x1, _, x3), (p1, _, p3) = SOURCE_PEAKED
-    ratio = math.exp(x1 - x3)
-    st.info(
-        f"**Checked against the source.** Unscaled, attncore gives {fmt(unscaled)}, as the {SOURCE} "
-        f"prints. Divided by √64 = 8 it gives **{fmt(scaled)}** (sum {sum(scaled):.3f}); the source prints "
-        f"{fmt(SOURCE_SCALED)}, which sums to {sum(SOURCE_SCALED):.2f} and so cannot be a softmax row. "
-        f"Its other example is impossible too: scores [{x1:g}, −2.1, {x3:g}, …] cannot give weights "
-        f"[{p1:.2f}, 0.00, {p3:.2f}, …], because softmax fixes the ratio of two weights whatever the rest "
-        f"of the row holds: p₁/p₃ = e^({x1:g} − {x3:g}) = **{ratio:.2f}**, not {p1 / p3:.0f}.",
-        icon=":material/fact_check:")
+    st.info(words.source_check_text(rows), icon=":material/fact_check:")
 
 
 # --------------------------------------------------------------------------- 3 · Gradients
@@ -328,7 +304,7 @@ def depth_section(ctx: PageContext) -> None:
         m[2].metric(f"median ‖∂loss/∂q‖ at d = {gs.d[last]}, unscaled ÷ scaled",
                     f"{med['unscaled'] / med['scaled']:.2g}" if med["scaled"] > 0 else "n/a")
         chart(view.depth_figure(gs, stat), "sat-grad")
-        st.markdown(depth_reading(view.unscaled_decay(gs)))
+        st.markdown(words.depth_reading(view.unscaled_decay(gs)))
         widgets.csv_download(lambda: view.depth_frame(gs), "gradients_vs_d.csv", label="Download (CSV)",
                              key="dl_sat_grad")
         check = (f" Autograd's ∂loss/∂Q and ∂loss/∂K match the chain rule through J = diag(p) − ppᵀ to a "
@@ -338,33 +314,6 @@ def depth_section(ctx: PageContext) -> None:
                                 f"{ctx.dtype}; values at exactly 0 are drawn at {view.LOG_FLOOR:g} on log "
                                 "axes."
                                 + check)
-
-
-def depth_reading(dec: pd.DataFrame) -> str:
-    """What the unscaled curves do as d grows fourfold, in numbers from this sweep."""
-    dec = dec[dec["d"] >= 16]  # below 16 the rows are not yet saturated
-    if len(dec) < 2:
-        return "Raise the largest d to 64 or more to see how fast the unscaled gradients fall."
-    d = dec["d"].to_numpy()
-    nl = dec["neg_log_median_jac"].to_numpy()
-    ok = np.isfinite(nl)
-    steps = nl[1:][ok[1:] & ok[:-1]] / nl[:-1][ok[1:] & ok[:-1]]
-    ladder = ", ".join(f"{v:.2f}" for v in nl[ok]) + " at d = " + ", ".join(str(int(v)) for v in d[ok])
-    text = (f"**Unscaled, in numbers.** −ln(median ‖J‖) is {ladder}: it grows about ×{steps.mean():.1f} "
-            "each time d grows fourfold")
-    if 1.5 <= steps.mean() <= 2.7:
-        c = nl[ok][-1] / math.sqrt(d[ok][-1])
-        text += (f", close to ×√4 = 2, so it grows like √d and the typical ‖J‖ decays like "
-                 f"e^(−{c:.2f}·√d): faster than any power of d, but not geometrically in d (that would "
-                 "be ×4 per step)")
-    a, b = dec.iloc[-2], dec.iloc[-1]
-    return text + (
-        f". The means fall far more slowly: from d = {int(a['d'])} to {int(b['d'])} the mean ‖J‖ goes "
-        f"×{b['mean_jac'] / a['mean_jac']:.2f} and the mean ‖∂loss/∂logits‖ ×"
-        f"{b['mean_grad_scores'] / a['mean_grad_scores']:.2f}, where d^(−1/2) gives ×0.5 (the dashed "
-        "large-d theory in the ‖J‖ panel when the statistic is the mean), and the mean ‖∂loss/∂q‖ and "
-        "‖∂loss/∂k‖ stay of order one "
-        f"({b['mean_grad_q']:.2f} and {b['mean_grad_k']:.2f} at d = {int(b['d'])}).")
 
 
 def overflow_section(ctx: PageContext) -> None:

@@ -13,20 +13,15 @@ from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
 from ui import cached, learned, sink_grid, widgets
 from ui import corpus as corpora
+from ui.job_cost import SIZES, job_tokens, make_configs
 from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
-from ui.jobs import (
-    JOB_ID_PATTERN,
-    QUEUE,
-    SIZES,
-    job_tokens,
-    list_runs,
-    make_configs,
-    session_id,
-)
+from ui.jobs import JOB_ID_PATTERN, QUEUE, list_runs, session_id
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import training as view
+from ui.views import training_runs as runs_view
+from ui.views import training_tables as tables_view
 
 LR_OPTIONS = ("0.0001", "0.0003", "0.001", "0.003", "0.01", "0.03", "0.1", "0.3", "1", "3", "10")
 P_VARS = Param("tr_var", ("standard", "fully_scaled"), options=VARIANTS, multi=True)
@@ -124,12 +119,12 @@ def cells_table(name: str, d: dict[str, Any]) -> None:
     if box is None:
         return
     with box:
-        frame = view.cells_frame(d)
-        widgets.table(view.cells_shown(frame))
-        note = view.cells_note(frame)
+        frame = tables_view.cells_frame(d)
+        widgets.table(tables_view.cells_shown(frame))
+        note = tables_view.cells_note(frame)
         if note:
             st.caption(note)
-        widgets.csv_download(view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
+        widgets.csv_download(tables_view.runs_frame(d), f"{name}_runs.csv", label="Download every run (CSV)",
                              key=f"dl_tr_{name}")
 
 
@@ -142,7 +137,7 @@ def lr_sweep_section(d: dict[str, Any], ctx: PageContext) -> None:
     right.plotly_chart(view.lr_sweep_curves(d), key="chart_tr_lr_curves")
     claim_and_measure(d, view.lr_sweep_measured(d), view.lr_sweep_verdict(d))
     cells_table("lr_sweep", d)
-    st.caption(view.provenance(d))
+    st.caption(tables_view.provenance(d))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -166,7 +161,7 @@ def scaling_section(d: dict[str, Any], ctx: PageContext) -> None:
                "evaluation points only.")
     claim_and_measure(d, view.scaling_measured(d), view.scaling_verdict(d))
     cells_table("scaling", d)
-    st.caption(view.provenance(d))
+    st.caption(tables_view.provenance(d))
 
 
 def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
@@ -184,7 +179,7 @@ def sinks_section(d: dict[str, Any], ctx: PageContext) -> None:
                "±1 standard deviation over the seeds.")
     claim_and_measure(d, view.sinks_measured(d), view.sinks_verdict(d))
     cells_table("sinks", d)
-    st.caption(view.provenance(d))
+    st.caption(tables_view.provenance(d))
 
 
 def null_attention_section(d: dict[str, Any], ctx: PageContext) -> None:
@@ -210,7 +205,7 @@ def shipped(ctx: PageContext) -> Any:
                 st.warning(plain(exc), icon=":material/draft:")
                 continue
             if not d.get("complete"):
-                st.caption(view.provenance(d))
+                st.caption(tables_view.provenance(d))
                 st.info("This result file was written while the experiment was still running "
                         f"({len(d.get('runs') or [])} runs so far); its curves, tables and verdict appear "
                         "once it is complete.", icon=":material/hourglass_top:")
@@ -327,15 +322,15 @@ def job_status(job_id: str, polling: bool) -> None:
 
 
 def _live_chart(snap: dict[str, Any]) -> Any:
-    return view.live_figure(snap["batch_loss"], snap["eval_steps"], snap["eval_loss"],
+    return runs_view.live_figure(snap["batch_loss"], snap["eval_steps"], snap["eval_loss"],
                             title=f"now training: {snap['label']}", total=snap["total"])
 
 
 def _job_records(records: list[dict[str, Any]]) -> None:
-    st.plotly_chart(view.compare_figure(records, view="tr-job", title="this job: validation loss"),
+    st.plotly_chart(runs_view.compare_figure(records, view="tr-job", title="this job: validation loss"),
                     key="chart_tr_job")
     for rec in records:
-        st.markdown(view.outcome(rec))
+        st.markdown(runs_view.outcome(rec))
 
 
 def compare(ctx: PageContext) -> None:
@@ -346,7 +341,7 @@ def compare(ctx: PageContext) -> None:
     st.session_state[P_CMP.key] = chosen
     ctx.controls.markdown("#### Compare")
     ctx.controls.multiselect("Kept runs", list(by_id), key=P_CMP.key, max_selections=P_CMP.limit,
-                             format_func=lambda i: view.record_name(by_id[i]),
+                             format_func=lambda i: runs_view.record_name(by_id[i]),
                              help="Finished runs from the cache folder, newest first.")
     if not runs:
         st.caption("No kept runs yet. Finished runs are kept on this server and listed here.")
@@ -355,10 +350,10 @@ def compare(ctx: PageContext) -> None:
         st.caption(runs_listed(runs) + ": choose some under Compare in the sidebar to overlay their curves.")
         return
     recs = [by_id[i] for i in chosen]
-    st.plotly_chart(view.compare_figure(recs), key="chart_tr_compare")
+    st.plotly_chart(runs_view.compare_figure(recs), key="chart_tr_compare")
     me = session_id()
     own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in (JOB_KEY, learned.JOB_KEY)}
-    table = view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
+    table = runs_view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
     widgets.table(table)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
 

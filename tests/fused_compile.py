@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from attncore.sweeps import fused_kernels as fk  # noqa: E402
-from attncore.sweeps.fused import BN, DCH, GROUP, RB, ROWS_PER_WARP  # noqa: E402
+from attncore.sweeps.fused_plan import BN, DCH, GROUP, RB, ROWS_PER_WARP  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -80,7 +80,7 @@ def variants(quick: bool) -> list[tuple]:
     for br in (64, 128):
         for dvp in (16, 64, 256):
             for sg in (False, True):
-                bn = BN if dvp < 128 else 16  # as attncore.sweeps.fused._plan picks
+                bn = BN if dvp < 128 else 16  # as attncore.sweeps.fused_plan.launch_plan picks
                 out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "BR": br, "BN": bn, "DVP": dvp, "SIGMOID": sg},
                             br // ROWS_PER_WARP))
     out.append((fk._vectors_kernel, SIG_VECTORS, {**vec, "DCH": 16}, 4))

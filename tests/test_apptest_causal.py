@@ -27,7 +27,7 @@ from attncore.training import (
 )
 from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, trace
 from tests.chart_data import set_widget as _set
-from ui.figures import downsample
+from ui.maps import downsample
 from ui.realtext import DEFAULT_TEXT
 
 HEATMAPS = "pages/1_Heatmaps.py"

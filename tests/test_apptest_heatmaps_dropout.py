@@ -10,7 +10,7 @@ import torch
 
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from tests.chart_data import decode, figure, no_errors, run_app, trace
-from ui.figures import downsample
+from ui.maps import downsample
 
 HEATMAPS = "pages/1_Heatmaps.py"
 

@@ -13,7 +13,7 @@ from attncore.attention import AttentionStages
 from attncore.explore import SyntheticSpec, synthetic_stages
 from attncore.stats import entropy
 from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, set_widget, trace, walk
-from ui.figures import MASKED_GREY, downsample, downsample_signed
+from ui.maps import MASKED_GREY, downsample, downsample_signed
 from ui.nav import PAGES, REAL_TEXT_LINKS
 
 HEATMAPS = "pages/1_Heatmaps.py"

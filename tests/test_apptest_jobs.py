@@ -18,8 +18,10 @@ from attncore.training import TrainConfig
 from tests.chart_data import no_errors, run_app
 from ui import corpus as corpora
 from ui import jobs
-from ui.jobs import QUEUE, SIZES
+from ui.job_cost import SIZES
+from ui.jobs import QUEUE
 from ui.views import training as view
+from ui.views import training_runs as runs_view
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -123,6 +125,6 @@ def test_another_sessions_upload_name_is_not_shown() -> None:
     at = run_app(PAGE, tr_cmp=rec["id"])
     no_errors(at)
     df = at.dataframe[-1].value
-    assert list(df["corpus"]) == [view.OTHER_UPLOAD]
+    assert list(df["corpus"]) == [runs_view.OTHER_UPLOAD]
     shown = "\n".join(str(x) for x in [*captions(at), *(m.value for m in at.markdown)])
     assert "HYPERLINK" not in shown

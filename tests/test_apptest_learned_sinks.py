@@ -20,18 +20,12 @@ from streamlit.testing.v1 import AppTest
 
 import attncore.training.io as training_io
 from attncore.synthetic import make_generator
-from attncore.training import bbm as bbm_mod
+from attncore.training import bbm_train as bbm_train_mod
 from attncore.training import load_result
 from attncore.training.bbm import BigramBackcopy, bbm_label, eval_sequences, sequence_view
 from attncore.training.experiments import main as experiments_main
-from attncore.training.null_attention import (
-    SHIPPED,
-    shipped_model,
-    shipped_task,
-    summarise,
-    train_and_test,
-    verdicts,
-)
+from attncore.training.null_attention import SHIPPED, shipped_model, shipped_task, summarise, train_and_test
+from attncore.training.null_verdicts import verdicts
 from tests import test_apptest_training as training_tests
 from tests.chart_data import all_data, decode, figure, figures, no_errors, run_app, traces_named
 from ui import corpus as corpora
@@ -244,7 +238,7 @@ def test_live_run_equals_attncore_and_is_kept(results, cache) -> None:
 
 
 def test_divergence_stops_the_curve_and_no_nan(results, cache, monkeypatch) -> None:
-    monkeypatch.setattr(bbm_mod, "divergence_threshold", lambda v: 0.0)
+    monkeypatch.setattr(bbm_train_mod, "divergence_threshold", lambda v: 0.0)
     at = run_lab(sk_vars="relu", sk_steps="50")
     job = start(at)
     assert QUEUE.wait(job, 120) and job.state == "done"

@@ -31,7 +31,7 @@ from attncore.qkv import capture, capture_char, top_keys
 from attncore.training import known_text, load_shipped_model, text_attention
 from attncore.training.inspect import MAX_VIEW_CHARS
 from tests.chart_data import decode, figure, no_errors, run_app, set_widget, trace
-from ui.figures import downsample
+from ui.maps import downsample
 from ui.realtext import DEFAULT_TEXT, TOP_KEYS
 from ui.views import heatmaps as hm_views
 from ui.views import realtext as rt_views

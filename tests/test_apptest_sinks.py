@@ -41,7 +41,7 @@ from tests.test_apptest_home_heatmaps import HEADS_OPEN as HEATMAPS_HEADS_OPEN
 from tests.test_apptest_home_heatmaps import check_charts as check_heatmaps
 from tests.test_models import make_tiny_gpt2
 from ui.cached import SWEEP_POINTS
-from ui.figures import downsample
+from ui.maps import downsample
 from ui.realtext import DEFAULT_TEXT
 
 PAGE = "pages/4_Attention_sinks.py"

@@ -35,9 +35,12 @@ from attncore.training.inspect import init_qk_statistics
 from tests.chart_data import all_data, decode, figure, no_errors, page_device, run_app, traces_named
 from tests.test_null_attention import check_null_attention_verdicts
 from ui import corpus as corpora
-from ui import jobs
-from ui.jobs import QUEUE, SIZES, JobQueue, job_tokens, make_configs
+from ui import job_cost, jobs
+from ui.job_cost import SIZES, job_tokens, make_configs
+from ui.jobs import QUEUE, JobQueue
 from ui.views import training as view
+from ui.views import training_runs as runs_view
+from ui.views import training_tables as tables_view
 
 PAGE = "pages/6_Training_lab.py"
 SEEDED = ("lr_sweep", "scaling", "sinks")  # the experiments of python -m attncore.training.experiments --seeds
@@ -233,12 +236,12 @@ def test_shipped_experiments_charts_equal_the_result_files(results, cache) -> No
             assert sentence in text, sentence
     captions = "\n".join(c for a in ats for c in texts(a, "caption"))
     for d in (lr, sc, sk):
-        assert view.provenance(d) in captions
+        assert tables_view.provenance(d) in captions
         c = d["sizes"]["config"]
         layers = f"{c['n_layer']} layer{'s' if c['n_layer'] != 1 else ''},"
-        assert layers in view.provenance(d) and f"{c['steps']} steps" in view.provenance(d)
-        assert d["machine"]["cpu"] in view.provenance(d) and d["command"] in view.provenance(d)
-        assert "seeds 0, 1, 2" in view.provenance(d)
+        assert layers in tables_view.provenance(d) and f"{c['steps']} steps" in tables_view.provenance(d)
+        assert d["machine"]["cpu"] in tables_view.provenance(d) and d["command"] in tables_view.provenance(d)
+        assert "seeds 0, 1, 2" in tables_view.provenance(d)
 
 
 def paired_sign(a: list[float], b: list[float]) -> int:
@@ -435,7 +438,7 @@ def test_cells_tables_have_one_type_per_column(cache) -> None:
     except AttnInputError:
         pytest.skip("the shipped results are not all there")
     for d in shipped.values():
-        for frame in (view.cells_frame(d), view.runs_frame(d)):
+        for frame in (tables_view.cells_frame(d), tables_view.runs_frame(d)):
             pa.Table.from_pandas(frame)  # raised ArrowTypeError for the sweep's cells table
     lr = shipped["lr_sweep"]
     at = open_cells(run_app(PAGE), "lr_sweep")
@@ -457,14 +460,14 @@ def test_cells_tables_have_one_type_per_column(cache) -> None:
             "the others ran 3 seeds, and the verdicts compare only those.")
     assert one == 9 and want in texts(at, "caption")
     # issue 34: those cells read "one seed" (they printed "None"); a 3-seed cell shows its number
-    shown = view.cells_shown(view.cells_frame(lr)).to_html()
+    shown = tables_view.cells_shown(tables_view.cells_frame(lr)).to_html()
     assert "None" not in shown and shown.count(">one seed<") == 9 * 3, shown.count(">one seed<")
-    assert view.cells_note(view.cells_frame(shipped["scaling"])) is None
-    assert view.cells_note(view.cells_frame(shipped["sinks"])) is None
+    assert tables_view.cells_note(tables_view.cells_frame(shipped["scaling"])) is None
+    assert tables_view.cells_note(tables_view.cells_frame(shipped["sinks"])) is None
     # a run that diverged keeps its step a whole number in the CSV (nullable integers, not 120.0)
     d = copy.deepcopy(lr)
     d["runs"][0]["diverged_at"] = 120
-    frame = view.runs_frame(d)
+    frame = tables_view.runs_frame(d)
     pa.Table.from_pandas(frame)
     assert frame["diverged at"].tolist()[:2] == [120, pd.NA]
     assert frame.to_csv(index=False).splitlines()[1].endswith(",120,")
@@ -721,13 +724,13 @@ def test_live_run_curves_equal_attncore_and_are_kept(results, cache) -> None:
         assert kept["val_loss"] == rec["val_loss"] and kept["config"] == rec["config"]
     # the kept runs are listed for comparison; choosing them overlays their curves
     ids = [r["id"] for r in job.records]
-    assert {view.record_name(r) for r in job.records} <= set(at.multiselect(key="tr_cmp").options)
+    assert {runs_view.record_name(r) for r in job.records} <= set(at.multiselect(key="tr_cmp").options)
     at.multiselect(key="tr_cmp").set_value(ids).run()
     no_errors(at)
     assert at.query_params["tr_cmp"] == ",".join(ids)
     fig = figure(at, "tr-compare")
     for rec, t in zip(job.records, fig["data"], strict=True):
-        assert t["name"] == view.record_name(rec)
+        assert t["name"] == runs_view.record_name(rec)
         np.testing.assert_allclose(decode(t["y"]), rec["val_loss"], rtol=1e-6)
     df = at.dataframe[-1].value
     assert list(df["final val loss"]) == [r["final_val_loss"] for r in job.records]
@@ -737,13 +740,13 @@ def test_live_run_curves_equal_attncore_and_are_kept(results, cache) -> None:
     # the time estimate comes from the calibration measured on this server (cached for the process)
     configs = make_configs(["standard", "softmax1"], [0.003], "tiny", 20, 0)
     vocab = len(set(text))
-    cals = [jobs.calibration_cached(c, vocab, page_device()) for c in configs]
+    cals = [job_cost.calibration_cached(c, vocab, page_device()) for c in configs]
     assert all(c is not None for c in cals)
-    est = jobs.estimate_seconds(configs, [c for c in cals if c is not None], vocab, page_device())
+    est = job_cost.estimate_seconds(configs, [c for c in cals if c is not None], vocab, page_device())
     assert est is not None and len(est.calibrations) == 2  # fused (standard) and materialised (softmax1)
     at.run()
     line = plan_caption(at)
-    assert f"Estimated time: {view.duration(est.seconds)}; {view.calibration_text(est)}" in line
+    assert f"Estimated time: {runs_view.duration(est.seconds)}; {runs_view.calibration_text(est)}" in line
 
 
 def test_divergence_is_shown_as_a_step_and_no_nan(results, cache) -> None:
@@ -900,7 +903,7 @@ def test_full_cache_folder_gives_a_plain_message_and_the_run_is_shown(results, c
     assert list(cache.glob("*")) == []
     fig = figure(at, "tr-job")
     np.testing.assert_allclose(decode(fig["data"][0]["y"]), job.records[0]["val_loss"], rtol=1e-6)
-    assert view.record_name(job.records[0]) in at.multiselect(key="tr_cmp").options
+    assert runs_view.record_name(job.records[0]) in at.multiselect(key="tr_cmp").options
 
 
 class FakeClock:
@@ -915,7 +918,7 @@ def test_estimate_counts_setup_steps_and_evaluations(monkeypatch) -> None:
     """Correction: two tiny 200-step runs were estimated 'under 1 s' from a tokens/s rate (evaluation and
     per-run overhead ignored). The calibration measures all three; a fake clock makes them exact."""
     clock = FakeClock()
-    monkeypatch.setattr(jobs.time, "perf_counter", clock)
+    monkeypatch.setattr(job_cost.time, "perf_counter", clock)
     calls: list[TrainConfig] = []
 
     def fake_train(cfg: TrainConfig, text: str, *, device: str, progress) -> None:
@@ -929,44 +932,44 @@ def test_estimate_counts_setup_steps_and_evaluations(monkeypatch) -> None:
 
     text = "abcdefgh " * 100
     configs = make_configs(["standard", "fully_scaled"], [0.003], "tiny", 200, 0)
-    jobs._CALIBRATIONS.clear()
+    job_cost._CALIBRATIONS.clear()
     try:
-        cal = jobs.calibrate(configs[0], text, "cpu", train_fn=fake_train)
+        cal = job_cost.calibrate(configs[0], text, "cpu", train_fn=fake_train)
         assert (cal.step_s, cal.eval_s, cal.setup_s) == pytest.approx((0.01, 0.1, 0.5))
-        assert calls[0].steps == jobs.CALIBRATION_STEPS and calls[0].eval_every == jobs.CALIBRATION_STEPS
+        assert calls[0].steps == job_cost.CALIBRATION_STEPS and calls[0].eval_every == job_cost.CALIBRATION_STEPS
         # both variants take torch's fused path: one calibration serves both, measured once
-        assert jobs.calibrate(configs[1], text, "cpu", train_fn=fake_train) is cal and len(calls) == 1
+        assert job_cost.calibrate(configs[1], text, "cpu", train_fn=fake_train) is cal and len(calls) == 1
         vocab = len(set(text))
-        est = jobs.estimate_seconds(configs, [cal], vocab, "cpu", fake_train)
-        assert jobs.eval_points(configs[0]) == 20
+        est = job_cost.estimate_seconds(configs, [cal], vocab, "cpu", fake_train)
+        assert job_cost.eval_points(configs[0]) == 20
         assert est is not None and est.seconds == pytest.approx(2 * (0.5 + 200 * 0.01 + 20 * 0.1))
-        assert view.duration(est.seconds) == "about 9 s"
+        assert runs_view.duration(est.seconds) == "about 9 s"
         # a materialised variant needs its own calibration
         other = make_configs(["softmax1"], [0.003], "tiny", 200, 0)
-        assert jobs.estimate_seconds(other, [cal], vocab, "cpu", fake_train) is None
+        assert job_cost.estimate_seconds(other, [cal], vocab, "cpu", fake_train) is None
         # a vocabulary in the same power-of-two band shares the calibration; another band needs its own
-        assert jobs.estimate_seconds(configs, [cal], vocab + 1, "cpu", fake_train) == est
-        assert jobs.estimate_seconds(configs, [cal], jobs.vocab_band(vocab) + 1, "cpu", fake_train) is None
-        assert jobs.estimate_seconds(configs, [cal], vocab, "cpu") is None  # timed with another trainer
+        assert job_cost.estimate_seconds(configs, [cal], vocab + 1, "cpu", fake_train) == est
+        assert job_cost.estimate_seconds(configs, [cal], job_cost.vocab_band(vocab) + 1, "cpu", fake_train) is None
+        assert job_cost.estimate_seconds(configs, [cal], vocab, "cpu") is None  # timed with another trainer
     finally:
-        jobs._CALIBRATIONS.clear()
+        job_cost._CALIBRATIONS.clear()
 
 
 def test_outcome_reports_the_best_validation_point_beside_the_final_one() -> None:
     rec = {"label": "standard · lr 0.001", "batch_loss": [1.0] * 30, "steps": [10, 20, 30],
            "val_loss": [2.0, 1.5, 1.7], "final_train_loss": 1.2, "final_val_loss": 1.7, "tokens_per_s": 1000.0,
            "device": "cpu", "diverged_at": None}
-    assert view.outcome(rec) == ("**standard · lr 0.001**: final training loss 1.200, validation 1.700, best "
+    assert runs_view.outcome(rec) == ("**standard · lr 0.001**: final training loss 1.200, validation 1.700, best "
                                  "validation 1.500 at step 20 after 30 steps, 1,000 tokens/s on cpu.")
     rec["val_loss"] = [2.0, 1.8, 1.7]
-    assert "best validation" not in view.outcome(rec)  # the last point is the best: nothing to add
+    assert "best validation" not in runs_view.outcome(rec)  # the last point is the best: nothing to add
 
 
 def test_record_names_are_unique_and_readable(results) -> None:
     run = results["lr_sweep"]["runs"][0]
     rec = {**run, "id": "20260101-000000-abcdef-0", "label": "standard · lr 0.001", "batch_loss": [1.0] * 6,
            "created_utc": "2026-01-01T00:00:00+00:00"}
-    assert view.record_name(rec) == "standard · lr 0.001 · 1×16 · 6 steps · 00:00 UTC · abcdef-0"
+    assert runs_view.record_name(rec) == "standard · lr 0.001 · 1×16 · 6 steps · 00:00 UTC · abcdef-0"
     assert re.fullmatch(r"[A-Za-z0-9-]+", rec["id"])
 
 
@@ -1010,10 +1013,10 @@ def test_the_sink_task_estimate_comes_from_its_own_calibration(results, cache) -
     configs = learned.live_configs(defaults, 0)
     text = corpora.stdlib_corpus().text
     vocab = len(set(text))
-    cals = [c for c in (jobs.calibration_cached(cf, vocab, page_device(), train_and_test) for cf in configs)
+    cals = [c for c in (job_cost.calibration_cached(cf, vocab, page_device(), train_and_test) for cf in configs)
             if c is not None]
     assert cals, "the page measured a calibration of the task's runner"
-    est = jobs.estimate_seconds(configs, cals, vocab, page_device(), train_and_test)
+    est = job_cost.estimate_seconds(configs, cals, vocab, page_device(), train_and_test)
     assert est is not None
-    assert f"Estimated time: {view.duration(est.seconds)}, probes and tests included; " \
-           f"{view.calibration_text(est)}" in line
+    assert f"Estimated time: {runs_view.duration(est.seconds)}, probes and tests included; " \
+           f"{runs_view.calibration_text(est)}" in line

@@ -114,3 +114,114 @@ def test_attncore_packages_have_no_import_circle(pkg: str) -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def attncore_import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Every module of attncore (a package is its ``__init__``) -> the attncore modules it imports, anywhere
+    in its source (a deferred import inside a function hides a circle from Python, not from this graph).
+    ``from a.b import c`` names the module ``a.b.c`` when that is a file, else ``a.b``."""
+    files = {_module_name(p, root): p for p in sorted((root / "attncore").rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                for a in node.names:
+                    found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in files else base)
+        graph[mod] = {m for m in found if m in files} - {mod}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted: every import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group: list[str] = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_attncore_has_no_import_circle() -> None:
+    """No attncore module imports, directly or through others, a module that imports it, across packages
+    too (issue 44: attncore.decoder.stream_run took the model label from attncore.evidence.decoder, which
+    reads the shipped run from stream_run). A package's ``__init__`` that gathers its modules is not a circle
+    with them unless one of them imports the package itself."""
+    assert import_circles(attncore_import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+
+
+# CONTRIBUTING: no module over ~600 lines (a page over 400: a page is widgets -> cached call -> view -> text,
+# and its builders and words live in ui.views). Files listed here are over their limit and not yet split;
+# each says why, and the test fails once one is back under its limit, so the entry goes with it.
+MAX_MODULE_LINES = 600
+MAX_PAGE_LINES = 400
+LINE_LIMIT_ALLOWLIST = {
+    # issue 44 item 11: these were being edited by other engineers while the rest was split; not split yet
+    "ui/cached.py": "674 lines: split by concept (as ui.jobs / ui.job_cost) after the concurrent edits",
+    "pages/1_Heatmaps.py": "455 lines: thin to the page pattern (as Entropy's words went to ui.views.entropy_text)",
+    "pages/4_Attention_sinks.py": "446 lines: thin to the page pattern, as Heatmaps",
+}
+
+
+def _line_limit(rel: str) -> int:
+    return MAX_PAGE_LINES if rel.startswith("pages/") else MAX_MODULE_LINES
+
+
+SOURCES = sorted(p.relative_to(ROOT).as_posix() for d in ("attncore", "ui", "pages")
+                 for p in (ROOT / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize("rel", SOURCES)
+def test_no_module_is_over_its_line_limit(rel: str) -> None:
+    lines = len((ROOT / rel).read_text(encoding="utf-8").splitlines())
+    if rel in LINE_LIMIT_ALLOWLIST:
+        assert lines > _line_limit(rel), f"{rel} is {lines} lines now: take it off LINE_LIMIT_ALLOWLIST"
+        return
+    assert lines <= _line_limit(rel), (f"{rel} has {lines} lines (limit {_line_limit(rel)}): split it by concept "
+                                       "(CONTRIBUTING)")
+
+
+def test_the_line_limit_allowlist_names_files_that_exist() -> None:
+    assert set(LINE_LIMIT_ALLOWLIST) <= set(SOURCES)

@@ -337,7 +337,8 @@ def test_peak_weight_sweep_reproduces_the_ssmax_figure() -> None:
 def test_cuda_engines_equal_their_references_and_agree_statistically(method: str) -> None:
     """On CUDA each engine equals the materialised reference on its own draws (torch's generator for the
     torch engine, Philox for the fused kernels); the engines and the CPU agree within standard errors."""
-    from attncore.sweeps.fused import fused_available, fused_reference_sweep
+    from attncore.sweeps.fused_plan import fused_available
+    from attncore.sweeps.fused_replay import fused_reference_sweep
 
     spec = SweepSpec(lengths=(16, 1024, 16384), d=32, queries=64, method=method, seed=6)
     torch_cuda = run_sweep(spec, device="cuda", engine="torch")

@@ -9,6 +9,7 @@ import pytest
 
 from tests.chart_data import decode
 from ui import figures
+from ui.maps import downsample, downsample_stack, heatmap, heatmap_grid
 from ui.views import heatmaps as heatmaps_view
 
 
@@ -17,12 +18,12 @@ def test_downsample_is_the_block_mean_and_ignores_masked_cells() -> None:
     a = rng.random((1000, 37)).astype(np.float32)
     a[:16, 0] = -np.inf  # a fully masked block stays blank
     a[20, 1] = np.nan
-    small, fr, fc = figures.downsample(a, 64)
+    small, fr, fc = downsample(a, 64)
     assert (fr, fc) == (16, 1) and small.shape == (63, 37) and small.dtype == np.float32
     assert np.isnan(small[0, 0])
     assert np.isclose(small[1, 1], np.nanmean(a[16:32, 1]))
     assert np.isclose(small[-1, 5], a[992:, 5].mean())
-    same, fr, fc = figures.downsample(a[:50, :30], 64)
+    same, fr, fc = downsample(a[:50, :30], 64)
     assert (fr, fc) == (1, 1) and np.isnan(same[0, 0])
     np.testing.assert_allclose(same[21:], a[21:50, :30])
 
@@ -32,7 +33,7 @@ def test_downsample_stack_of_finite_maps_is_every_blocks_own_mean() -> None:
     # maps whose sides the blocks do not divide, so the last row and column of blocks are partial
     rng = np.random.default_rng(1)
     a = rng.random((2, 3, 50, 23)).astype(np.float32)
-    small, fr, fc = figures.downsample_stack(a, 6)
+    small, fr, fc = downsample_stack(a, 6)
     assert (fr, fc) == (9, 4) and small.shape == (2, 3, 6, 6) and small.dtype == np.float32
     ref = np.empty(small.shape)
     for r in range(6):
@@ -44,7 +45,7 @@ def test_downsample_stack_of_finite_maps_is_every_blocks_own_mean() -> None:
 
 def test_heatmap_sends_float32_and_hover_has_indices_and_value() -> None:
     z = np.arange(12, dtype=np.float64).reshape(3, 4)
-    fig = json.loads(figures.heatmap(z, title="t").to_json())
+    fig = json.loads(heatmap(z, title="t").to_json())
     tr = fig["data"][0]
     assert tr["z"]["dtype"] == "f4"
     np.testing.assert_array_equal(decode(tr["z"]), z.astype(np.float32))
@@ -54,7 +55,7 @@ def test_heatmap_sends_float32_and_hover_has_indices_and_value() -> None:
 
 
 def test_heatmap_diverging_is_centred_at_zero_and_labels_are_used() -> None:
-    fig = figures.heatmap(np.array([[-1.0, 2.0]]), diverging=True, x_labels=["a", "b"], y_labels=["q"])
+    fig = heatmap(np.array([[-1.0, 2.0]]), diverging=True, x_labels=["a", "b"], y_labels=["q"])
     tr = fig.data[0]
     assert tr.zmid == 0.0 and tr.colorscale[0][1] != tr.colorscale[-1][1]
     assert list(tr.x) == ["0:a", "1:b"] and list(tr.y) == ["0:q"]
@@ -62,7 +63,7 @@ def test_heatmap_diverging_is_centred_at_zero_and_labels_are_used() -> None:
 
 def test_heatmap_of_a_large_map_is_block_averaged_with_a_block_hover() -> None:
     z = np.ones((1024, 1024), dtype=np.float32)
-    tr = figures.heatmap(z, max_side=256).data[0]
+    tr = heatmap(z, max_side=256).data[0]
     assert np.asarray(tr.z).shape == (256, 256) and tr.dx == 4 and tr.dy == 4
     assert "mean weight" in tr.hovertemplate
 
@@ -71,7 +72,7 @@ def test_heatmap_of_a_large_map_is_block_averaged_with_a_block_hover() -> None:
 @pytest.mark.parametrize("cols", [1, 3, 4, 8])
 def test_heatmap_grid_layout_is_valid_for_every_size(n: int, cols: int) -> None:
     maps = [np.full((5, 6), float(i)) for i in range(n)]
-    fig = figures.heatmap_grid(maps, [f"head {i}" for i in range(n)], cols=cols)
+    fig = heatmap_grid(maps, [f"head {i}" for i in range(n)], cols=cols)
     assert len(fig.data) == n
     for i, tr in enumerate(fig.data):
         assert np.allclose(np.asarray(tr.z), i) and tr.coloraxis == "coloraxis"
@@ -182,7 +183,7 @@ def test_layer_heads_figure_tiles_show_attncores_weights_with_labels_picks_and_o
     titles = [n["text"] for n in lay["annotations"]]
     assert titles == [f"head {h} · KV {h // groups}" if groups else f"head {h}" for h in range(heads)]
     for h, (hm, pk) in enumerate(zip(heats, picks, strict=True)):
-        small, fr, fc = figures.downsample(w[h], heatmaps_view.THUMB_SIDE)
+        small, fr, fc = downsample(w[h], heatmaps_view.THUMB_SIDE)
         z = decode(hm["z"])
         assert z.dtype == np.float32 and z.shape == small.shape
         np.testing.assert_allclose(z, small, rtol=1e-6, atol=1e-7, equal_nan=True)

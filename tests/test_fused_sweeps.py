@@ -29,20 +29,20 @@ from attncore.row_theory import sweep_theory  # noqa: E402
 from attncore.stats import entropy, max_weight, row_sum, sum_squares  # noqa: E402
 from attncore.sweeps import MAX_SWEEP_N, SweepCancelled, SweepSpec, max_sweep_n, run_sweep  # noqa: E402
 from attncore.sweeps.fused import (  # noqa: E402
-    MAX_SWEEP_N_CUDA,
     FixedInputs,
     _Fused,
-    fused_available,
-    fused_draws,
-    fused_normals,
-    fused_reference_sweep,
-    fused_unavailable_reason,
     key_batches,
     run_fused_sweep,
     split_tf32,
     tf32_round,
+)
+from attncore.sweeps.fused_plan import (  # noqa: E402
+    MAX_SWEEP_N_CUDA,
+    fused_available,
+    fused_unavailable_reason,
     validate_fused,
 )
+from attncore.sweeps.fused_replay import fused_draws, fused_normals, fused_reference_sweep  # noqa: E402
 
 DEV = "cuda" if _CUDA else "cpu"
 pytestmark = pytest.mark.skipif(not fused_available(DEV), reason=str(fused_unavailable_reason(DEV)))
@@ -153,10 +153,10 @@ def test_split_queries_are_exact_tf32_parts_of_the_float32_ones():
 
 def test_vectors_draws_follow_the_documented_index_map():
     """Component DCH c + 4 p + 2 a + b of key j is output a + 2 b of counter (j n_dch + c) DCH/4 + p, in tf32."""
-    from attncore.sweeps.fused import STREAM_KEYS, STREAM_VALUES, _plan
+    from attncore.sweeps.fused_plan import STREAM_KEYS, STREAM_VALUES, launch_plan
 
     spec = _spec(method="vectors", d=40, value_dim=6)
-    p = _plan(spec)
+    p = launch_plan(spec)
     n = 5
     draws = fused_draws(spec, n, DEV)
     P4 = p.dch // 4
@@ -545,7 +545,7 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
 
 def test_entropy_vs_length_runs_the_fused_engine_when_asked(monkeypatch):
     from attncore.sweeps import ENGINE_ENV, check_sweep, entropy_vs_length, max_sweep_work, plan, sweep_work
-    from attncore.sweeps.fused import MAX_INTERPRETED_WORK, fused_work
+    from attncore.sweeps.fused_plan import MAX_INTERPRETED_WORK, fused_work
 
     monkeypatch.delenv(ENGINE_ENV, raising=False)
     kw = dict(queries=8, d=16, seed=3)

@@ -18,7 +18,8 @@ from tests.chart_data import no_errors, run_app
 from tests.streamlit_markdown import visible
 from ui import corpus as corpora
 from ui import jobs, learned
-from ui.jobs import QUEUE, SIZES, JobQueue
+from ui.job_cost import SIZES
+from ui.jobs import QUEUE, JobQueue
 from ui.views.training import TAB_TITLES
 
 TRAINING = "pages/6_Training_lab.py"

@@ -24,7 +24,7 @@ import pytest
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig
 from tests.chart_data import figures, run_app
-from ui import admission, cached, job_panel, jobs, widgets
+from ui import admission, cached, job_cost, job_panel, jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
 from ui.widgets import FORMULA_START, safe_csv_frame
 
@@ -109,18 +109,18 @@ class _Counting:
 
 def test_make_configs_checks_the_size_before_building(monkeypatch: pytest.MonkeyPatch) -> None:
     counter = _Counting(most=1000)
-    monkeypatch.setattr(jobs, "TrainConfig", counter)
+    monkeypatch.setattr(job_cost, "TrainConfig", counter)
     variants = [f"v{i}" for i in range(3000)]
     rates = [1.0 + i for i in range(1000)]
     with pytest.raises(AttnInputError, match=r"3,000,000 runs and .* one Run may train at most 1,000,000"):
-        jobs.make_configs(variants, rates, "tiny", 10, 0)
+        job_cost.make_configs(variants, rates, "tiny", 10, 0)
     assert counter.built == 0
 
 
 def test_make_configs_builds_each_distinct_pair_once(monkeypatch: pytest.MonkeyPatch) -> None:
     counter = _Counting(most=1000)
-    monkeypatch.setattr(jobs, "TrainConfig", counter)
-    configs = jobs.make_configs(["relu", "standard"] * 1500, [1.0, 0.003] * 500, "tiny", 10, 0)
+    monkeypatch.setattr(job_cost, "TrainConfig", counter)
+    configs = job_cost.make_configs(["relu", "standard"] * 1500, [1.0, 0.003] * 500, "tiny", 10, 0)
     assert [(c["variant"], c["lr"]) for c in configs] == [("relu", 1.0), ("relu", 0.003), ("standard", 1.0),
                                                           ("standard", 0.003)]
     assert counter.built == 4
@@ -225,7 +225,7 @@ def _quick(cfg: TrainConfig, text: str, *, device: str, progress: Any, cancel: A
     return _Result(cfg)
 
 
-CFG = TrainConfig(steps=10, warmup=0, eval_every=5, **jobs.SIZES["tiny"])
+CFG = TrainConfig(steps=10, warmup=0, eval_every=5, **job_cost.SIZES["tiny"])
 TEXT = "abc" * 10_000
 
 
@@ -328,20 +328,20 @@ def test_shutdown_stops_and_joins_the_worker(tmp_path: Path) -> None:
 
 def test_a_kept_runs_corpus_name_is_its_owners() -> None:
     """F5: an upload's name is shown to the session whose job made the run, never to another one."""
-    from ui.views import training as view
+    from ui.views import training_runs as runs_view
 
     up = {"job": "j1", "corpus": "=secret.txt", "corpus_kind": "upload"}
     server = {"job": "j2", "corpus": "Python standard library source (x.py)", "corpus_kind": "server"}
     old = {"job": "j3", "corpus": "notes.txt"}
-    assert view.shown_corpus(up, {"j1"}) == "=secret.txt"
-    assert view.shown_corpus(up, {"j2"}) == view.OTHER_UPLOAD
-    assert view.shown_corpus(server, set()) == server["corpus"]
-    assert view.shown_corpus(old, set()) == view.UNMARKED and view.shown_corpus(old, {"j3"}) == "notes.txt"
-    assert view.shown_corpus(up, None) == "=secret.txt"  # a script, no session
+    assert runs_view.shown_corpus(up, {"j1"}) == "=secret.txt"
+    assert runs_view.shown_corpus(up, {"j2"}) == runs_view.OTHER_UPLOAD
+    assert runs_view.shown_corpus(server, set()) == server["corpus"]
+    assert runs_view.shown_corpus(old, set()) == runs_view.UNMARKED and runs_view.shown_corpus(old, {"j3"}) == "notes.txt"
+    assert runs_view.shown_corpus(up, None) == "=secret.txt"  # a script, no session
     rec = {"id": "r", "label": "standard · lr 0.003", "batch_loss": [1.0], "created_utc": "", "steps": [],
            "val_loss": [], "config": {"variant": "standard", "lr": 0.003, "n_layer": 1, "n_head": 2,
                                       "d_model": 32, "context": 32, "batch": 8, "steps": 1}, **up}
-    assert list(view.runs_table([rec], own_jobs={"other"})["corpus"]) == [view.OTHER_UPLOAD]
+    assert list(runs_view.runs_table([rec], own_jobs={"other"})["corpus"]) == [runs_view.OTHER_UPLOAD]
 
 
 # ---------------------------------------------------------------------------- F11: slow work queues for admission
@@ -405,12 +405,12 @@ def test_a_calibration_is_measured_once_per_what_it_depends_on() -> None:
         for step in range(1, cfg.steps + 1):
             progress(step, cfg.steps, 1.0, None)
 
-    cfg = TrainConfig(steps=10, warmup=0, eval_every=5, d_model=24, **{k: v for k, v in jobs.SIZES["tiny"].items()
+    cfg = TrainConfig(steps=10, warmup=0, eval_every=5, d_model=24, **{k: v for k, v in job_cost.SIZES["tiny"].items()
                                                                       if k != "d_model"})
     a = "".join(chr(65 + i) for i in range(40)) * 50  # 40 distinct characters
     b = "".join(chr(65 + i) for i in range(50)) * 900  # 50, a longer corpus: the same band (64)
     out: list[Any] = []
-    threads = [threading.Thread(target=lambda t=t: out.append(jobs.calibrate(cfg, t, "cpu", train_fn=timed)))
+    threads = [threading.Thread(target=lambda t=t: out.append(job_cost.calibrate(cfg, t, "cpu", train_fn=timed)))
                for t in (a, b)]
     for t in threads:
         t.start()
@@ -419,8 +419,8 @@ def test_a_calibration_is_measured_once_per_what_it_depends_on() -> None:
     for t in threads:
         t.join(30)
     assert len(calls) == 1 and out[0] is out[1]
-    assert jobs.vocab_band(40) == jobs.vocab_band(64) == 64 and jobs.vocab_band(65) == 128
-    jobs.calibrate(cfg, "".join(chr(65 + i) for i in range(100)), "cpu", train_fn=timed)  # another band
+    assert job_cost.vocab_band(40) == job_cost.vocab_band(64) == 64 and job_cost.vocab_band(65) == 128
+    job_cost.calibrate(cfg, "".join(chr(65 + i) for i in range(100)), "cpu", train_fn=timed)  # another band
     assert len(calls) == 2
 
 

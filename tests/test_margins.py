@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from ui import figures
+from ui.maps import heatmap
 from ui.margins import (
     LEGEND_GAP,
     LEGEND_PAD,
@@ -84,7 +85,7 @@ def test_crowded_categories_get_a_fixed_angle_and_their_height_below() -> None:
 
 
 def test_colour_bars_sit_at_the_plot_edge_with_room_on_the_right() -> None:
-    fig = figures.heatmap(np.random.default_rng(0).random((8, 8)), title="w")
+    fig = heatmap(np.random.default_rng(0).random((8, 8)), title="w")
     fit_margins(fig)
     cb = fig.data[0].colorbar
     assert cb.x == 1.0 and cb.xanchor == "left"

@@ -21,8 +21,8 @@ from attncore.training.null_attention import (
     shipped_task,
     slug,
     summarise,
-    verdicts,
 )
+from attncore.training.null_verdicts import verdicts
 
 
 def fake_run(variant: str = "standard", seed: int = 0, *, bos_other: float = 0.9, bos_trigger: float = 0.01,
@@ -257,7 +257,7 @@ def test_shipped_verdicts_are_true_of_the_numbers() -> None:
 def test_shipped_provenance_names_the_seeds_the_runs_used() -> None:
     """The tab's provenance line said 'seeds 0' (the command's default --seeds, which null_attention
     does not take) under three seeds per variant, and '1 layers, 1 heads'."""
-    from ui.views.training import provenance
+    from ui.views.training_tables import provenance
 
     d = shipped()
     ran = sorted({r["config"]["seed"] for r in d["runs"]})
@@ -272,7 +272,7 @@ def test_shipped_provenance_names_the_seeds_the_runs_used() -> None:
 @pytest.mark.parametrize("se", [0.3, 0.04, 2e-3, 7e-5, 4e-6, 3e-7, 1e-9])
 def test_a_nonzero_standard_error_never_prints_as_zero(se: float) -> None:
     """'0.00001 ± 0.00000' (sigmoid's BOS weight in a verdict) said the spread was zero; it was 4e-06."""
-    from attncore.training.null_attention import _pm, _signed
+    from attncore.training.null_verdicts import _pm, _signed
 
     for text in (_pm({"mean": 2 * se, "se": se}), _signed({"mean": -2 * se, "se": se})):
         shown = float(text.split("±")[1])

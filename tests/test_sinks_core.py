@@ -369,7 +369,7 @@ def test_zoo_and_sweeps_run_on_cuda() -> None:
 
 
 def test_the_grid_downsampler_matches_the_single_map_one() -> None:
-    from ui.figures import downsample, downsample_stack
+    from ui.maps import downsample, downsample_stack
 
     g = make_generator(6)
     for shape, side, with_nan in (((2, 3, 50, 37), 8, True), ((2, 3, 50, 37), 8, False),

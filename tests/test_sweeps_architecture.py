@@ -23,8 +23,9 @@ NAME = "attncore.sweeps"
 LAYERS: dict[str, int] = {
     "spec": 0, "progress": 0, "fused_kernels": 0,
     "rng": 1, "draws": 1, "reduce": 1,
-    "engine": 2, "fused": 2, "reference": 2,
-    "dispatch": 3,
+    "engine": 2, "fused_plan": 2, "reference": 2,
+    "fused": 3,
+    "dispatch": 4, "fused_replay": 4,
 }
 MODULES = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from attncore.errors import AttnInputError
 from attncore.training import CharTransformer, TrainConfig, stream_nll
-from attncore.training import bbm as bbm_mod
+from attncore.training import bbm_train as bbm_train_mod
 from attncore.training.bbm import (
     BIGRAM,
     COPY,
@@ -25,8 +25,8 @@ from attncore.training.bbm import (
     first_crossing,
     no_bos_mask,
     probe,
-    train_bbm,
 )
+from attncore.training.bbm_train import train_bbm
 from tests.training_utils import SNIPPET
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -301,7 +301,7 @@ def test_cancel_and_divergence_stop_with_an_eval_point(task: BigramBackcopy, mon
     assert r.cancelled and len(r.batch_loss) == 4 and r.steps[-1] == 4
     assert calls[0][:3] == (0, 20, None) and calls[0][4]["loss"] == calls[0][3]  # the untrained model first
     assert len(calls[1]) == 5 and calls[1][0] == 1 and calls[1][3] is None  # step, total, loss, val, probe
-    monkeypatch.setattr(bbm_mod, "divergence_threshold", lambda v: 0.0)
+    monkeypatch.setattr(bbm_train_mod, "divergence_threshold", lambda v: 0.0)
     d = train_bbm(tiny_config(), task, device="cpu")
     assert d.diverged_at == 1 and d.batch_loss == [] and d.steps == [0]
 

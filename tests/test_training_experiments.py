@@ -22,13 +22,8 @@ from attncore.training import (
     load_shipped_model,
     next_char_distribution,
 )
-from attncore.training.experiments import (
-    SIZES,
-    first_token_sinks_baseline,
-    lrs_to_seed,
-    main,
-    parse_seeds,
-)
+from attncore.training.experiment_specs import SIZES
+from attncore.training.experiments import first_token_sinks_baseline, lrs_to_seed, main, parse_seeds
 from attncore.training.record import curves_differ, format_table
 from tests.training_utils import SNIPPET
 

@@ -319,7 +319,7 @@ def test_best_validation_point_is_the_lowest_and_earliest() -> None:
 
 def test_the_experiments_budget_follows_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     from attncore.training.config import EXPERIMENT_MEMORY_SHARE, check_train_budget, device_train_budget
-    from attncore.training.experiments import SIZES
+    from attncore.training.experiment_specs import SIZES
 
     # issue 25: softmax1 at the gpu scale of the sinks experiment exceeds the app's 6 GiB budget ...
     big = TrainConfig(variant="softmax1", **SIZES["gpu"]["sinks"]["config"])

@@ -23,17 +23,10 @@ import streamlit as st
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig, train
 from ui.admission import heavy
-from ui.jobs import (
-    TRAINING_BYTES,
-    Job,
-    JobQueue,
-    calibration_cached,
-    calibrations_for,
-    estimate_seconds,
-    session_id,
-)
+from ui.job_cost import calibration_cached, calibrations_for, estimate_seconds
+from ui.jobs import TRAINING_BYTES, Job, JobQueue, session_id
 from ui.text import plain
-from ui.views.training import calibration_text, duration
+from ui.views.training_runs import calibration_text, duration
 
 __all__ = ["job_panel", "other_job_caption", "run_button", "time_estimate"]
 

@@ -36,26 +36,21 @@ from attncore.training.null_attention import (
     KL_TOL,
     MODEL_NOTE,
     SHIPPED,
-    Z,
     live_test_sizes,
     train_and_test,
 )
+from attncore.training.null_verdicts import Z
 from attncore.training.sink_stats import LAST_POINTS, t_level
 from attncore.training.sink_verdicts import SinkClaims, streaming_claim_sentence
 from ui import cached, sink_grid, widgets
 from ui.corpus import Corpus
+from ui.job_cost import MAX_JOB_TOKENS, SIZES, flops_per_token
 from ui.job_panel import job_panel, run_button, time_estimate
-from ui.jobs import (
-    JOB_ID_PATTERN,
-    MAX_JOB_TOKENS,
-    QUEUE,
-    SIZES,
-    flops_per_token,
-)
+from ui.jobs import JOB_ID_PATTERN, QUEUE
 from ui.state import Param
 from ui.text import plain
 from ui.views import learned_sinks as view
-from ui.views.training import provenance
+from ui.views.training_tables import provenance
 
 __all__ = ["SINKS_PARAMS", "TRAINING_PARAMS", "learned_part", "live_section", "shipped_section"]
 
@@ -248,7 +243,7 @@ def live_configs(c: dict[str, Any], seed: int) -> list[TrainConfig]:
 
 
 def job_flops(configs: list[TrainConfig], vocab: int) -> float:
-    """Training FLOPs of a job (:func:`ui.jobs.flops_per_token` x tokens)."""
+    """Training FLOPs of a job (:func:`ui.job_cost.flops_per_token` x tokens)."""
     return sum(c.steps * c.batch * c.context * flops_per_token(c, vocab) for c in configs)
 
 

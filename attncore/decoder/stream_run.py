@@ -39,6 +39,7 @@ from attncore.decoder.streaming import StreamResult, StreamSetting, default_sett
 from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text, text_tokens
 from attncore.device import cpu_model
 from attncore.errors import AttnInputError
+from attncore.models.bundled import SMOLLM2
 from attncore.provenance import portable_command
 
 __all__ = [
@@ -179,7 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    from attncore.evidence.decoder import MODEL_LABEL
     from attncore.models import load_model
 
     t0 = time.perf_counter()
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               **machine_label(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "commit": commit, "date": started.strftime("%Y-%m-%d %H:%M UTC"),
               "load_average": [load_before, _load()],
-              "model": MODEL_LABEL, "text": SHIPPED_TEXT_NAME, "length": STREAM_RUN_LENGTH,
+              "model": SMOLLM2.description, "text": SHIPPED_TEXT_NAME, "length": STREAM_RUN_LENGTH,
               "device": "cpu"}
     save_stream_run(args.out, result, header)
     dense = StreamSetting(None)

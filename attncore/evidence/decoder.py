@@ -40,6 +40,7 @@ from attncore.evidence.records import (
     fmt,
     fmt_pm,
 )
+from attncore.models.bundled import SMOLLM2
 
 __all__ = [
     "CLAIMS",
@@ -58,7 +59,7 @@ __all__ = [
     "window_values",
 ]
 
-MODEL_LABEL = "SmolLM2-135M-Instruct, 4-bit (Q4_1) weights dequantised to float32"
+MODEL_LABEL = SMOLLM2.description  # the label lives with the bundled model
 STREAM_LENGTH = 1024
 STREAM_WINDOW = 256
 WINDOW_FAIL_RATIO = 1.5  # the window "fails": perplexity past the window at least this many times dense's

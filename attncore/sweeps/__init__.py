@@ -37,7 +37,7 @@ max weight, ``sum p^2``, row sum and the output use the raw weights.
 
 Random numbers: float32 samples, float64 accumulation, in per-lane streams
 (:mod:`attncore.sweeps.rng`; the fused kernels: Philox in-kernel). The materialised
-references (:func:`reference_sweep`, :func:`attncore.sweeps.fused.fused_reference_sweep`)
+references (:func:`reference_sweep`, :func:`attncore.sweeps.fused_replay.fused_reference_sweep`)
 use each engine's own draws.
 
 Modules, in layers (each imports only the ones above it; ``tests/test_sweeps_architecture.py``):
@@ -80,7 +80,7 @@ from attncore.sweeps.dispatch import (
     run_sweep_set,
     sweep_work,
 )
-from attncore.sweeps.fused import MAX_FUSED_WORK, MAX_SWEEP_N_CUDA
+from attncore.sweeps.fused_plan import MAX_FUSED_WORK, MAX_SWEEP_N_CUDA
 from attncore.sweeps.progress import Partial, Progress, SweepCancelled
 from attncore.sweeps.reference import reference_sweep
 from attncore.sweeps.rng import query_norms

@@ -37,16 +37,13 @@ import torch
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.sweeps.engine import run_torch_sweeps, stage_keys
-from attncore.sweeps.fused import MAX_SWEEP_N_CUDA as FUSED_MAX_N
-from attncore.sweeps.fused import (
-    advance,
-    fused_sweep_steps,
+from attncore.sweeps.fused import advance, fused_sweep_steps, report_points, run_fused_sweep
+from attncore.sweeps.fused_plan import MAX_SWEEP_N_CUDA as FUSED_MAX_N
+from attncore.sweeps.fused_plan import (
     fused_unavailable_reason,
     fused_work,
     fused_work_limit,
     probe_length,
-    report_points,
-    run_fused_sweep,
     validate_fused,
 )
 from attncore.sweeps.progress import Partial, Progress

@@ -40,236 +40,65 @@ run in Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is importe
 for tests at small n.
 
 Which engine runs a sweep is decided in one place, :mod:`attncore.sweeps.dispatch` (on CUDA
-these kernels from the measured crossover lengths on, the torch engine below them); this
-module only says whether the kernels can run on a device (:func:`fused_unavailable_reason`)
-and what they cost (:func:`fused_work`, :func:`validate_fused`).
+these kernels from the measured crossover lengths on, the torch engine below them);
+:mod:`attncore.sweeps.fused_plan` only says whether the kernels can run on a device
+(:func:`~attncore.sweeps.fused_plan.fused_unavailable_reason`), what they cost
+(:func:`~attncore.sweeps.fused_plan.fused_work`) and how a spec is launched; this module runs the
+sweep, and :mod:`attncore.sweeps.fused_replay` replays its draws (the reference).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from types import ModuleType
 
 import pandas as pd
 import torch
 from torch import Tensor
 
-from attncore.attention import attention_stages
-from attncore.budget import check_limit, oom_to_limit
+from attncore.budget import oom_to_limit
 from attncore.device import resolve_device
 from attncore.errors import AttnInputError
-from attncore.normalizers import Sigmoid, Softmax, SoftmaxWithSink, SSMax
-from attncore.scale_rules import logit_multiplier
-from attncore.stats import entropy, max_weight, row_sum, sum_squares
+from attncore.sweeps.fused_plan import (
+    GROUP,
+    OPTS,
+    STREAM_KEYS,
+    STREAM_LOGITS,
+    STREAM_VALUES,
+    LaunchPlan,
+    fused_unavailable_reason,
+    fused_work,
+    kernels_module,
+    launch_plan,
+    mix64,
+    validate_fused,
+)
 from attncore.sweeps.progress import PARTIAL_FRACTIONS, Progress, SweepCancelled, Ticker
 from attncore.sweeps.reduce import (
     VALUE_BATCHES,
     Acc,
-    batch_outputs,
     frame,
     merge_into,
     new_acc,
     row_stats,
     summarise,
 )
-from attncore.sweeps.rng import draw_queries, splitmix64
-from attncore.sweeps.spec import MAX_SWEEP_N, SweepSpec
+from attncore.sweeps.rng import draw_queries
+from attncore.sweeps.spec import SweepSpec
 
 __all__ = [
-    "MAX_FUSED_WORK",
-    "MAX_INTERPRETED_WORK",
-    "MAX_SWEEP_N_CUDA",
     "FixedInputs",
     "advance",
-    "fused_available",
-    "fused_cap",
-    "fused_draws",
-    "fused_floor",
-    "fused_normals",
-    "fused_reference_sweep",
     "fused_sweep_steps",
-    "fused_unavailable_reason",
-    "fused_work",
-    "fused_work_limit",
     "key_batches",
-    "probe_length",
     "report_points",
     "run_fused_sweep",
     "split_tf32",
     "tf32_round",
-    "validate_fused",
 ]
-
-MAX_SWEEP_N_CUDA = 1 << 30  # a billion keys per row on a GPU
-# Random numbers one fused sweep may draw: about 6 s at the logits kernel's 196 G samples/s on an
-# H200 (issue 25; 198 G/s on an H100, 27 Nov 2026), 4.6 s at the reworked vectors kernel's 241 G/s
-# (H100, 2^30 keys, python -m bench.entropy_cuda).
-MAX_FUSED_WORK = 1 << 40
-FUSED_PROBE_WORK = 1 << 30  # random numbers of a calibration probe on CUDA (~10 ms, estimate)
-MAX_INTERPRETED_WORK = 1 << 22  # the same on the CPU through Triton's interpreter: ~40 s (tests use far less)
-LAUNCH_SAMPLES = 1 << 32  # random numbers per kernel launch: ~22 ms (logits) to ~18 ms (vectors) on an H100
-TARGET_PROGRAMS = 4096  # programs per launch to aim for (an H100 has 132 SMs)
-GROUP = 1024  # logits: keys per Philox group (fixed: part of the index map of the draws)
-RB = 4  # logits: rows per program
-# vectors kernel tiles (sm_90 build with 16-byte aligned arguments, as the launches get them:
-# 163 registers and no spill at 64 rows, so three programs share an SM; 64-key tiles take
-# 253 registers, 64-wide head-dim chunks 240, both two programs per SM). Timed on an H100
-# (`python -m bench.entropy_cuda --tune`, 2^24 keys, 27 Nov 2026): 32 keys x 32 dims x 4 warps 11.1 ms,
-# 64-key tiles 11.5, 16-key 15.3, 64-wide chunks 12.2, 16-wide 12.5, 8 warps 28.4: the defaults are the best.
-BN = 32  # vectors: keys per tile (drawn once, shared by every row of the program); 16 from a value
-# dim of 128 on (the output accumulator takes 128 registers at 256: 32-key tiles spill 320 bytes)
-DCH = 32  # vectors: head-dim chunk of one key draw and its two tf32 products (16 where d <= 16)
-ROWS_PER_WARP = 16  # vectors: each warp owns 16 whole rows (row max and sums stay in the warp)
-MAX_CHUNK = 1 << 16  # keys per program at most (float32 partial sums, as the engine's blocks)
-STREAM_LOGITS, STREAM_KEYS, STREAM_VALUES = 2, 3, 4
-# compile options of every launch: FMA contraction on, said explicitly (triton 3.9 warns when unset)
-_OPTS: dict = {"enable_fp_fusion": True}
-INTERPRET_ENV = "TRITON_INTERPRET"
-
-
-# --------------------------------------------------------------------------- availability
-
-
-def _triton_interpreting() -> bool:
-    """True when triton is (or, once imported, will be) in interpreter mode."""
-    import sys
-
-    mod = sys.modules.get("triton")
-    if mod is not None:
-        return bool(mod.knobs.runtime.interpret)
-    return os.environ.get(INTERPRET_ENV, "0").strip().lower() in {"1", "true", "on", "yes"}
-
-
-def fused_unavailable_reason(device: torch.device | str) -> str | None:
-    """None when the fused kernels can run on ``device``; else a plain sentence why not."""
-    dev = torch.device(device)
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return ("the fused kernels need triton (it ships with CUDA builds of torch; on a CPU machine "
-                "install requirements-dev.txt).")
-    interp = _triton_interpreting()
-    if dev.type == "cuda":
-        if interp:
-            return f"{INTERPRET_ENV}=1 is set: triton runs its interpreter, not the GPU."
-        return None
-    if dev.type == "cpu":
-        if interp:
-            return None
-        return (f"on the CPU the fused kernels run only in Triton's interpreter ({INTERPRET_ENV}=1 set "
-                "before triton is imported); the torch engine is the CPU path.")
-    return f"the fused kernels run on CUDA (or interpreted on the CPU), not on {dev.type}."
-
-
-def fused_available(device: torch.device | str) -> bool:
-    """Whether :func:`run_fused_sweep` can run on ``device`` in this process."""
-    return fused_unavailable_reason(device) is None
-
-
-def fused_cap(device: torch.device | str) -> int:
-    """The largest n the fused kernels take on ``device``: 2^30 on CUDA (memory stays flat in n),
-    the torch engine's 2^24 when interpreted."""
-    return MAX_SWEEP_N_CUDA if torch.device(device).type == "cuda" else MAX_SWEEP_N
-
-
-def fused_work_limit(device: torch.device | str) -> int:
-    """Random numbers one fused sweep may draw on ``device`` (compiled on CUDA, or interpreted)."""
-    return MAX_FUSED_WORK if torch.device(device).type == "cuda" else MAX_INTERPRETED_WORK
-
-
-def probe_length(spec: SweepSpec, device: torch.device | str) -> int:
-    """n of a calibration probe for the fused engine: about FUSED_PROBE_WORK random numbers."""
-    dev = torch.device(device)
-    work = FUSED_PROBE_WORK if dev.type == "cuda" else 1 << 14
-    keys = work // max(1, _plan(spec).samples_per_key)
-    return int(max(GROUP, min(fused_cap(dev), keys) // GROUP * GROUP))
-
-
-def _kernels() -> ModuleType:
-    from attncore.sweeps import fused_kernels
-
-    return fused_kernels
-
-
-# --------------------------------------------------------------------------- plan
-
-
-def _mix64(*parts: int) -> int:
-    """splitmix64 over the parts, kept to 63 bits (a non-negative int64 kernel argument)."""
-    return splitmix64(*parts) & ((1 << 63) - 1)
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Launch geometry of one spec (tile sizes, chunk of keys per program, keys per launch)."""
-
-    row_block: int  # RB (logits) or BR (vectors)
-    row_programs: int
-    n_dch: int  # vectors: DCH-wide chunks of the padded head dim (0 for logits)
-    dch: int  # vectors: head-dim chunk (0 for logits)
-    dvp: int  # vectors: padded value dim (0 for logits)
-    key_align: int  # chunk sizes are multiples of this (vectors: the key tile BN)
-    samples_per_key: int  # random numbers drawn per key (all row programs together)
-    warps: int = 4
-
-    def chunk(self, keys: int, override: int | None = None) -> int:
-        """Keys per program for a segment of ``keys`` keys."""
-        if override is not None:
-            return max(self.key_align, -(-override // self.key_align) * self.key_align)
-        want = -(-keys * self.row_programs // TARGET_PROGRAMS)
-        c = _pow2_at_least(want)
-        return int(min(MAX_CHUNK, max(self.key_align, c)))
-
-    def launch_keys(self, chunk: int, override: int | None = None) -> int:
-        """Keys per launch: a multiple of ``chunk`` drawing about LAUNCH_SAMPLES numbers."""
-        want = override if override is not None else LAUNCH_SAMPLES // max(1, self.samples_per_key)
-        return max(chunk, (want // chunk) * chunk)
-
-
-def _plan(spec: SweepSpec) -> _Plan:
-    R = spec.queries
-    if spec.method == "logits":
-        return _Plan(row_block=RB, row_programs=-(-R // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
-                     samples_per_key=-(-R // RB) * RB)
-    # 64 rows per program (one warp group: the M side of every tensor-core product), 128 from
-    # 65 rows on (two warp groups: the keys are drawn once per 128 rows instead of twice)
-    br = 64 if R <= 64 else 128
-    tiles = -(-R // br)
-    dch = 16 if spec.d <= 16 else DCH
-    n_dch = -(-spec.d // dch)
-    dvp = max(16, _pow2_at_least(spec.value_dim))
-    bn = BN if dvp < 128 else 16
-    return _Plan(row_block=br, row_programs=tiles, n_dch=n_dch, dch=dch, dvp=dvp, key_align=bn,
-                 samples_per_key=tiles * (dch * n_dch + dvp), warps=br // ROWS_PER_WARP)
-
-
-def fused_work(spec: SweepSpec) -> int:
-    """Random numbers a fused sweep draws (all passes, all row programs)."""
-    p = _plan(spec)
-    return sum(max(lens) * p.samples_per_key for _, lens in spec.passes())
-
-
-def validate_fused(spec: SweepSpec, device: torch.device) -> None:
-    """The spec's checks with the device's n cap and the fused work limit (plain messages)."""
-    # the spec's checks with this cap (the torch engine's work limit is the CPU's: not here)
-    spec.validate(max_n=fused_cap(device), check_work=False)
-    if spec.dtype != "float32":
-        raise AttnInputError("the fused kernels sample in float32; use the torch engine for float64.")
-    if device.type == "cuda":
-        check_limit(fused_work(spec), fused_work_limit(device), "this sweep's random numbers",
-                    "(seconds of GPU time)", "Lower the largest n, the query rows or d.")
-    else:
-        check_limit(fused_work(spec), fused_work_limit(device), "this interpreted sweep's random numbers",
-                    "(Triton's interpreter draws about 0.1 M per second)", "Lower the largest n or the rows.")
 
 
 # --------------------------------------------------------------------------- tf32 operands
@@ -332,17 +161,17 @@ class _Fused:
     def __init__(self, spec: SweepSpec, device: torch.device, fixed: FixedInputs | None = None,
                  chunk: int | None = None, launch_keys: int | None = None):
         self.spec, self.device, self.fixed = spec, device, fixed
-        self.k = _kernels()
-        self.plan = _plan(spec)
+        self.k = kernels_module()
+        self.plan = launch_plan(spec)
         self.chunk_override, self.launch_override = chunk, launch_keys
         self.sigmoid = spec.normalizer == "sigmoid"
         self.vectors = spec.method == "vectors"
         self.dv = spec.value_dim if self.vectors else 0
         self.q = draw_queries(spec, device, torch.float32)  # (R, d), the engine's queries
         self.q_norm = torch.linalg.vector_norm(self.q.to(torch.float64), dim=1)  # (R,)
-        self.seed_logits = _mix64(spec.seed, STREAM_LOGITS)
-        self.seed_keys = _mix64(spec.seed, STREAM_KEYS)
-        self.seed_values = _mix64(spec.seed, STREAM_VALUES)
+        self.seed_logits = mix64(spec.seed, STREAM_LOGITS)
+        self.seed_keys = mix64(spec.seed, STREAM_KEYS)
+        self.seed_values = mix64(spec.seed, STREAM_VALUES)
         self.interpret = device.type != "cuda"
         self.fixed_args = self._fixed_args(fixed)
 
@@ -388,11 +217,11 @@ class _Fused:
                 part, q_hi, q_lo, kp, vp, self.seed_keys, self.seed_values, lo, hi, chunk, R, plan.n_dch,
                 self.dv, bias, n_fixed, SIGMOID=self.sigmoid, FIXED=fixed, BR=plan.row_block,
                 BN=plan.key_align, DCH=plan.dch, DVP=plan.dvp, DOT_PREC=_dot_precision(self.interpret),
-                FAST=not self.interpret, num_warps=plan.warps, num_stages=1, **_OPTS)
+                FAST=not self.interpret, num_warps=plan.warps, num_stages=1, **OPTS)
         else:
             (std,) = factor_arg
             k._logits_kernel[grid](part, std, z, self.seed_logits, lo, hi, chunk, R, bias, n_fixed,
-                                  SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **_OPTS)
+                                  SIGMOID=self.sigmoid, FIXED=fixed, RB=plan.row_block, GROUP=GROUP, **OPTS)
         return part
 
     def _fold(self, part: Tensor) -> Acc:
@@ -482,7 +311,7 @@ class _Fused:
         return _host_stats(snaps, names, shapes)
 
 
-def _launches(plan: _Plan, checkpoints: tuple[int, ...], chunk: int | None = None,
+def _launches(plan: LaunchPlan, checkpoints: tuple[int, ...], chunk: int | None = None,
               launch_keys: int | None = None) -> list[tuple[int, int, int, int]]:
     """[(segment, lo, hi, chunk)] covering keys [0, n_max) of one pass, cut at the checkpoints."""
     out = []
@@ -503,10 +332,10 @@ def key_batches(spec: SweepSpec, checkpoints: tuple[int, ...], n: int) -> Tensor
 
     The kernels keep one partial per program; program p of a launch goes to batch
     ``p mod B`` (:data:`~attncore.sweeps.reduce.VALUE_BATCHES`): a fixed function of the spec and
-    the pass, which the reference (:func:`fused_reference_sweep`) follows.
+    the pass, which the reference (:func:`attncore.sweeps.fused_replay.fused_reference_sweep`) follows.
     """
     out = torch.empty(n, dtype=torch.int64)
-    for _, lo, hi, chunk in _launches(_plan(spec), checkpoints):
+    for _, lo, hi, chunk in _launches(launch_plan(spec), checkpoints):
         if lo >= n:
             break
         keys = torch.arange(lo, min(hi, n))
@@ -540,7 +369,7 @@ def report_points(spec: SweepSpec) -> list[tuple[int, int]]:
     The first checkpoints at which the random numbers drawn reach the
     :data:`~attncore.sweeps.progress.PARTIAL_FRACTIONS` of the sweep's (never the last one).
     """
-    per_key = _plan(spec).samples_per_key
+    per_key = launch_plan(spec).samples_per_key
     total = fused_work(spec)
     thresholds = [f * total for f in PARTIAL_FRACTIONS]
     passes = spec.passes()
@@ -655,116 +484,3 @@ def _steps(spec: SweepSpec, dev: torch.device, progress: Progress | None, cancel
         records.extend(summarise(n, rows, spec, factor, q_norm) for n, rows in zip(lens, stats, strict=True))
     ticker.finish()
     return frame(records)
-
-
-# --------------------------------------------------------------------------- replay, reference, floor
-
-
-def fused_draws(spec: SweepSpec, n: int, device: str | torch.device | None = None) -> dict[str, Tensor]:
-    """The random numbers the fused kernels use for keys [0, n), materialised (tests, reference).
-
-    logits: ``{"z": (R, n)}`` unit-std logits (row r's logits are ``z[r] * |q_r| * factor``);
-    vectors: ``{"keys": (n, d), "values": (n, Dv)}`` (tf32 numbers, as the kernel uses them).
-    Limited to 16M numbers.
-    """
-    dev = resolve_device(device)
-    why = fused_unavailable_reason(dev)
-    if why is not None:
-        raise AttnInputError(f"the fused kernels cannot run here: {why}")
-    k = _kernels()
-    plan = _plan(spec)
-    R = spec.queries
-    if spec.method == "logits":
-        check_limit(R * n, 1 << 24, "the replayed logits", "numbers", "Lower n or the rows.")
-        z = torch.empty(R, n, device=dev, dtype=torch.float32)
-        k._draw_logits_kernel[(plan.row_programs, -(-n // GROUP))](z, _mix64(spec.seed, STREAM_LOGITS), n, R,
-                                                                  RB=RB, GROUP=GROUP, **_OPTS)
-        return {"z": z}
-    check_limit(n * (plan.dch * plan.n_dch + plan.dvp), 1 << 24, "the replayed keys and values", "numbers",
-                "Lower n or d.")
-    kp = torch.empty(n, plan.dch * plan.n_dch, device=dev, dtype=torch.float32)
-    vp = torch.empty(n, plan.dvp, device=dev, dtype=torch.float32)
-    seeds = _mix64(spec.seed, STREAM_KEYS), _mix64(spec.seed, STREAM_VALUES)
-    k._draw_vectors_kernel[(-(-n // BN),)](kp, vp, *seeds, n, plan.n_dch, BN=BN, DCH=plan.dch, DVP=plan.dvp,
-                                          FAST=dev.type == "cuda", **_OPTS)
-    return {"keys": kp[:, : spec.d], "values": vp[:, : spec.value_dim]}
-
-
-def fused_reference_sweep(spec: SweepSpec, device: str | torch.device | None = None,
-                          draws: dict[str, Tensor] | None = None) -> pd.DataFrame:
-    """The materialised reference on the fused kernels' own draws (same columns as the sweep).
-
-    Materialises the logits ``(R, n)`` (or keys/values and :func:`attncore.attention.attention_stages`),
-    normalises whole rows with attncore's normalisers and reduces them with :mod:`attncore.stats`,
-    as :func:`attncore.sweeps.reference_sweep` does with the torch engine's draws.
-    """
-    dev = resolve_device(device)
-    n_max = max(spec.lengths)
-    if draws is None:
-        draws = fused_draws(spec, n_max, dev)
-    q = draw_queries(spec, dev, torch.float32)
-    q_norm = torch.linalg.vector_norm(q.to(torch.float64), dim=1)
-    plain = {"softmax": Softmax(), "softmax1": SoftmaxWithSink(0.0), "sigmoid": Sigmoid()}
-    records = []
-    for n in sorted(set(spec.lengths)):
-        factor = spec.logit_factor(n)
-        batches = None
-        if spec.method == "logits":
-            x = draws["z"][:, :n] * (q_norm * factor).to(torch.float32)[:, None]  # (R, n), as the kernel
-            w = plain[spec.normalizer](x)
-        else:
-            keys, vals = draws["keys"][:n], draws["values"][:n]
-            if spec.scale_rule == "ssmax" and spec.normalizer == "softmax":
-                norm, scale = SSMax(spec.ssmax_s), spec.base_scale
-            else:
-                norm = plain[spec.normalizer]
-                scale = spec.base_scale * float(logit_multiplier(spec.scale_rule, n, spec.ssmax_s))
-            st = attention_stages(q[None], keys[None], vals[None], scale=scale, normalizer=norm,
-                                  temperature=spec.temperature)
-            w = st.weights[0]  # (R, n)
-            lens = next(lens for f, lens in spec.passes() if n in lens and f == factor)
-            batches = batch_outputs(w, vals, key_batches(spec, lens, n).to(w.device))
-        w64 = w.to(torch.float64)
-        rows = {"entropy": entropy(w64), "max_weight": max_weight(w64), "sum_sq": sum_squares(w64),
-                "row_sum": row_sum(w64)}
-        if batches is not None:
-            rows["out_b"], rows["sq_b"] = batches
-        records.append(summarise(n, {k: v.cpu() for k, v in rows.items()}, spec, factor, q_norm.cpu()))
-    return frame(records)
-
-
-def fused_normals(n: int, seed: int = 0, device: str | torch.device | None = None, *, stream: int = 99,
-                  vectors: bool = False) -> Tensor:
-    """``4 n`` standard normals from the kernels' generator (Philox + 40-bit Box-Muller), float32.
-
-    Output ``s`` of counter ``i`` is element ``s n + i``; the Philox key is ``(seed, stream)``
-    mixed as the sweeps mix theirs. ``vectors``: the vectors kernels' transform (on CUDA the
-    fast special functions; see ``fused_kernels._box_muller``), else the logits kernels'.
-    """
-    dev = resolve_device(device)
-    k = _kernels()
-    out = torch.empty(4 * n, device=dev, dtype=torch.float32)
-    block = 1024
-    k._normals_kernel[(-(-n // block),)](out, _mix64(seed, stream), n, BLOCK=block,
-                                         FAST=vectors and dev.type == "cuda", **_OPTS)
-    return out
-
-
-def fused_floor(rows: int, n: int, device: str | torch.device | None = None, *, fast: bool = False) -> Tensor:
-    """The floor kernel: ``rows x n`` Philox Gaussians and one exp each, summed per row chunk.
-
-    What no fused sweep can skip (bench); returns the per-chunk sums (P, rows) so nothing is
-    optimised away. Queued, not synchronised. ``fast``: with the vectors kernels' transform
-    (the GPU's one-instruction log, sin and cos; compiled on CUDA only).
-    """
-    dev = resolve_device(device)
-    k = _kernels()
-    plan = _Plan(row_block=RB, row_programs=-(-rows // RB), n_dch=0, dch=0, dvp=0, key_align=GROUP,
-                 samples_per_key=rows)
-    chunk = plan.chunk(n)
-    programs = -(-n // chunk)
-    out = torch.empty(programs, rows, device=dev, dtype=torch.float32)
-    std = torch.full((rows,), 0.5, device=dev, dtype=torch.float32)
-    k._logits_floor_kernel[(plan.row_programs, programs)](out, std, 12345, n, chunk, rows, RB=RB, GROUP=GROUP,
-                                                         FAST=fast and dev.type == "cuda", **_OPTS)
-    return out

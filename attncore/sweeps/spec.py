@@ -89,7 +89,8 @@ class SweepSpec:
 
         ``max_n``: the cap on n of the engine that runs it (the torch engine's 2^24 by default;
         :func:`attncore.sweeps.max_sweep_n` gives a device's). ``check_work``: check the torch
-        engine's work limit (the fused engine checks its own, :func:`attncore.sweeps.fused.validate_fused`).
+        engine's work limit (the fused engine checks its own,
+        :func:`attncore.sweeps.fused_plan.validate_fused`).
         """
         if not self.lengths:
             raise AttnInputError("give at least one sequence length n.")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attncore.training.bbm import SINK_THRESHOLD, bbm_label
-from attncore.training.null_attention import MATTERS
+from attncore.training.null_verdicts import MATTERS
 from attncore.training.sink_stats import LAST_POINTS, run_facts, t_interval
 from attncore.training.verdicts import t_critical
 

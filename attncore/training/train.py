@@ -48,7 +48,8 @@ MAX_TEXT_CHARS = 50_000_000
 
 class FinalLosses:
     """The last evaluation point's losses, for a result whose ``train_loss`` and ``val_loss`` lists are
-    aligned with its evaluation steps (:class:`TrainResult`, :class:`~attncore.training.bbm.BBMResult`)."""
+    aligned with its evaluation steps (:class:`TrainResult`,
+    :class:`~attncore.training.bbm_train.BBMResult`)."""
 
     train_loss: Sequence[float | None]
     val_loss: Sequence[float]
@@ -293,7 +294,8 @@ def _evaluate(model: CharTransformer, val: Tensor, starts: Tensor, cfg: TrainCon
 
 
 class TrainingLoop:
-    """The training loop :func:`train` and :func:`~attncore.training.bbm.train_bbm` share, and its records.
+    """The training loop :func:`train` and :func:`~attncore.training.bbm_train.train_bbm` share, and its
+    records.
 
     The model is initialised from a generator seeded with ``config.seed``; batches come from
     ``data_gen``, seeded with ``config.seed + 1``; dropout masks from the device's global generator,

@@ -23,6 +23,7 @@ from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
+from ui.maps import heatmap
 from ui.views.sinks import bars_with_theory, labelled_heatmap
 
 __all__ = [
@@ -307,7 +308,7 @@ def induction_figure(ind: Induction, kv_heads: int) -> go.Figure:
 
 def induction_map_figure(ind: Induction, head: tuple[int, int]) -> go.Figure:
     """One top head's map on the repeated tokens: the stripe T - 1 below the diagonal."""
-    fig = figures.heatmap(ind.maps[head].numpy(), title=f"layer {head[0]}, head {head[1]}", height=360)
+    fig = heatmap(ind.maps[head].numpy(), title=f"layer {head[0]}, head {head[1]}", height=360)
     return _tag(fig, "dec_induction_map")
 
 

@@ -20,15 +20,14 @@ from attncore.attention import AttentionStages
 from attncore.dropout import DropoutDraws
 from attncore.explore import RowStats, SyntheticSpec
 from ui import figures
-from ui.figures import (
+from ui.figures import PALETTE, as_f32, axis_name, style
+from ui.maps import (
     MASKED_GREY,
-    PALETTE,
-    as_f32,
-    axis_name,
     downsample_stack,
+    grid_parts,
+    heatmap,
     heatmap_trace,
     masked_legend,
-    style,
     title_annotation,
 )
 from ui.text import chart
@@ -58,8 +57,8 @@ def heatmap_row(
     """Several maps side by side in one figure, each with its own horizontal colour bar.
 
     Signed (diverging) maps larger than ``max_side`` keep each block's largest-magnitude score
-    with its sign (:func:`ui.figures.downsample_signed`); masked (non-finite) cells are drawn in
-    :data:`ui.figures.MASKED_GREY` with a legend entry.
+    with its sign (:func:`ui.maps.downsample_signed`); masked (non-finite) cells are drawn in
+    :data:`ui.maps.MASKED_GREY` with a legend entry.
 
     ``limits[i]`` is the symmetric colour limit of a diverging map (or the top of a
     sequential one, from 0); ``None`` lets Plotly choose. ``colorbars[i] = False`` leaves
@@ -247,7 +246,7 @@ def heads_figure(stages: AttentionStages, spec: SyntheticSpec, selected: int | N
 
 def compare_figure(weights: np.ndarray, name: str, title: str) -> go.Figure:
     """One side of the A/B comparison (``compare-A`` / ``compare-B``)."""
-    fig = figures.heatmap(weights, title=title, max_side=256, zmin=0.0, height=380)
+    fig = heatmap(weights, title=title, max_side=256, zmin=0.0, height=380)
     return fig.update_layout(meta={"view": f"compare-{name}"})
 
 
@@ -348,15 +347,15 @@ def clickable_grid(maps: Sequence[np.ndarray], titles: Sequence[str], customdata
                    hovers: Sequence[str], selected: int | None = None, *, cols: int, meta: dict,
                    max_side: int = THUMB_SIDE, zmin: float | None = None, zmax: float | None = None,
                    top: int = 28) -> go.Figure:
-    """A :func:`ui.figures.heatmap_grid` of thumbnails, every one clickable: a 6 x 6 grid of pick points per
+    """A :func:`ui.maps.heatmap_grid` of thumbnails, every one clickable: a 6 x 6 grid of pick points per
     map (``customdata[i]`` on map ``i``, so a click anywhere on it chooses it), the axis ranges pinned to the
     map, and map ``selected`` outlined. ``meta`` becomes ``layout.meta``; ``top`` the top margin.
 
-    The traces and the layout are plain dicts and the figure is made once (:class:`ui.figures.GridParts`):
+    The traces and the layout are plain dicts and the figure is made once (:class:`ui.maps.GridParts`):
     a head click redraws this grid, and Plotly's per-call validation of one ``add_trace`` and two axis updates
     per map took 85 ms of it for 12 heads.
     """
-    g = figures.grid_parts(list(maps), titles, cols=cols, max_side=max_side, zmin=zmin, zmax=zmax)
+    g = grid_parts(list(maps), titles, cols=cols, max_side=max_side, zmin=zmin, zmax=zmax)
     picks, shapes = [], []
     for h, (tr, (rows, cols_, dy, dx)) in enumerate(zip(g.traces, g.cells, strict=True)):
         ys = (np.linspace(0, rows - 1, min(rows, 6)) * dy).round(3)

@@ -17,19 +17,14 @@ import plotly.graph_objects as go
 
 from attncore.training.bbm import BIGRAM, COPY, SINK_THRESHOLD
 from attncore.training.inspect import char_label
-from attncore.training.null_attention import (
-    RUN_COLUMNS,
-    mean_se_text,
-    run_rows,
-    summarise,
-    table_rows,
-    verdicts,
-)
+from attncore.training.null_attention import RUN_COLUMNS, run_rows, summarise
+from attncore.training.null_verdicts import mean_se_text, table_rows, verdicts
 from attncore.training.sink_stats import LAST_POINTS
 from ui import figures
 from ui.figures import PALETTE, Band, Curve, Panel
+from ui.maps import heatmap, heatmap_grid
 from ui.views.sinks import bars_with_theory
-from ui.views.training import stop_note
+from ui.views.training_runs import stop_note
 
 __all__ = [
     "ROLE_NAMES",
@@ -164,8 +159,8 @@ def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, view: s
                height: int = 460) -> go.Figure:
     """One head's causal attention map (T, T) on a sequence; rows of trigger positions end in '▸'."""
     labels = seq_labels(chars, roles)
-    fig = figures.heatmap(weights, title=title, x_labels=labels, y_labels=labels, zmin=0.0, zmax=1.0,
-                          height=height, x_title="key", y_title="query (▸ = trigger: its head must copy)")
+    fig = heatmap(weights, title=title, x_labels=labels, y_labels=labels, zmin=0.0, zmax=1.0,
+                  height=height, x_title="key", y_title="query (▸ = trigger: its head must copy)")
     # its own margins, room for the longest rotated key label ('255:␣ ▸') on top (measured in Chromium)
     fig.update_layout(margin={"l": 110, "r": 102, "t": 100, "b": 20},
                       meta={"view": view, "margins": "fixed"})
@@ -175,8 +170,8 @@ def map_figure(weights: np.ndarray, chars: str, roles: Sequence[int], *, view: s
 def maps_grid_figure(maps: Sequence[tuple[str, np.ndarray]], roles: Sequence[int] | None = None) -> go.Figure:
     """One small causal map (T, T) per variant (0 above the diagonal), sharing one colour scale; with
     ``roles`` (T,), a triangle left of each map marks the trigger rows."""
-    fig = figures.heatmap_grid([w for _, w in maps], [name for name, _ in maps], cols=min(4, len(maps)),
-                               max_side=64, zmin=0.0, zmax=1.0, cell_height=230)
+    fig = heatmap_grid([w for _, w in maps], [name for name, _ in maps], cols=min(4, len(maps)),
+                       max_side=64, zmin=0.0, zmax=1.0, cell_height=230)
     trig = [] if roles is None else [i for i, r in enumerate(roles) if r == COPY]
     if trig and all(np.asarray(w).shape[0] <= 64 for _, w in maps):  # one row per cell: marks line up
         fig.add_traces([go.Scatter(x=[-1.5] * len(trig), y=trig, mode="markers", showlegend=False,
@@ -236,7 +231,7 @@ def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def verdict_lines(summary: dict[str, dict[str, Any]], window: int | None) -> dict[str, list[str]]:
-    """The verdicts (:func:`attncore.training.null_attention.verdicts`)."""
+    """The verdicts (:func:`attncore.training.null_verdicts.verdicts`)."""
     return verdicts(summary, window)
 
 

@@ -23,6 +23,7 @@ from attncore.gradients import (
 from attncore.overflow import OVERFLOW_DTYPES, OverflowRow, OverflowSweep
 from ui import figures
 from ui.figures import PALETTE, Band, Curve, Histogram, Marker, Panel
+from ui.maps import heatmap
 
 SCALED_C, UNSCALED_C, THEORY_C, EXACT_C = PALETTE[0], PALETTE[5], PALETTE[1], PALETTE[2]
 DTYPE_C = dict(zip(OVERFLOW_DTYPES, (PALETTE[5], PALETTE[3], PALETTE[0], PALETTE[2]), strict=True))
@@ -275,8 +276,8 @@ def jacobian_figure(jac: np.ndarray, scores: Sequence[float]) -> go.Figure:
     """One row's softmax Jacobian (n, n) as a diverging map labelled by the scores."""
     labels = [f"{s:g}" for s in scores]
     lim = max(float(np.abs(jac).max()), 1e-12)
-    fig = figures.heatmap(jac, diverging=True, value_name="∂p_i/∂s_j", x_labels=labels, y_labels=labels,
-                          zmin=-lim, zmax=lim, height=360, x_title="score s_j", y_title="weight p_i")
+    fig = heatmap(jac, diverging=True, value_name="∂p_i/∂s_j", x_labels=labels, y_labels=labels,
+                  zmin=-lim, zmax=lim, height=360, x_title="score s_j", y_title="weight p_i")
     return fig.update_traces(hovertemplate="weight %{y}<br>score %{x}<br>∂p_i/∂s_j %{z:.4g}<extra></extra>")
 
 

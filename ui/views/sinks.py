@@ -15,7 +15,8 @@ from numpy.typing import ArrayLike
 from attncore import theory as T
 from attncore.sinks import ZOO, SinkReport, SinkSpec, SweepResult, ZooEntry, ZooTheory, zoo_content_theory
 from ui import figures
-from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, downsample_stack, style
+from ui.figures import PALETTE, SEQUENTIAL, Curve, as_f32, style
+from ui.maps import downsample_stack, heatmap, heatmap_grid
 from ui.text import chart
 from ui.views import realtext as realtext_views
 
@@ -235,10 +236,10 @@ def sink_map_figure(weights: np.ndarray, spec: SinkSpec, log_color: bool = True)
     title = ("softmax weights" + ("" if spec.sink else " (no sink token)")
              + (" · log scale" if log_color else ""))
     z = np.log10(np.maximum(w, 10.0**LOG_FLOOR)) if log_color else w
-    fig = figures.heatmap(z, title=title, x_labels=keys_labels(spec),
-                          y_labels=[f"t{i}" for i in range(1, spec.n + 1)], max_side=MAP_SIDE,
-                          zmin=LOG_FLOOR if log_color else 0.0, zmax=0.0 if log_color else 1.0, height=380,
-                          value_name="log10 weight" if log_color else "weight")
+    fig = heatmap(z, title=title, x_labels=keys_labels(spec),
+                  y_labels=[f"t{i}" for i in range(1, spec.n + 1)], max_side=MAP_SIDE,
+                  zmin=LOG_FLOOR if log_color else 0.0, zmax=0.0 if log_color else 1.0, height=380,
+                  value_name="log10 weight" if log_color else "weight")
     if log_color:
         ticks = np.arange(LOG_FLOOR, 1.0)
         fig.update_traces(colorbar={"tickvals": ticks.tolist(),
@@ -339,7 +340,7 @@ def zoo_maps_figure(zoo: dict[str, ZooEntry]) -> go.Figure:
     # two lines for the gated map: in one line its title ran into its neighbour's at 1280 px
     titles = [ZOO_LABELS[name] + ("<br>(weights; gate on output)" if name == "gated" else "") for name in ZOO]
     zmax = float(max(m.max() for m in maps)) or 1.0
-    fig = figures.heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
+    fig = heatmap_grid(maps, titles, cols=len(ZOO), max_side=96, zmin=0.0, zmax=zmax, cell_height=260)
     # Axis labels on every map: key index (key 0 is the sink when it is on) across, query down.
     fig.update_xaxes(showticklabels=True, title={"text": "key", "standoff": 2}, tickfont={"size": 9},
                      nticks=5)

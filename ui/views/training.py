@@ -1,22 +1,21 @@
-"""Training lab: figures, tables and the plain-words verdicts of the shipped experiments.
+"""Training lab: the figures and plain-words verdicts of the shipped experiments (their tables are
+:mod:`ui.views.training_tables`, a live run's record :mod:`ui.views.training_runs`).
 
 Everything here is a pure function of a result dict (the JSON written by
-``python -m attncore.training.experiments``) or of run records (:mod:`ui.jobs`): no
-streamlit calls. Every verdict sentence is computed from the numbers it quotes.
+``python -m attncore.training.experiments``): no streamlit calls. Every verdict sentence is computed
+from the numbers it quotes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.training.inspect import QKStatistics
-from attncore.training.train import best_val
 from attncore.training.verdicts import (
     GRAPHCORE_FINAL_TRAIN_LOSS,
     NOT_DISTINGUISHABLE,
@@ -24,7 +23,6 @@ from attncore.training.verdicts import (
     cell_stats,
     converged,
     lr_sweep_analysis,
-    runs_by,
     scale_text,
     scaling_analysis,
     seed_of,
@@ -33,30 +31,19 @@ from attncore.training.verdicts import (
 )
 from ui import figures
 from ui.figures import PALETTE, Curve, Panel
-from ui.jobs import Estimate
 from ui.views.sinks import labelled_heatmap
 
 __all__ = [
+    "STREAM_KEYS",
     "TAB_TITLES",
     "best_runs",
-    "calibration_text",
-    "cells_frame",
-    "cells_note",
     "entropy_page_sentence",
+    "finite_points",
     "init_variance_sentence",
-    "compare_figure",
-    "duration",
-    "live_figure",
     "lr_sweep_curves",
     "lr_sweep_figure",
     "lr_sweep_measured",
     "lr_sweep_verdict",
-    "outcome",
-    "provenance",
-    "record_name",
-    "runs_frame",
-    "runs_table",
-    "shown_corpus",
     "scaling_figure",
     "scaling_measured",
     "scaling_verdict",
@@ -67,9 +54,7 @@ __all__ = [
     "sinks_alpha_figure",
     "sinks_measured",
     "sinks_verdict",
-    "stop_note",
     "streaming_figure",
-    "table_frame",
 ]
 
 VARIANT_COLORS = {"standard": PALETTE[0], "fully_scaled": PALETTE[5], "fully_scaled_rows": PALETTE[1],
@@ -91,143 +76,12 @@ def shown(x: float) -> float:
 # ---------------------------------------------------------------------------- shared
 
 
-def provenance(d: dict[str, Any]) -> str:
-    """One sentence: the command, machine, sizes, corpus and time that made a result file."""
-    m = d.get("machine") or {}
-    c = (d.get("sizes") or {}).get("config") or {}
-    corpus = d.get("corpus") or {}
-    sha = f"SHA-256 {corpus['sha256'][:12]}…, " if corpus.get("sha256") else ""  # the file, wherever it is
-    names = {"n_layer": "{} layer{}", "n_head": "{} head{}", "d_model": "d_model {}", "context": "context {}",
-             "batch": "batch {}", "steps": "{} step{}", "lr": "lr {}"}
-    size = ", ".join(names[k].format(v, "" if v == 1 else "s") for k, v in c.items() if k in names)
-    threads = m.get("torch_threads")
-    where = f"{m.get('device', '?')} ({m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores"
-    where += f", {threads} torch thread{'s' if threads != 1 else ''})" if threads else ")"
-    wall = d.get("wall_s")
-    took = ""
-    if isinstance(wall, int | float):
-        took = f" in {wall:.0f} s" if wall < 90 else f" in {wall / 60:.1f} min"
-    runs = d.get("runs") or []
-    # the seeds the runs used (a file's "seeds" is the command's --seeds, which null_attention does not
-    # take: it runs its own number of seeds from the first); the recorded list only when no run says
-    seeds = sorted({r["config"]["seed"] for r in runs if isinstance(r.get("config"), dict)
-                    and isinstance(r["config"].get("seed"), int)}) or d.get("seeds") or ["?"]
-    kept = d.get("reused") or []
-    reuse = ""
-    if kept:
-        commits = sorted({str(k.get("from_commit", "?"))[:10] for k in kept})
-        check = d.get("reuse_check") or {}
-        reuse = (f" {len(kept)} of the {len(runs)} runs were kept from commit {', '.join(commits)} (same "
-                 f"config, same machine type, one thread): the run '{check.get('name', '?')}' was trained "
-                 f"again first and came out {'bit-identical' if check.get('identical') else 'different'}.")
-    return (f"Made by `{d.get('command', '?')}` on {where}{took}, torch {m.get('torch', '?')}, commit "
-            f"{str(d.get('git_commit', '?'))[:10]}, scale '{d.get('scale', '?')}', seeds "
-            f"{', '.join(str(x) for x in seeds)}. Models: {size or '?'}. Corpus: {corpus.get('name', '?')} "
-            f"({sha}{corpus.get('chars', 0):,} characters, {corpus.get('vocab', '?')} distinct).{reuse}")
-
-
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float | np.floating) and math.isnan(v))
-
-
-def table_frame(table: dict[str, Any]) -> pd.DataFrame:
-    """A result file's printed table as a DataFrame, one type per column (Arrow needs it): a numeric
-    column keeps a ``None`` cell as a missing number (the sd of a one-seed cell; a column of whole
-    numbers stays whole, as pandas' nullable Int64); any other column shows it as empty text."""
-    rows = table.get("rows") or []
-    df = pd.DataFrame(rows, columns=table.get("columns") or None)
-    for i, col in enumerate(df.columns):
-        if not df[col].isna().any():
-            continue
-        raw = [None if _missing(r[i]) else r[i] for r in rows]
-        present = [v for v in raw if v is not None]
-        if present and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in present):
-            df[col] = pd.array([None if v is None else int(v) for v in raw], dtype="Int64")
-        elif present and all(isinstance(v, int | float | np.number) and not isinstance(v, bool)
-                             for v in present):
-            df[col] = df[col].astype(np.float64)
-        else:
-            df[col] = df[col].astype(object).where(df[col].notna(), "")
-    return df
-
-
-CELL_KEYS = {"lr_sweep": ("variant", "lr"), "scaling": ("variant", "d_head"), "sinks": ("label",)}
-
-
-def _ms(runs: Sequence[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
-    st = stats_of(runs, key)
-    if st is None:
-        return None, None
-    return round(st.mean, 4), (round(st.sd, 4) if st.sd is not None else None)
-
-
-def cells_frame(d: dict[str, Any]) -> pd.DataFrame:
-    """One row per cell of an experiment (a setting, over its seeds): how many seeds, mean and sd of
-    the final training and validation losses and of the best validation loss, the median step of
-    that best point, and how many runs diverged; for sinks also the sink heads and the streaming
-    losses. Computed from the runs, as the verdicts are."""
-    keys = CELL_KEYS[d["experiment"]]
-    rows = []
-    for key, runs in runs_by(d["runs"], *keys).items():
-        done = converged(runs)
-        row: dict[str, Any] = dict(zip(keys, key, strict=True))
-        row["seeds"] = len(runs)
-        for name, field in (("final train", "final_train_loss"), ("final val", "final_val_loss"),
-                            ("best val", "best_val_loss")):
-            row[f"{name} (mean)"], row[f"{name} (sd)"] = _ms(runs, field)
-        steps = [best_val(r["steps"], r["val_loss"])[1] for r in done]
-        row["best val step (median)"] = float(np.median(steps)) if steps else None
-        if d["experiment"] == "sinks":
-            with_alpha = [r for r in done if r.get("sink_alpha") is not None]
-            row["sink heads (all seeds)"] = sum(sink_counts(r)[0] for r in with_alpha)
-            for skey, sname in STREAM_KEYS:
-                vals = [float(r["streaming"][skey]) for r in with_alpha]
-                row[f"{sname} (mean)"] = round(float(np.mean(vals)), 4) if vals else None
-        row["diverged"] = len(runs) - len(done)
-        rows.append(row)
-    return table_frame({"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]})
-
-
-def cells_shown(frame: pd.DataFrame) -> Any:
-    """The cells table as the page shows it: a one-seed setting's empty sd cells read "one seed" (issue 34:
-    they printed "None"); the numbers stay numbers (a pandas Styler over :func:`cells_frame`)."""
-    sd = [c for c in frame.columns if str(c).endswith("(sd)")]
-    one = frame["seeds"] == 1 if "seeds" in frame else pd.Series(False, index=frame.index)
-    return frame.style.format(na_rep="one seed", precision=4, subset=pd.IndexSlice[one, sd])
-
-
-def cells_note(frame: pd.DataFrame) -> str | None:
-    """What an empty sd cell of :func:`cells_frame` means, where there is one: a setting run with one seed."""
-    one = int((frame["seeds"] == 1).sum()) if "seeds" in frame else 0
-    if not one:
-        return None
-    many = sorted({int(n) for n in frame["seeds"] if n > 1})
-    head = (f"{one} of {len(frame)} settings ran one seed, so their sd cells say “one seed” (no spread from "
-            "one run)")
-    if not many:
-        return head + "; with one seed no comparison here has a spread."
-    return (f"{head}; the others ran {' or '.join(map(str, many))} seeds, and the verdicts compare only "
-            "those.")
-
-
-def runs_frame(d: dict[str, Any]) -> pd.DataFrame:
-    """Every run of an experiment: its cell, seed, final and best losses (the CSV download)."""
-    keys = CELL_KEYS[d["experiment"]]
-    rows = []
-    for r in d["runs"]:
-        best, at = best_val(r["steps"], r["val_loss"])
-        rows.append([*(r[k] for k in keys), seed_of(r), r.get("final_train_loss"), r.get("final_val_loss"),
-                     best, at, r.get("diverged_at"), r.get("reused_from", "")])
-    return table_frame({"columns": [*keys, "seed", "final train", "final val", "best val", "best val step",
-                                    "diverged at", "kept from commit"], "rows": rows})
-
-
 def _view(fig: go.Figure, name: str) -> go.Figure:
     fig.update_layout(meta={"view": name})
     return fig
 
 
-def _finite(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+def finite_points(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """The points whose y is a finite number (the files hold only those, this double-checks)."""
     x = np.asarray(xs, dtype=np.float64)
     y = np.asarray([np.nan if v is None else v for v in ys], dtype=np.float64)
@@ -672,131 +526,3 @@ def sinks_verdict(d: dict[str, Any]) -> list[str]:
                "of the streaming chart start at zero, so differences of a few hundredths that the table "
                "shows are hard to see in them.")
     return out
-
-
-# ---------------------------------------------------------------------------- live runs
-
-
-def duration(seconds: float) -> str:
-    """A time estimate in words: 'under 1 s', 'about 9 s', 'about 2.5 min'."""
-    if seconds < 1:
-        return "under 1 s"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
-
-
-def _secs(x: float) -> str:
-    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
-
-
-def calibration_text(est: Estimate) -> str:
-    """Where an estimate comes from: the times measured on this server, per attention path."""
-    parts = []
-    for c in est.calibrations:
-        path = "torch's fused attention" if c.key[7] else "attncore's materialised attention"
-        parts.append(f"{_secs(c.step_s)} per step, {_secs(c.eval_s)} per evaluation and {_secs(c.setup_s)} "
-                     f"to set up a run with {path}")
-    return ("measured on this server by timing a few real steps of this model size: " + "; ".join(parts)
-            + ". The machine's load changes it.")
-
-
-def outcome(rec: dict[str, Any]) -> str:
-    """One line per finished run (markdown; its label is made by the app, not typed): how it ended,
-    and the best validation point when it was not the last one; never a NaN."""
-    steps = len(rec["batch_loss"])
-    head = f"**{rec['label']}**: "
-    if rec.get("diverged_at") is not None:
-        tail = f"diverged at step {rec['diverged_at']}"
-        if rec.get("final_val_loss") is not None:
-            tail += f"; the last validation loss before that was {rec['final_val_loss']:.3f}"
-        return head + tail + "."
-    parts = []
-    if rec.get("final_train_loss") is not None:
-        parts.append(f"final training loss {rec['final_train_loss']:.3f}")
-    if rec.get("final_val_loss") is not None:
-        parts.append(f"validation {rec['final_val_loss']:.3f}")
-        best, at = best_val(rec.get("steps") or [], rec.get("val_loss") or [])
-        if best is not None and at != (rec.get("steps") or [None])[-1]:
-            parts.append(f"best validation {best:.3f} at step {at}")
-    stopped = " (stopped)" if rec.get("cancelled") else ""
-    return (head + ", ".join(parts or ["no step finished"]) + f" after {steps} steps{stopped}, "
-            f"{rec['tokens_per_s']:,.0f} tokens/s on {rec['device']}.")
-
-
-def record_name(rec: dict[str, Any]) -> str:
-    """A unique, readable name for a kept run."""
-    c = rec["config"]
-    when = str(rec.get("created_utc", ""))[11:16]
-    return (f"{rec['label']} · {c['n_layer']}×{c['d_model']} · {len(rec['batch_loss'])} steps · {when} UTC · "
-            f"{rec['id'][-8:]}")
-
-
-def stop_note(rec: dict[str, Any]) -> str:
-    """' (diverged at step k)' or ' (stopped at step k)' behind a run's name in a legend; '' for a run that
-    finished."""
-    if rec.get("diverged_at") is not None:
-        return f" (diverged at step {rec['diverged_at']})"
-    if rec.get("cancelled"):
-        return f" (stopped at step {len(rec.get('batch_loss') or [])})"
-    return ""
-
-
-def live_figure(batch_loss: Sequence[float], eval_steps: Sequence[int], eval_loss: Sequence[float], *,
-                title: str, total: int | None = None) -> go.Figure:
-    """The running job: every step's batch loss and the validation points so far."""
-    x, y = _finite(np.arange(1, len(batch_loss) + 1), batch_loss)
-    curves = [Curve("training batch loss", x, y, color=PALETTE[0],
-                    extra={"mode": "lines", "line": {"color": PALETTE[0], "width": 1.5}})]
-    ex, ey = _finite(eval_steps, eval_loss)
-    curves.append(Curve("validation loss", ex, ey, color=PALETTE[1]))
-    fig = figures.line_chart(curves, title=title, x_title="step", y_title="loss (nats/char)", height=340)
-    if total:
-        fig.update_xaxes(range=[0, total])
-    figures.legend_below(fig)
-    return _view(fig, "tr-live")
-
-
-def compare_figure(records: Sequence[dict[str, Any]], *, view: str = "tr-compare",
-                   title: str = "validation loss of the chosen runs") -> go.Figure:
-    """Validation loss against step, one line per kept run; a diverged run's line stops where it did."""
-    curves = []
-    for i, rec in enumerate(records):
-        x, y = _finite(rec["steps"], rec["val_loss"])
-        name = record_name(rec) if view == "tr-compare" else rec["label"]
-        curves.append(Curve(name + stop_note(rec), x, y, color=PALETTE[i % len(PALETTE)]))
-    fig = figures.line_chart(curves, title=title, x_title="step", y_title="validation loss (nats/char)",
-                             height=380)
-    figures.legend_below(fig)
-    return _view(fig, view)
-
-
-OTHER_UPLOAD = "another session's upload"
-UNMARKED = "not shown (kept before uploads were marked)"
-
-
-def shown_corpus(rec: dict[str, Any], own_jobs: Collection[str] | None) -> str:
-    """The corpus name a session may see for a kept run: its own runs' and the server's corpora (built in,
-    a corpus folder) by name; another session's upload, or a run kept before uploads were marked, not
-    (an upload's name is its owner's: issue 32). ``own_jobs`` None: every name (a script, no session)."""
-    name = str(rec.get("corpus", ""))
-    if own_jobs is None or rec.get("job") in own_jobs or rec.get("corpus_kind") == "server":
-        return name
-    return OTHER_UPLOAD if rec.get("corpus_kind") == "upload" else UNMARKED
-
-
-def runs_table(records: Sequence[dict[str, Any]], own_jobs: Collection[str] | None = None) -> pd.DataFrame:
-    """One row per kept run: what it was and how it ended (the corpus as :func:`shown_corpus` says)."""
-    rows = []
-    for rec in records:
-        c = rec["config"]
-        rows.append({
-            "run": record_name(rec), "variant": c["variant"], "lr": c["lr"], "layers": c["n_layer"],
-            "heads": c["n_head"], "d_model": c["d_model"], "context": c["context"], "batch": c["batch"],
-            "steps run": len(rec["batch_loss"]), "steps asked": c["steps"],
-            "final train loss": rec.get("final_train_loss"), "final val loss": rec.get("final_val_loss"),
-            "best val loss": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[0],
-            "best val step": best_val(rec.get("steps") or [], rec.get("val_loss") or [])[1],
-            "diverged at": "" if rec.get("diverged_at") is None else rec["diverged_at"],
-            "stopped": bool(rec.get("cancelled")), "tokens/s": round(float(rec.get("tokens_per_s", 0.0))),
-            "device": rec.get("device", ""), "corpus": shown_corpus(rec, own_jobs),
-        })
-    return pd.DataFrame(rows)
