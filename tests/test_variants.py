@@ -278,7 +278,7 @@ def test_variant_facts() -> None:
 
 
 def test_job_estimates_count_each_gate_by_its_width() -> None:
-    from ui.jobs import calibration_key, flops_per_token
+    from ui.job_cost import calibration_key, flops_per_token
 
     base = TrainConfig(n_layer=2, n_head=4, d_model=32)
     f = {v: flops_per_token(base.replace(variant=v)) for v in ("standard", "gated", "gated_headwise",

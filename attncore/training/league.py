@@ -39,14 +39,8 @@ import torch
 from torch import Tensor
 
 from attncore.errors import AttnInputError
-from attncore.training.bbm import (
-    SINK_THRESHOLD,
-    BBMResult,
-    BigramBackcopy,
-    bbm_label,
-    eval_sequences,
-    train_bbm,
-)
+from attncore.training.bbm import SINK_THRESHOLD, BigramBackcopy, bbm_label, eval_sequences
+from attncore.training.bbm_train import BBMResult, train_bbm
 from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer
 from attncore.training.record import default_corpus
