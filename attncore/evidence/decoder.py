@@ -4,7 +4,8 @@ The notes' attention-sink story (sinks are learned and land on meaningless token
 shrinks), the SDPA page's sliding-window trade-off (a window misses what lies outside it unless combined
 with global tokens: StreamingLLM's test) and its grouped-query claim on the model's own shapes. Each row
 states the model, its quantisation, the text and the length. The measurements come from
-:mod:`attncore.decoder` on the shipped public-domain text; the model is loaded by
+:mod:`attncore.decoder` on the shipped public-domain text (the sinks row also on the two texts written for the
+app, :data:`attncore.decoder.text.SINK_TEXTS`); the model is loaded by
 ``attncore.models.load_model("smollm2")`` (a row says "not testable here" without it).
 """
 
@@ -235,7 +236,7 @@ def _sinks_text(m: Measurement) -> str:
     names = _per_text(m, "text_names")
     per = "; ".join(
         f"{name}: strongest after the first {t!r} at {int(p)} (mean score {fmt(float(sc), 3)}; "
-        f"{fmt(float(r), 3)} with the first token taken out, {fmt(float(le), 2)}× the next key, {nt!r})"
+        f"{fmt(float(r), 3)} with the first token taken out, {fmt(float(le), 3)}× the next key, {nt!r})"
         for name, t, p, sc, r, le, nt in zip(names, *(_per_text(m, k) for k in (
             "top_text", "top_pos", "top_score", "top_rest", "top_lead", "next_text")), strict=True))
     ratios = ", ".join(f"{KIND_LABELS[k]} {_span([float(x) for x in _per_text(m, f'{k}_ratio')])}"
@@ -300,9 +301,10 @@ def measure_gqa(setting: Setting) -> Measurement:
 def _gqa_judge(m: Measurement) -> Judgement:
     d, rep = m.num("diff"), m.num("diff_repeat")
     if d <= GQA_TOL and rep <= GQA_TOL:
+        same = "is identical to" if rep == 0.0 else f"equals within {fmt(rep, 2)}"
         return Judgement(HOLDS, f"the model's own attention output equals SDPA over its shared K/V heads "
-                                f"within {fmt(d, 2)} (float32), and SDPA's grouped path equals K/V repeated "
-                                f"per head within {fmt(rep, 2)}.")
+                                f"within {fmt(d, 2)} (float32), and SDPA's grouped path {same} K/V repeated "
+                                f"per head.")
     if d > GQA_TOL:
         return Judgement(FAILS, f"the model's attention output differs from SDPA over shared K/V heads by "
                                 f"{fmt(d, 2)}, above {GQA_TOL:g}.")
