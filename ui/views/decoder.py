@@ -109,6 +109,7 @@ def kind_figure(s: DecoderSinks) -> go.Figure:
                            theory=[s.kind_uniform[k] for k in kinds],
                            y_title="mean score, first token out", height=280)
     fig.data[1].name = "uniform attention"
+    fig.update_xaxes(tickangle=0)  # four short labels: Plotly would turn them upright in a narrow first draw
     return _tag(fig, "dec_kinds")
 
 
