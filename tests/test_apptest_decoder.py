@@ -10,12 +10,13 @@ import torch
 from attncore.decoder.entropy import entropy_profile
 from attncore.decoder.induction import induction
 from attncore.decoder.probe import decoder_pass
-from attncore.decoder.sinks import decoder_sinks
+from attncore.decoder.sinks import KINDS, decoder_sinks
 from attncore.decoder.streaming import default_settings, stream_losses
 from attncore.decoder.text import shipped_text
 from attncore.models import LoadedModel, load_model
 from tests.chart_data import decode, figure, no_errors, run_app
-from ui.views.decoder import auto_block, loss_curve
+from ui.text import plain
+from ui.views.decoder import auto_block, kind_sentence, loss_curve
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 SINKS = "pages/4_Attention_sinks.py"
@@ -52,6 +53,11 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     np.testing.assert_allclose(_y(figure(at, "dec_value"), 0), s.value_ratio[:, 0].numpy(), rtol=1e-4)
     captions = " ".join(c.value for c in at.caption)
     assert f"At 40 tokens: {s.sink_heads} of 270 heads" in captions and "more than ε = 0.5" in captions
+    # what else draws weight: the kinds with the first token taken out, their sentence from the same numbers
+    kinds = [k for k in KINDS if k in s.kind_score]
+    np.testing.assert_allclose(_y(figure(at, "dec_kinds"), 0), [s.kind_score[k] for k in kinds], rtol=1e-4)
+    np.testing.assert_allclose(_y(figure(at, "dec_kinds"), 1), [s.kind_uniform[k] for k in kinds], rtol=1e-6)
+    assert plain(kind_sentence(s)) in captions
     # the StreamingLLM panel waits for its button, then draws every setting
     assert any("7 of 7 settings still to run" in i.value for i in at.info)
     at.button(key="dec_stream_btn").click().run(timeout=900)

@@ -20,7 +20,7 @@ from attncore.decoder.probe import (
     decoder_shape,
     layer_qkv,
 )
-from attncore.decoder.sinks import decoder_sinks, sink_variants, token_kind, value_drain
+from attncore.decoder.sinks import FUNCTION_WORDS, decoder_sinks, sink_variants, token_kind, value_drain
 from attncore.decoder.streaming import (
     Cancelled,
     StreamSetting,
@@ -31,7 +31,7 @@ from attncore.decoder.streaming import (
 )
 from attncore.decoder.text import shipped_text, text_windows
 from attncore.errors import AttnInputError, ResourceLimitError
-from attncore.sinks import sink_scores, uniform_sink_scores
+from attncore.sinks import sink_scores
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -264,10 +264,22 @@ def test_mean_se_blocks() -> None:
 # ---------------------------------------------------------------------------- sinks
 
 
+def _rest_scores(attn: torch.Tensor) -> torch.Tensor:
+    """(N, H, L, L) causal maps -> (N, H, L) mean weight on key k >= 1 over queries i >= k, each row's keys
+    1..i re-summed to 1 first (a loop over queries, written out); key 0 NaN."""
+    N, H, L, _ = attn.shape
+    out = torch.full((N, H, L), math.nan, dtype=torch.float64)
+    a = attn.double()
+    for k in range(1, L):
+        rows = [a[..., i, k] / a[..., i, 1:i + 1].sum(-1) for i in range(k, L)]
+        out[..., k] = torch.stack(rows).mean(0)
+    return out
+
+
 def test_decoder_sinks_from_scratch(model: torch.nn.Module) -> None:
     L = 26
     ids = _ids(L, 2)
-    texts = ["\n" if i % 6 == 0 else "," if i % 6 == 3 else f"w{i}" for i in range(L)]
+    texts = ["\n" if i % 6 == 0 else "," if i % 6 == 3 else " the" if i % 6 == 4 else f"w{i}" for i in range(L)]
     s = decoder_sinks(model, ids, texts, eps=0.05, top=3)
     attn = torch.stack([a[0] for a in _hf(model, ids).attentions]).float()
     allowed = torch.ones(L, L, dtype=torch.bool).tril()
@@ -276,17 +288,43 @@ def test_decoder_sinks_from_scratch(model: torch.nn.Module) -> None:
     torch.testing.assert_close(s.share, (first > 0.05).float().mean(-1))
     assert s.sink_heads == int((first > 0.05).sum())
     alpha = sink_scores(attn, allowed).mean((0, 1))
-    nl = [i for i in range(1, L) if i % 6 == 0]
-    assert s.kind_score["newline"] == pytest.approx(float(alpha[nl].mean()), rel=1e-5)
-    uni = uniform_sink_scores(L, True)
-    assert s.kind_uniform["punctuation"] == pytest.approx(float(uni[[i for i in range(1, L) if i % 6 == 3]].mean()))
-    last = L - L // 8  # keys seen by fewer than L/8 queries are not ranked
-    assert s.attractors[0].position == int(alpha[1:last].argmax()) + 1
+    rest = _rest_scores(attn).mean((0, 1))  # (L,)
+    last = L - L // 8  # keys seen by fewer than L/8 queries are neither ranked nor in the kind means
+    for kind, every in (("newline", 0), ("punctuation", 3), ("function", 4)):
+        sel = [i for i in range(1, last) if i % 6 == every]
+        assert s.kind_score[kind] == pytest.approx(float(rest[sel].mean()), rel=1e-5)
+        # uniform attention over keys 1..i: query i gives each 1/i
+        want = sum(sum(1 / i for i in range(k, L)) / (L - k) for k in sel) / len(sel)
+        assert s.kind_uniform[kind] == pytest.approx(want, rel=1e-12)
+    words = [i for i in range(1, last) if i % 6 in (1, 2, 5)]
+    assert s.kind_score["word"] == pytest.approx(float(rest[words].mean()), rel=1e-5)
+    assert s.attractors[0].position == int(rest[1:last].argmax()) + 1
+    assert [a.position for a in s.attractors] == (rest[1:last].argsort(descending=True)[:8] + 1).tolist()
+    top = s.attractors[0]
+    assert top.score == pytest.approx(float(alpha[top.position]), rel=1e-5)
+    assert top.rest_score == pytest.approx(float(rest[top.position]), rel=1e-5)
+    assert s.lead == pytest.approx(float(rest[top.position] / rest[s.attractors[1].position]), rel=1e-5)
     assert all(a.position < last for a in s.attractors)
     assert s.top_dims.shape == (decoder_shape(model).layers + 1, 3)
     got = s.top_values.abs()
     p = decoder_pass(model, ids, weights=False)
     torch.testing.assert_close(got[:, 0], p.first_residual.abs().max(-1).values)
+
+
+def test_rest_scores_under_a_window_mask(model: torch.nn.Module) -> None:
+    """alpha_rest under a sliding window + the first token: each row re-summed over the keys it sees besides
+    key 0, averaged over the queries that see key k (transformers' maps under the same 4-D mask)."""
+    L, W = 20, 5
+    ids = _ids(L, 3)
+    allowed = band_allowed(L, W, sinks=1)
+    p = decoder_pass(model, ids, allowed=allowed)
+    attn = torch.stack([a[0] for a in _hf(model, ids, attention_mask=additive_mask(allowed)).attentions]).double()
+    want = torch.zeros_like(p.alpha_rest, dtype=torch.float64)
+    for k in range(1, L):
+        qs = [i for i in range(L) if allowed[i, k]]
+        want[..., k] = torch.stack([attn[..., i, k] / attn[..., i, 1:].sum(-1) for i in qs]).mean(0)
+    assert torch.isnan(p.alpha_rest[..., 0]).all()
+    torch.testing.assert_close(p.alpha_rest[..., 1:].double(), want[..., 1:], rtol=1e-5, atol=1e-6)
 
 
 def test_value_drain_closed_form() -> None:
@@ -295,8 +333,10 @@ def test_value_drain_closed_form() -> None:
 
 
 def test_token_kinds() -> None:
-    assert [token_kind(t) for t in ("\n", " \n\n", ",", " .", "Ġ", " the", "3")] == [
-        "newline", "newline", "punctuation", "punctuation", "word", "word", "word"]
+    assert [token_kind(t) for t in ("\n", " \n\n", ",", " .", "Ġ", " the", "The", " OF", "3", " theme", " there")] == [
+        "newline", "newline", "punctuation", "punctuation", "word", "function", "function", "function", "word",
+        "word", "function"]
+    assert "the" in FUNCTION_WORDS and "citizen" not in FUNCTION_WORDS
 
 
 def test_sink_variants(model: torch.nn.Module) -> None:

@@ -36,7 +36,7 @@ def ids() -> torch.Tensor:
 
 
 def _texts(L: int) -> list[str]:
-    return ["\n" if i % 7 == 0 else "." if i % 7 == 3 else f"w{i}" for i in range(L)]
+    return ["\n" if i % 7 == 0 else "." if i % 7 == 3 else " the" if i % 7 == 5 else f"w{i}" for i in range(L)]
 
 
 def _ys(fig) -> list[np.ndarray]:  # noqa: ANN001
@@ -52,9 +52,10 @@ def test_sink_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     share = view.share_figure([("64 tokens", s.share.numpy()), ("96 tokens", s.share.numpy() / 2)])
     np.testing.assert_allclose(_ys(share)[1], s.share.numpy() / 2)
     kinds = view.kind_figure(s)
-    np.testing.assert_allclose(_ys(kinds)[0], [s.kind_score[k] for k in ("newline", "punctuation", "word")], rtol=1e-6)
-    np.testing.assert_allclose(_ys(kinds)[1], [s.kind_uniform[k] for k in ("newline", "punctuation", "word")],
-                               rtol=1e-6)
+    order = ("newline", "punctuation", "function", "word")
+    assert list(kinds.data[0].x) == ["line breaks", "punctuation", "function words", "other words"]
+    np.testing.assert_allclose(_ys(kinds)[0], [s.kind_score[k] for k in order], rtol=1e-6)
+    np.testing.assert_allclose(_ys(kinds)[1], [s.kind_uniform[k] for k in order], rtol=1e-6)
     val = view.value_figure(s)
     np.testing.assert_allclose(_ys(val)[1], s.value_ratio[:, 1].numpy(), rtol=1e-6)
     mas = view.massive_figure(s)
@@ -63,8 +64,26 @@ def test_sink_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     assert len(frame) == s.top_dims.numel() and frame["dim"].iloc[0] == int(s.top_dims[0, 0])
     att = view.attractor_frame(s)
     assert att["position"].tolist() == [a.position for a in s.attractors]
+    np.testing.assert_allclose(att["first token out"], [a.rest_score for a in s.attractors])
     text = view.sink_sentence(s, "At 96 tokens")
     assert f"{s.sink_heads} of {s.heads} heads" in text and f"{float(s.first_score.mean()):.3f}" in text
+
+
+def test_kind_sentence_from_the_numbers(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    s = decoder_sinks(model, ids, _texts(96))
+    text = view.kind_sentence(s)
+    for kind, label in (("newline", "line breaks"), ("punctuation", "punctuation"), ("function", "function words"),
+                        ("word", "other words")):
+        assert f"{label} {s.kind_score[kind] / s.kind_uniform[kind]:.2f}×" in text
+    assert "keys 84..95 left out" in text  # 96 - 96 // 8: the last 12 keys are not compared
+    top, nxt = s.attractors[0], s.attractors[1]
+    assert f"{top.text!r} at position {top.position}" in text and f"mean score {top.score:.3f}" in text
+    assert f"{top.rest_score:.3f} with the first token taken out" in text
+    assert f"{top.rest_score / nxt.rest_score:.2f}× the next key, {nxt.text!r} at {nxt.position}" in text
+    # another text: the sentence follows its numbers (a ' the' everywhere but the first: all function words)
+    s2 = decoder_sinks(model, ids, ["\n"] + [" the"] * 95)
+    t2 = view.kind_sentence(s2)
+    assert "function words" in t2 and "other words" not in t2 and "a function word" in t2
 
 
 def test_sink_sentence_counterfactual(model: torch.nn.Module, ids: torch.Tensor) -> None:

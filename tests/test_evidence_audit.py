@@ -459,6 +459,34 @@ def audit_llm_sinks(m: Measurement) -> None:
     close(float(first.mean()), m.num("mean_first"), rel=1e-4)
     L = int(m.num("L"))
     close(m.num("uniform_first"), sum(1.0 / k for k in range(1, L + 1)) / L)
+    # what else draws weight: each text's first 256 tokens, transformers' maps, the first token taken out
+    from attncore.decoder.sinks import FUNCTION_WORDS
+    from attncore.decoder.text import sink_text
+    from attncore.evidence import decoder as dec
+
+    _, tok = dec.LOADER[0]()
+    for i in range(len(m["text_names"])):  # type: ignore[arg-type]
+        t_ids = tok(sink_text(i), return_tensors="pt")["input_ids"][:, :256]
+        T = int(t_ids.shape[1])
+        att = torch.stack([a[0] for a in _maps(model, t_ids).attentions]).double()  # (N, H, T, T)
+        seen = torch.arange(T, 0, -1, dtype=torch.float64)  # key k is seen by queries k..T-1
+        raw = (att.sum(-2) / seen).mean((0, 1))  # (T,)
+        w = att[..., 1:, 1:]  # queries 1.. (query 0 sees only the first token), keys 1..
+        rest = ((w / w.sum(-1, keepdim=True)).sum(-2) / seen[1:]).mean((0, 1))  # (T - 1,): keys 1..T-1
+        last = T - T // 8
+        order = rest[: last - 1].argsort(descending=True) + 1  # key positions, strongest first
+        top, nxt = int(order[0]), int(order[1])
+        assert (m["top_pos"][i], m["top_text"][i]) == (top, tok.decode([int(t_ids[0, top])]))  # type: ignore[index]
+        close(m["top_score"][i], float(raw[top]), rel=1e-4)  # type: ignore[index, arg-type]
+        close(m["top_rest"][i], float(rest[top - 1]), rel=1e-4)  # type: ignore[index, arg-type]
+        close(m["top_lead"][i], float(rest[top - 1] / rest[nxt - 1]), rel=1e-4)  # type: ignore[index, arg-type]
+        # other words: a letter or digit, no line break, not a function word
+        shown = [tok.decode([int(t)]) for t in t_ids[0]]
+        words = [k for k in range(1, last) if any(c.isalnum() for c in shown[k]) and "\n" not in shown[k]
+                 and shown[k].strip().lower() not in FUNCTION_WORDS]
+        uni = torch.tensor([sum(1.0 / q for q in range(k, T)) / (T - k) for k in words], dtype=torch.float64)
+        close(m["word_ratio"][i], float(rest[[k - 1 for k in words]].mean() / uni.mean()),  # type: ignore[index, arg-type]
+              rel=1e-3)
 
 
 def audit_llm_drain(m: Measurement) -> None:
@@ -536,10 +564,11 @@ def test_shipped_window_row_recomputed_from_the_raw_file(ours: dict[str, Measure
 def audit_llm_gqa(m: Measurement) -> None:
     if m.missing:
         pytest.skip(m.missing)
-    model, _ = _smollm2(1)
+    model, ids = _smollm2(int(m.num("L")))
     cfg = model.config
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     assert (int(m.num("heads")), int(m.num("kv_heads")), int(m.num("head_dim"))) == (H, Hkv, cfg.hidden_size // H)
+    # SDPA's grouped path against K/V repeated per head, on random float64 tensors
     g = torch.Generator().manual_seed(SEED)
     L, E = int(m.num("L")), cfg.hidden_size // H
     q, k, v = (torch.randn(1, n, L, E, generator=g, dtype=torch.float64) for n in (H, Hkv, Hkv))
@@ -548,7 +577,36 @@ def audit_llm_gqa(m: Measurement) -> None:
     s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
     want = torch.softmax(s, -1) @ vv
     got = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    assert float((got - want).abs().max()) < 1e-12 and m.num("diff") <= 2e-5
+    assert float((got - want).abs().max()) < 1e-12 and m.num("diff_repeat") <= 2e-5
+    # the model's own attention output of layer 0 (the input of o_proj) against a float64 grouped softmax built
+    # from the layer's weights: query head h reads K/V head h // (H / Hkv), rotary positions, causal
+    blk = model.model.layers[0]
+    sa, kept = blk.self_attn, {}
+    hook = sa.o_proj.register_forward_pre_hook(lambda _m, a: kept.update(out=a[0][0].double()))
+    try:
+        with torch.no_grad():
+            h0 = model(input_ids=ids, output_hidden_states=True).hidden_states[0]
+    finally:
+        hook.remove()
+    with torch.no_grad():
+        x = blk.input_layernorm(h0)[0].double()  # (L, D)
+        qq = (x @ sa.q_proj.weight.double().T).view(L, H, E).transpose(0, 1)  # (H, L, E)
+        kq = (x @ sa.k_proj.weight.double().T).view(L, Hkv, E).transpose(0, 1)  # (Hkv, L, E)
+        vq = (x @ sa.v_proj.weight.double().T).view(L, Hkv, E).transpose(0, 1)  # (Hkv, L, E)
+    theta = float(cfg.rope_parameters["rope_theta"])
+    inv = 1.0 / theta ** (torch.arange(0, E, 2, dtype=torch.float64) / E)  # (E/2,)
+    ang = torch.arange(L, dtype=torch.float64)[:, None] * inv[None]  # (L, E/2)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)  # (L, E)
+
+    def rot(t: torch.Tensor) -> torch.Tensor:
+        return t * cos + torch.cat([-t[..., E // 2:], t[..., : E // 2]], -1) * sin
+
+    head_kv = torch.arange(H) // (H // Hkv)
+    sc = rot(qq) @ rot(kq)[head_kv].transpose(-1, -2) / math.sqrt(E)  # (H, L, L)
+    sc = sc.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    ref = (torch.softmax(sc, -1) @ vq[head_kv]).transpose(0, 1).reshape(L, H * E)  # (L, H E)
+    assert float((kept["out"] - ref).abs().max()) <= 2e-5 and m.num("diff") <= 2e-5
+
 
 AUDITS: dict[str, Callable[[Measurement], None]] = {
     "entropy_grows": audit_entropy,

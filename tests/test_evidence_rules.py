@@ -51,6 +51,12 @@ def se_off(name: str, k: float) -> Callable[[Measurement], dict[str, Any]]:
     return lambda m: {name: m.num(name) + k * m.err(name)}
 
 
+def per_text(m: Measurement, **values: object) -> dict[str, tuple[object, ...]]:
+    """The same value for every text of a row measured once per text (SmolLM2's sinks row)."""
+    n = len(m["text_names"])  # type: ignore[arg-type]
+    return {k: (v,) * n for k, v in values.items()}
+
+
 def chosen(m: Measurement, backend: str) -> tuple[SizeResult, ...]:
     """The probes as if torch's dispatch had picked ``backend`` at every T."""
     return tuple(replace(s, default_backend=backend) for s in m["sizes"])
@@ -175,9 +181,15 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "dropout_training_only": [({}, CAVEAT), ({"vs_plain": 0.0}, HOLDS)],
     # SmolLM2 (attncore.evidence.decoder)
     "llm_sinks": [({"sink_heads": 0}, FAILS),
-                  ({"sink_heads": 20, "shifted_sink_heads": 20, "newline_score": 1.0, "newline_uniform": 0.1,
-                    "word_score": 0.1, "word_uniform": 0.1}, HOLDS),
-                  ({"sink_heads": 20, "shifted_sink_heads": 2}, CAVEAT)],
+                  (lambda m: {"sink_heads": 20, "shifted_sink_heads": 20, **per_text(m, top_kind="function",
+                              punctuation_ratio=2.0, newline_ratio=math.nan, word_ratio=1.0)}, HOLDS),
+                  (lambda m: {"sink_heads": 20, "shifted_sink_heads": 2, **per_text(m, top_kind="function",
+                              punctuation_ratio=2.0, newline_ratio=math.nan, word_ratio=1.0)}, CAVEAT),
+                  # a content word draws most after the first token on every text
+                  (lambda m: {"sink_heads": 20, "shifted_sink_heads": 20, **per_text(m, top_kind="word")}, CAVEAT),
+                  # punctuation and line breaks below other words on every text
+                  (lambda m: {"sink_heads": 20, "shifted_sink_heads": 20, **per_text(m, top_kind="function",
+                              punctuation_ratio=0.9, newline_ratio=0.9, word_ratio=1.1)}, CAVEAT)],
     "llm_value_drain": [({"sink_heads": 0}, UNTESTABLE),
                         ({"sink_heads": 5, "drain_sink": 0.1, "drain_rest": 1.0}, HOLDS),
                         ({"sink_heads": 5, "drain_sink": 0.8, "drain_rest": 1.0}, CAVEAT),
@@ -189,7 +201,9 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "llm_window_2048": [({"d_window": 0.0}, FAILS),
                         (lambda m: {"d_window": 1.0, "d_keep4": 0.0, "ppl_window": 3 * m.num("ppl_dense")}, HOLDS),
                         (lambda m: {"d_window": 1.0, "d_keep4": 0.9, "ppl_window": 3 * m.num("ppl_dense")}, CAVEAT)],
-    "llm_gqa_same": [({"diff": 0.0}, HOLDS), ({"diff": 1.0}, FAILS)],
+    # judged against the model's own attention output (diff) and K/V repeated per head (diff_repeat)
+    "llm_gqa_same": [({"diff": 0.0, "diff_repeat": 0.0}, HOLDS), ({"diff": 1.0}, FAILS),
+                     ({"diff_repeat": 1.0}, FAILS)],
     "gqa_same": [(lambda m: {"diff": 0.0, "backend_mha": m["backend_gqa"]}, HOLDS),
                  (lambda m: {"diff": 0.0, "backend_mha": "not-" + str(m["backend_gqa"])}, CAVEAT),
                  ({"diff": 1.0}, FAILS)],

@@ -179,3 +179,25 @@ def test_conversion_progress_follows_the_dequantised_tensors() -> None:
     assert gguf_utils.tqdm is original
     assert [f for f, _ in seen] == pytest.approx([0.5 + 0.35 * i / 20 for i in (0, 8, 16)])
     assert seen[1][1] == "dequantising the 4-bit weights: tensor 9 of 20"
+
+
+def test_the_secondary_sink_is_the_texts_first_the(smollm2: LoadedModel) -> None:
+    """Issue 44: on the first 256 tokens of the shipped text, with the first token taken out of the weights,
+    the strongest key after the first is the text's first ' the' (position 71), far ahead of the next key;
+    its scores equal transformers' own maps (one eager pass with output_attentions)."""
+    from attncore.decoder.sinks import decoder_sinks
+    from attncore.decoder.text import shipped_text
+
+    lm = smollm2
+    ids = lm.tokenizer(shipped_text(), return_tensors="pt")["input_ids"][:, :256]
+    texts = [lm.tokenizer.decode([int(i)]) for i in ids[0]]
+    s = decoder_sinks(lm.model, ids, texts)
+    top = s.attractors[0]
+    assert (top.position, top.text, top.kind) == (71, " the", "function")
+    with torch.no_grad():
+        att = torch.stack([a[0] for a in lm.model(input_ids=ids, output_attentions=True).attentions]).double()
+    col = att[..., 71:, 71]  # (N, H, L - 71): the queries that see key 71
+    assert top.score == pytest.approx(float(col.mean()), rel=1e-4)
+    rest = col / att[..., 71:, 1:].sum(-1)  # each row re-summed over keys 1..i
+    assert top.rest_score == pytest.approx(float(rest.mean()), rel=1e-4)
+    assert top.score > 0.1 and s.lead > 4  # 0.120 and 6.8x at this commit (8x before taking the first out)

@@ -210,9 +210,11 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
                             "two passes with every head's weights")
     shares = [(f"{s64.length} tokens", s64.share.numpy()), (f"{sL.length} tokens", sL.share.numpy())]
     st.plotly_chart(view.share_figure(shares), key="chart_dec_sink_share")
-    st.markdown("**Which tokens draw weight besides the first?** Mean score of each kind of token against "
-                "what uniform attention gives it (dashes).")
+    st.markdown("**Which tokens draw weight besides the first?** The first token taken out of every query's "
+                "weights (the rest re-summed to 1): mean score of each kind of token against what uniform "
+                "attention over the same keys gives it (dashes).")
     st.plotly_chart(view.kind_figure(sL), key="chart_dec_kinds")
+    st.caption(plain(view.kind_sentence(sL)))
     widgets.table(view.attractor_frame(sL))
     st.markdown("**Value-state drain**: the first token's value vector against the others'." if sL.sink_heads
                 else "**Value norms** (no sink head at this length, so no drain to speak of).")

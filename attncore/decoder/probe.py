@@ -185,6 +185,10 @@ class DecoderPass:
         nll: (L - 1,) negative log-likelihood of token i + 1 given tokens 0..i (nats).
         alpha: (N, H, L) mean weight key k receives from the queries that see it (Gu et al.'s score;
             column 0 is the first-token score), None without weights.
+        alpha_rest: (N, H, L) the same with the first token taken out: each query's weights on keys
+            1..i re-summed to 1 (``w_ik / sum_{j>0} w_ij``), then averaged over the queries that see key k;
+            column 0 is NaN. A row with no weight left off key 0 (float underflow) adds 0. None without
+            weights.
         entropy: (N, H, L) entropy of query i's weights (nats).
         entropy_rest: (N, H, L) the same without key 0, renormalised; NaN for query 0 (no other key).
         first_weight: (N, H, L) weight query i puts on key 0.
@@ -213,6 +217,7 @@ class DecoderPass:
     rest_residual_mean: Tensor
     maps: dict[tuple[int, int], Tensor]
     allowed: Tensor
+    alpha_rest: Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -284,7 +289,7 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
     causal = not bool(allowed.triu(diagonal=1).any())  # no key after its query: row blocks read less
     N = shape.layers
     keep: dict[str, list[Tensor | None]] = {k: [None] * N for k in (
-        "alpha", "entropy", "entropy_rest", "first", "local", "stripe", "value")}
+        "alpha", "alpha_rest", "entropy", "entropy_rest", "first", "local", "stripe", "value")}
     resid: list[Tensor | None] = [None] * (N + 1)
     kept_maps: dict[tuple[int, int], Tensor] = {}
     wanted = {(int(a), int(b)) for a, b in maps}
@@ -302,6 +307,13 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
             # masked keys get exactly 0 weight, so a column sum over the queries that see the key is
             # the sum over all queries: no (H, L, L) product with the mask
             keep["alpha"][i] = (w.sum(dim=-2) / seen).cpu()  # (H, L)
+            # without key 0: row i re-summed over keys 1..i; sum_i w_ik / r_i as one batched product,
+            # no second (H, L, L) tensor
+            r = w[..., 1:].sum(dim=-1)  # (H, L)
+            inv = torch.where(r > 0, 1.0 / r.clamp_min(torch.finfo(r.dtype).tiny), torch.zeros_like(r))
+            a_rest = (inv[:, None, :] @ w).squeeze(1) / seen  # (H, L)
+            a_rest[:, 0] = math.nan
+            keep["alpha_rest"][i] = a_rest.cpu()
             ent, ent_rest = _row_entropies(w, causal)  # (H, L) each
             w0 = w[..., 0]  # (H, L)
             keep["entropy"][i] = ent.cpu()
@@ -370,7 +382,7 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
         entropy_rest=summaries["entropy_rest"],
         first_weight=summaries["first"], local_weight=summaries["local"], stripe=summaries["stripe"],
         value_norm=summaries["value"], residual_norm=res.norm(dim=-1), first_residual=res[:, 0].clone(),
-        rest_residual_mean=rest, maps=kept_maps, allowed=allowed.cpu(),
+        rest_residual_mean=rest, maps=kept_maps, allowed=allowed.cpu(), alpha_rest=summaries["alpha_rest"],
     )
 
 

@@ -5,7 +5,9 @@ Shape legend: ``L`` tokens of one window (or of a chosen text), ``B`` windows, `
 
 The first ~12 KB of the opening of Shakespeare's *Coriolanus* as it stands in Karpathy's tiny Shakespeare
 (``data/shakespeare_coriolanus.txt``, public domain), so the perplexities on the pages need no file
-from outside the package.
+from outside the package. Two short texts of modern English prose written for this app and dedicated to the
+public domain (``data/lighthouse_own.txt``, a story; ``data/bread_own.txt``, an explanation; ~2 KB each)
+let a measurement be repeated on texts of another kind (:data:`SINK_TEXTS`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ __all__ = [
     "SHIPPED_TEXT_FILE",
     "SHIPPED_TEXT_NAME",
     "SHIPPED_TEXT_TITLE",
+    "SINK_TEXTS",
     "TextTokens",
     "shipped_text",
+    "sink_text",
     "text_tokens",
     "text_windows",
 ]
@@ -35,12 +39,26 @@ SHIPPED_TEXT_FILE = Path(__file__).resolve().parent / "data" / "shakespeare_cori
 SHIPPED_TEXT_TITLE = "Shakespeare, Coriolanus I.i"
 SHIPPED_TEXT_NAME = f"{SHIPPED_TEXT_TITLE} (public domain, ~12 KB)"
 MIN_TEXT_TOKENS = 16  # the fewest tokens a chosen text must give for the sink measurements
+# (title, file under data/): the shipped text and the two texts written for this app
+SINK_TEXTS: tuple[tuple[str, str], ...] = (
+    (SHIPPED_TEXT_TITLE, SHIPPED_TEXT_FILE.name),
+    ("The lighthouse (a story written for this app, public domain)", "lighthouse_own.txt"),
+    ("Baking bread (an explanation written for this app, public domain)", "bread_own.txt"),
+)
 
 
 @lru_cache(maxsize=1)
 def shipped_text() -> str:
     """The shipped text (UTF-8)."""
     return SHIPPED_TEXT_FILE.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=4)
+def sink_text(index: int) -> str:
+    """The text of :data:`SINK_TEXTS` ``[index]`` (UTF-8)."""
+    if not 0 <= index < len(SINK_TEXTS):
+        raise AttnInputError(f"there are {len(SINK_TEXTS)} shipped texts; got index {index}.")
+    return (SHIPPED_TEXT_FILE.parent / SINK_TEXTS[index][1]).read_text(encoding="utf-8")
 
 
 def text_windows(ids: Tensor, length: int, count: int) -> list[Tensor]:

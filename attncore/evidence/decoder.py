@@ -4,7 +4,8 @@ The notes' attention-sink story (sinks are learned and land on meaningless token
 shrinks), the SDPA page's sliding-window trade-off (a window misses what lies outside it unless combined
 with global tokens: StreamingLLM's test) and its grouped-query claim on the model's own shapes. Each row
 states the model, its quantisation, the text and the length. The measurements come from
-:mod:`attncore.decoder` on the shipped public-domain text; the model is loaded by
+:mod:`attncore.decoder` on the shipped public-domain text (the sinks row also on the two texts written for the
+app, :data:`attncore.decoder.text.SINK_TEXTS`); the model is loaded by
 ``attncore.models.load_model("smollm2")`` (a row says "not testable here" without it).
 """
 
@@ -12,18 +13,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from attncore.decoder.probe import decoder_shape, layer_qkv
-from attncore.decoder.sinks import GU_EPS, GU_TOKENS, decoder_sinks, sink_variants
+from attncore.decoder.sinks import GU_EPS, GU_TOKENS, KIND_LABELS, decoder_sinks, sink_variants
 from attncore.decoder.stream_run import SHIPPED_STREAM_FILE, STREAM_RUN_LENGTH, load_stream_run
 from attncore.decoder.streaming import StreamResult, StreamSetting, stream_losses
-from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text
+from attncore.decoder.text import SHIPPED_TEXT_NAME, SINK_TEXTS, shipped_text, sink_text
 from attncore.errors import AttnInputError
 from attncore.evidence.records import (
     CAVEAT,
@@ -41,11 +42,14 @@ from attncore.evidence.records import (
     fmt_pm,
 )
 from attncore.models.bundled import SMOLLM2
+from attncore.models.modules import attention_implementation
 
 __all__ = [
+    "ATTRACT_TOKENS",
     "CLAIMS",
     "DRAIN_MAX",
     "GQA_TOL",
+    "LIGHT_KINDS",
     "MODEL_LABEL",
     "RECOVER_MIN",
     "STREAM_LENGTH",
@@ -66,6 +70,8 @@ WINDOW_FAIL_RATIO = 1.5  # the window "fails": perplexity past the window at lea
 RECOVER_MIN = 0.5  # keeping the first tokens recovers at least this share of the window's loss increase
 DRAIN_MAX = 0.5  # "shrinks": the sink's value norm below this share of the other tokens' median
 GQA_TOL = 2e-5
+ATTRACT_TOKENS = 256  # what else draws weight is measured at this length (from here on a function word leads)
+LIGHT_KINDS = ("newline", "punctuation", "function")  # tokens with little meaning of their own
 # StreamingLLM (Xiao et al. 2023), Table 1: Llama-2-13B, perplexity on the first book of PG19 (65K
 # tokens), a cache of 1,024 entries: the first k tokens kept + the most recent 1,024 - k.
 STREAMING_LLM_TABLE: tuple[tuple[str, float], ...] = (
@@ -87,8 +93,9 @@ def _load() -> tuple[Any, Any]:
 LOADER: list[Callable[[], tuple[Any, Any]]] = [_load]
 
 
-def _ids(tokenizer: Any, limit: int) -> tuple[torch.Tensor, list[str]]:
-    ids = tokenizer(shipped_text(), return_tensors="pt", add_special_tokens=True)["input_ids"][:, :limit]
+def _ids(tokenizer: Any, limit: int, text: str | None = None) -> tuple[torch.Tensor, list[str]]:
+    ids = tokenizer(shipped_text() if text is None else text, return_tensors="pt",
+                    add_special_tokens=True)["input_ids"][:, :limit]
     texts = [tokenizer.decode([int(i)]) for i in ids[0]]
     return ids, texts
 
@@ -125,22 +132,72 @@ def _sinks(loader_id: int) -> Measurement:
         "drain_rest": statistics.median(rest_ratio) if rest_ratio else math.nan,
         "drain_below_one": sum(r < 1.0 for r in sink_ratio),
     }
-    for kind in ("newline", "punctuation", "word"):
-        vals[f"{kind}_score"] = s.kind_score.get(kind, math.nan)
-        vals[f"{kind}_uniform"] = s.kind_uniform.get(kind, math.nan)
-    return Measurement(vals, basis=LIVE, scale=_scale(L) + f" (Gu et al.'s protocol, ε = {GU_EPS:g})")
+    vals.update(_attractors(model, tok))
+    return Measurement(vals, basis=LIVE, scale=_scale(L) + f" (Gu et al.'s protocol, ε = {GU_EPS:g}); what "
+                       f"else draws weight: {ATTRACT_TOKENS} tokens of each of {len(SINK_TEXTS)} texts")
+
+
+def _attractors(model: Any, tok: Any) -> dict[str, object]:
+    """What draws weight besides the first token, per text of SINK_TEXTS at ATTRACT_TOKENS tokens: the kinds'
+    scores over uniform (first token taken out, late keys dropped) and the strongest key after the first."""
+    out: dict[str, list[object]] = {k: [] for k in (
+        "text_names", "tokens", "top_pos", "top_text", "top_kind", "top_score", "top_rest", "top_lead",
+        "next_text", *(f"{kind}_ratio" for kind in KIND_LABELS))}
+    for i, (name, _file) in enumerate(SINK_TEXTS):
+        ids, texts = _ids(tok, ATTRACT_TOKENS, sink_text(i))
+        s = decoder_sinks(model, ids, texts)
+        top = s.attractors[0]
+        out["text_names"].append(name)
+        out["tokens"].append(s.length)
+        out["top_pos"].append(top.position)
+        out["top_text"].append(top.text)
+        out["top_kind"].append(top.kind)
+        out["top_score"].append(top.score)
+        out["top_rest"].append(top.rest_score)
+        out["top_lead"].append(s.lead)
+        out["next_text"].append(s.attractors[1].text if len(s.attractors) > 1 else "")
+        for kind in KIND_LABELS:
+            ok = kind in s.kind_score and s.kind_uniform[kind] > 0
+            out[f"{kind}_ratio"].append(s.kind_score[kind] / s.kind_uniform[kind] if ok else math.nan)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def measure_sinks(setting: Setting) -> Measurement:
-    """Sink heads, attractors and value drain of SmolLM2 on the first 64 tokens of the shipped text."""
+    """Sink heads and value drain of SmolLM2 on the first 64 tokens of the shipped text, and what else draws
+    weight on the first :data:`ATTRACT_TOKENS` tokens of each text of :data:`SINK_TEXTS`."""
     try:
         return _sinks(id(LOADER[0]))
     except (OSError, RuntimeError, ValueError) as exc:
         return _missing(exc)
 
 
-def _excess(m: Measurement, kind: str) -> float:
-    return m.num(f"{kind}_score") / m.num(f"{kind}_uniform") if m.num(f"{kind}_uniform") > 0 else math.nan
+def _per_text(m: Measurement, key: str) -> list[Any]:
+    """A value measured once per text (a tuple in the measurement) as a list."""
+    return list(cast(Sequence[Any], m[key]))
+
+
+def _marks(m: Measurement) -> list[float]:
+    """Per text: the larger of the punctuation and line-break ratios (over uniform), NaN where neither."""
+    out = []
+    for p, n in zip(_per_text(m, "punctuation_ratio"), _per_text(m, "newline_ratio"), strict=True):
+        known = [x for x in (float(p), float(n)) if math.isfinite(x)]
+        out.append(max(known) if known else math.nan)
+    return out
+
+
+def _span(xs: Sequence[float]) -> str:
+    known = [x for x in xs if math.isfinite(x)]
+    if not known:
+        return "—"
+    lo, hi = min(known), max(known)
+    return f"{fmt(lo, 3)}×" if fmt(lo, 3) == fmt(hi, 3) else f"{fmt(lo, 3)}–{fmt(hi, 3)}×"
+
+
+def _tops(m: Measurement) -> str:
+    """"' the' at 71, 6.8× the next key" per text (the ratio of scores with the first token taken out)."""
+    keys = ("top_text", "top_pos", "top_lead")
+    return "; ".join(f"{t!r} at {int(p)}, {fmt(float(le), 3)}× the next key"
+                     for t, p, le in zip(*(_per_text(m, k) for k in keys), strict=True))
 
 
 def _sinks_judge(m: Measurement) -> Judgement:
@@ -148,41 +205,50 @@ def _sinks_judge(m: Measurement) -> Judgement:
     if n == 0:
         return Judgement(FAILS, f"no head of {total} gives the first token more than ε = {GU_EPS:g}.")
     shifted = int(m.num("shifted_sink_heads"))
-    marks = [x for x in (_excess(m, "newline"), _excess(m, "punctuation")) if math.isfinite(x)]
-    word = _excess(m, "word")
-    mark = max(marks) if marks else math.nan
+    kinds = [str(k) for k in _per_text(m, "top_kind")]
+    texts = len(kinds)
+    marks, words = _marks(m), [float(x) for x in _per_text(m, "word_ratio")]
+    light = sum(k in LIGHT_KINDS for k in kinds)
+    what = ("a function word, not punctuation" if all(k == "function" for k in kinds)
+            else "a line break, punctuation or a function word")
+    above = sum(math.isfinite(a) and math.isfinite(w) and a > w and a >= 1.0
+                for a, w in zip(marks, words, strict=True))
     position = shifted >= n / 2
-    above_words = math.isfinite(mark) and math.isfinite(word) and mark > word
-    above_uniform = math.isfinite(mark) and mark >= 1.0
-    if position and above_words and above_uniform:
-        return Judgement(HOLDS, f"{n} of {total} heads are sink heads on the first token and stay with the "
-                                f"first position when the text is shifted ({shifted}); line breaks or "
-                                f"punctuation draw {fmt(mark, 2)}× the uniform weight, words "
-                                f"{fmt(word, 2)}×.")
+    marks_text = (f"punctuation or line breaks draw {_span(marks)} uniform attention's weight, other words "
+                  f"{_span(words)}, with the first token taken out")
+    if position and light == texts and above == texts:
+        return Judgement(HOLDS, f"{n} of {total} heads sink on the first position whatever its token "
+                                f"({shifted} after a shift by 3); besides it, the strongest key on each of "
+                                f"{texts} texts is {what} ({_tops(m)}); {marks_text}.")
     why = []
     if not position:
         why.append(f"shifting the text by 3 tokens leaves {shifted} of {n} sink heads")
-    if not above_words:
-        why.append("punctuation and line breaks draw no more than words, relative to uniform")
-    elif not above_uniform:
-        why.append(f"besides the first token, punctuation and line breaks draw more than words "
-                   f"({fmt(mark, 2)}× vs {fmt(word, 2)}× uniform) but less than uniform attention would "
-                   "give them")
-    return Judgement(CAVEAT, f"{n} of {total} heads sink on the first position whatever its token, but "
-                             + "; ".join(why) + ".")
+    if light < texts:
+        why.append(f"besides it, a content word draws most on {texts - light} of {texts} texts ({_tops(m)})")
+    else:
+        why.append(f"besides it, the strongest key on each of {texts} texts is {what} ({_tops(m)})")
+    if above < texts:
+        why.append(f"punctuation or line breaks draw more than other words and at least uniform attention's "
+                   f"weight on only {above} of {texts} texts ({marks_text})")
+    return Judgement(CAVEAT, f"{n} of {total} heads sink on the first position, but " + "; ".join(why) + ".")
 
 
 def _sinks_text(m: Measurement) -> str:
+    names = _per_text(m, "text_names")
+    per = "; ".join(
+        f"{name}: strongest after the first {t!r} at {int(p)} (mean score {fmt(float(sc), 3)}; "
+        f"{fmt(float(r), 3)} with the first token taken out, {fmt(float(le), 3)}× the next key, {nt!r})"
+        for name, t, p, sc, r, le, nt in zip(names, *(_per_text(m, k) for k in (
+            "top_text", "top_pos", "top_score", "top_rest", "top_lead", "next_text")), strict=True))
+    ratios = ", ".join(f"{KIND_LABELS[k]} {_span([float(x) for x in _per_text(m, f'{k}_ratio')])}"
+                       for k in KIND_LABELS)
     return (f"{int(m.num('sink_heads'))} of {int(m.num('heads'))} heads sink on the first token "
             f"({m['first_text']!r}; mean score {fmt(m.num('mean_first'), 3)} vs "
-            f"{fmt(m.num('uniform_first'), 3)} "
-            f"uniform), in {int(m.num('layers_with_sinks'))} of {int(m.num('layers'))} layers; another "
-            f"first token "
-            f"({int(m.num('swapped_sink_heads'))}) and the text shifted by 3 tokens "
-            f"({int(m.num('shifted_sink_heads'))}, "
-            f"first {m['shifted_first']!r}); score over uniform: line breaks "
-            f"{fmt(_excess(m, 'newline'), 2)}×, "
-            f"punctuation {fmt(_excess(m, 'punctuation'), 2)}×, words {fmt(_excess(m, 'word'), 2)}×.")
+            f"{fmt(m.num('uniform_first'), 3)} uniform), in {int(m.num('layers_with_sinks'))} of "
+            f"{int(m.num('layers'))} layers; another first token ({int(m.num('swapped_sink_heads'))}) and "
+            f"the text shifted by 3 tokens ({int(m.num('shifted_sink_heads'))}, first "
+            f"{m['shifted_first']!r}). At {ATTRACT_TOKENS} tokens of {len(names)} texts, {per}; score over "
+            f"uniform with the first token taken out (range over texts): {ratios}.")
 
 
 def _drain_judge(m: Measurement) -> Judgement:
@@ -204,22 +270,29 @@ def _gqa_measure(loader_id: int) -> Measurement:
     model, tok = LOADER[0]()
     shape = decoder_shape(model)
     ids, _ = _ids(tok, 128)
-    worst, layers = 0.0, (0, shape.layers // 2, shape.layers - 1)
-    for layer in layers:
-        q, k, v, _out = layer_qkv(model, ids, layer)
-        g = shape.heads // shape.kv_heads
-        gqa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        rep = torch.nn.functional.scaled_dot_product_attention(
-            q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)
-        worst = max(worst, float((gqa - rep).abs().max()))
-    return Measurement({"diff": worst, "heads": shape.heads, "kv_heads": shape.kv_heads,
-                        "head_dim": shape.head_dim, "layers": len(layers), "L": int(ids.shape[1])},
-                       basis=LIVE,
-                       scale=_scale(int(ids.shape[1])) + f"; layers {', '.join(map(str, layers))}")
+    L = int(ids.shape[1])
+    g = shape.heads // shape.kv_heads
+    worst, worst_rep, layers = 0.0, 0.0, (0, shape.layers // 2, shape.layers - 1)
+    # the model's own attention: its eager path (scores, softmax, weighted values, K/V shared by repeat)
+    with attention_implementation(model, "eager"):
+        for layer in layers:
+            q, k, v, out = layer_qkv(model, ids, layer)  # out: (1, L, H E), the model's, before o_proj
+            gqa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                   enable_gqa=True)  # (1, H, L, E)
+            rep = torch.nn.functional.scaled_dot_product_attention(
+                q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)  # (1, H, L, E)
+            mine = gqa.transpose(1, 2).reshape(1, L, shape.heads * shape.head_dim)  # (1, L, H E)
+            worst = max(worst, float((mine - out).abs().max()))
+            worst_rep = max(worst_rep, float((gqa - rep).abs().max()))
+    return Measurement({"diff": worst, "diff_repeat": worst_rep, "heads": shape.heads,
+                        "kv_heads": shape.kv_heads, "head_dim": shape.head_dim, "layers": len(layers),
+                        "L": L},
+                       basis=LIVE, scale=_scale(L) + f"; layers {', '.join(map(str, layers))}")
 
 
 def measure_gqa(setting: Setting) -> Measurement:
-    """SDPA with SmolLM2's real q, k, v (9 query heads sharing 3 K/V heads) against K/V repeated per head."""
+    """SDPA with SmolLM2's real q, k, v (9 query heads sharing 3 K/V heads, ``enable_gqa``) against the
+    model's own attention output on them, and against SDPA on K/V repeated per head."""
     try:
         return _gqa_measure(id(LOADER[0]))
     except (OSError, RuntimeError, ValueError) as exc:
@@ -227,13 +300,17 @@ def measure_gqa(setting: Setting) -> Measurement:
 
 
 def _gqa_judge(m: Measurement) -> Judgement:
-    d = m.num("diff")
-    if d == 0.0:
-        return Judgement(HOLDS, "identical outputs on the model's own queries, keys and values.")
-    if d <= GQA_TOL:
-        return Judgement(HOLDS, f"the same output within {fmt(d, 2)} on the model's own queries, keys and "
-                                f"values.")
-    return Judgement(FAILS, f"outputs differ by {fmt(d, 2)}, above {GQA_TOL:g}.")
+    d, rep = m.num("diff"), m.num("diff_repeat")
+    if d <= GQA_TOL and rep <= GQA_TOL:
+        same = "is identical to" if rep == 0.0 else f"equals within {fmt(rep, 2)}"
+        return Judgement(HOLDS, f"the model's own attention output equals SDPA over its shared K/V heads "
+                                f"within {fmt(d, 2)} (float32), and SDPA's grouped path {same} K/V repeated "
+                                f"per head.")
+    if d > GQA_TOL:
+        return Judgement(FAILS, f"the model's attention output differs from SDPA over shared K/V heads by "
+                                f"{fmt(d, 2)}, above {GQA_TOL:g}.")
+    return Judgement(FAILS, f"SDPA's grouped path differs from K/V repeated per head by {fmt(rep, 2)}, above "
+                            f"{GQA_TOL:g}.")
 
 
 def window_values(r: StreamResult, W: int) -> tuple[dict[str, object], dict[str, float]]:
@@ -329,11 +406,15 @@ LLM_SINKS = Claim(
     "(like BOS, padding tokens, or even punctuation)",
     test=f"{MODEL_LABEL} on the first {GU_TOKENS} tokens of the shipped text ({SHIPPED_TEXT_NAME}; the "
     "tokenizer adds no BOS): Gu et al.'s first-token score per head; the same with another first token and "
-    "with the text shifted by 3 tokens; the mean score of line breaks, punctuation and words over their "
-    "uniform-attention baseline.",
+    f"with the text shifted by 3 tokens. Then, on the first {ATTRACT_TOKENS} tokens of each of "
+    f"{len(SINK_TEXTS)} texts ({'; '.join(t for t, _ in SINK_TEXTS)}), with the first token taken out of "
+    "every query's weights (re-summed to 1 over the other keys) and the last eighth of the keys dropped "
+    "(seen by few queries): the strongest key after the first, and the mean score of line breaks, "
+    "punctuation, English function words and other words over uniform attention's on the same keys.",
     tolerance=f"a sink head: first-token score above ε = {GU_EPS:g}; meaningless: the sinks follow the first "
-    "position when the text shifts (at least half stay), and punctuation or line breaks draw more than words "
-    "and at least their uniform-attention weight",
+    "position when the text shifts (at least half stay), and on every text the strongest key after the first "
+    "is a line break, punctuation or a function word, and punctuation or line breaks draw more than other "
+    "words and at least uniform attention's weight",
     measure=measure_sinks,
     describe=_sinks_text,
     judge=_sinks_judge,
@@ -399,12 +480,16 @@ LLM_GQA = Claim(
     "dot-product computation remains identical.",
     test=f"{MODEL_LABEL}: the real queries (after rotary), keys and values of layers 0, 15 and 29 on 128 "
     "tokens of the shipped text, 9 query heads sharing 3 K/V heads, head dim 64, causal: SDPA with "
-    "enable_gqa against K and V repeated per head.",
+    "enable_gqa (each group of 3 query heads reads one K/V head) against the model's own attention output "
+    "(its eager path, before the output projection), and against SDPA on K and V repeated per head.",
     tolerance=f"outputs within {GQA_TOL:g} (float32)",
     measure=measure_gqa,
-    describe=lambda m: (f"largest difference {fmt(m.num('diff'), 2)} over {int(m.num('layers'))} layers "
-                        f"({int(m.num('heads'))} query heads, {int(m.num('kv_heads'))} K/V heads, head dim "
-                        f"{int(m.num('head_dim'))}, {int(m.num('L'))} tokens)."),
+    describe=lambda m: (f"largest difference from the model's own attention output "
+                        f"{fmt(m.num('diff'), 2)}, from K/V repeated per head "
+                        f"{fmt(m.num('diff_repeat'), 2)}, "
+                        f"over {int(m.num('layers'))} layers ({int(m.num('heads'))} query heads, "
+                        f"{int(m.num('kv_heads'))} K/V heads, head dim {int(m.num('head_dim'))}, "
+                        f"{int(m.num('L'))} tokens)."),
     judge=_gqa_judge,
     slow=True,
 )

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from attncore.decoder.entropy import CLASSES, EntropyProfile
 from attncore.decoder.induction import Induction
-from attncore.decoder.sinks import DecoderSinks, SinkVariant
+from attncore.decoder.sinks import KIND_LABELS, KINDS, DecoderSinks, SinkVariant, ranked_keys
 from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
 from ui import figures
@@ -39,6 +39,7 @@ __all__ = [
     "induction_map_figure",
     "induction_sentence",
     "kind_figure",
+    "kind_sentence",
     "loss_curve",
     "massive_figure",
     "massive_frame",
@@ -102,21 +103,51 @@ def sink_sentence(s: DecoderSinks, label: str) -> str:
 
 
 def kind_figure(s: DecoderSinks) -> go.Figure:
-    """Mean score of line breaks, punctuation and words (first token excluded) against uniform attention."""
-    kinds = [k for k in ("newline", "punctuation", "word") if k in s.kind_score]
-    fig = bars_with_theory([{"newline": "line breaks"}.get(k, k) for k in kinds],
-                           [s.kind_score[k] for k in kinds], theory=[s.kind_uniform[k] for k in kinds],
-                           y_title="mean score α_k over heads", height=280)
+    """Mean score of line breaks, punctuation, function words and other words with the first token taken out
+    of every query's weights (late keys dropped), against uniform attention over the same keys."""
+    kinds = [k for k in KINDS if k in s.kind_score]
+    fig = bars_with_theory([KIND_LABELS[k] for k in kinds], [s.kind_score[k] for k in kinds],
+                           theory=[s.kind_uniform[k] for k in kinds],
+                           y_title="mean score, first token out", height=280)
     fig.data[1].name = "uniform attention"
+    fig.update_xaxes(tickangle=0)  # four short labels: Plotly would turn them upright in a narrow first draw
     return _tag(fig, "dec_kinds")
 
 
+_ONE_KIND = {"newline": "a line break", "punctuation": "punctuation", "function": "a function word",
+             "word": "another word"}
+
+
+def kind_sentence(s: DecoderSinks) -> str:
+    """What draws weight besides the first token, from the numbers: each kind over uniform, the strongest
+    key. Plain text with the tokens' own characters: pass it through ``ui.text.plain`` before markdown."""
+    keys = ranked_keys(s.length)
+    kinds = [k for k in KINDS if k in s.kind_score]
+    ratios = ", ".join(f"{KIND_LABELS[k]} {s.kind_score[k] / s.kind_uniform[k]:.2f}×" for k in kinds)
+    late = ("" if keys.stop >= s.length else
+            f" and keys {keys.stop}..{s.length - 1} left out (each seen by fewer than an eighth of the "
+            "queries)")
+    text = (f"With the first token taken out of every query's weights (the rest re-summed to 1){late}, the "
+            f"kinds draw, over uniform attention's weight: {ratios}.")
+    if not s.attractors:
+        return text
+    top = s.attractors[0]
+    text += (f" The strongest key after the first: {top.text!r} at position {top.position} "
+             f"({_ONE_KIND[top.kind]}; mean score {top.score:.3f}, {top.rest_score:.3f} with the first token "
+             f"taken out")
+    if len(s.attractors) > 1:
+        nxt = s.attractors[1]
+        text += f", {s.lead:.2f}× the next key, {nxt.text!r} at {nxt.position}"
+    return text + ")."
+
+
 def attractor_frame(s: DecoderSinks) -> pd.DataFrame:
-    """The keys after the first with the highest mean score over heads."""
+    """The keys after the first that draw most with the first token taken out (late keys not ranked)."""
     return pd.DataFrame({"position": [a.position for a in s.attractors],
                          "token": [repr(a.text) for a in s.attractors],
-                         "kind": [a.kind for a in s.attractors],
-                         "mean score": [a.score for a in s.attractors]})
+                         "kind": [KIND_LABELS[a.kind] for a in s.attractors],
+                         "mean score": [a.score for a in s.attractors],
+                         "first token out": [a.rest_score for a in s.attractors]})
 
 
 def value_figure(s: DecoderSinks) -> go.Figure:
