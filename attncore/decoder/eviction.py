@@ -24,7 +24,9 @@ and every policy; each layer evicts for itself (one choice per layer, shared by 
   head; here a layer keeps one set for all its heads (as TOVA does), so every policy keeps one set per
   layer and the cache maps compare.
 * ``tova``: TOVA (Oren et al. 2024): the key with the lowest weight from the current query, averaged over
-  the layer's heads (the newest key may be evicted too).
+  the layer's heads (the newest key may be evicted too). The authors' code (``src/tova_cache.py``) counts
+  its cache size c after the reduction, so its query attends to c + 1 keys: their cache of c is a budget
+  of c + 1 here.
 
 Ties go to the lowest position. Positions are the true ones, as in :mod:`attncore.decoder.streaming`:
 each key is stored after its rotary embedding at its own position, so a kept first token is seen at its
