@@ -58,6 +58,7 @@ __all__ = [
     "MAX_EVICTION_SETTINGS",
     "POLICIES",
     "SINKS",
+    "Decoded",
     "EvictionCost",
     "EvictionResult",
     "EvictionSetting",
@@ -72,7 +73,8 @@ POLICIES: tuple[str, ...] = ("dense", "window", "streaming", "h2o", "tova")
 SINKS = 4  # StreamingLLM's first tokens kept (the paper's default)
 MAX_EVICTION_SETTINGS = 24
 # Seconds per decoded token beyond the matrix products, and seconds per multiply-add, of the cost model in
-# :func:`eviction_cost` (fitted to SmolLM2 on a 2-core CPU; an estimate for admission, not a measurement).
+# :func:`eviction_cost`: round figures (about 20 ms a token for SmolLM2), not fitted; an estimate for the
+# admission queue, not a measurement (``python -m bench.eviction`` measures).
 STEP_OVERHEAD_S = 2.5e-3
 SECONDS_PER_MAC = 1.0e-10
 
