@@ -149,3 +149,28 @@ def test_occupancy_on_a_hand_made_cache() -> None:
     # block (steps 0-1, positions 0-2): causal cells (0,0), (1,0), (1,1) = 3, kept 3
     # block (steps 2-3, positions 0-2): causal 6, kept (2,0), (2,2), (3,2) = 3; (steps 2-3, positions 3-4): 1 of 1
     assert occ == [[1.0, -1.0], [0.5, 1.0]]
+
+
+def test_main_writes_a_header_without_machine_paths(lm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The command as main() records it (without --out), the texts by name and SHA-256; nothing in the file
+    names a path on this machine."""
+    import attncore.models
+
+    texts = _texts()
+    monkeypatch.setattr(R, "run_texts", lambda: texts)
+    monkeypatch.setattr(attncore.models, "load_model", lambda name: lm)
+    out = tmp_path / "m.jsonl"
+    assert R.main(["--out", str(out), "--tokens", "12"]) == 0
+    run = R.load_eviction_run(out)
+    h = run.header
+    assert h["command"] == "python -m attncore.decoder.eviction_run --tokens=12"
+    assert h["complete"] is True and h["length"] == 12 and h["budgets"] == [5, 6]
+    assert h["texts"]["code"] == {"name": "tiny code", "sha256": R._sha(texts["code"][1]),
+                                  "chars": len(texts["code"][1])}
+    for key in ("cpu", "cores", "torch", "threads", "commit", "date", "model", "seconds"):
+        assert key in h, key
+    blob = out.read_text()
+    for bad in (str(Path.home()), str(Path(__file__).resolve().parents[1]), str(tmp_path)):
+        assert bad not in blob
+    assert "budget 6: window" in capsys.readouterr().out
