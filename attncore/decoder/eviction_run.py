@@ -287,9 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             by = {p: run.nll(k, p, b) for p in RUN_POLICIES if (k, p, b) in run.rows}
             if ("window" in by and "streaming" in by) and (k, "dense", None) in run.rows:
                 r = remainder(run.nll(k, "dense", None), by, b)
-                print(f"{k} budget {b}: window +{r.window[0]:.4f} nats, first {SINKS} recover "
+                print(f"{k} budget {b}: window {r.window[0]:+.4f} nats, first {SINKS} recover "
                       f"{r.sinks[0]:.4f} ({r.explained:.0%}), lacks {r.lacks[0]:.4f}; best {r.best_policy} "
-                      f"+{r.best[0]:.4f}")
+                      f"{r.best[0]:+.4f}")
     print(f"wrote {args.out.name} ({args.out.stat().st_size:,} bytes)")
     return 0
 
