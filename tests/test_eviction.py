@@ -265,6 +265,7 @@ def test_bad_settings_get_a_plain_message(model: torch.nn.Module, setting: Evict
 def test_bad_ids_and_layers(model: torch.nn.Module) -> None:
     with pytest.raises(AttnInputError, match="at least 2"):
         evict_decode(model, _ids(1), EvictionSetting("window", 4))
+    assert evict_decode(model, _ids(8), EvictionSetting("window", 4), record=()).kept.shape == (0, 7, 4)
     with pytest.raises(AttnInputError, match="recorded layers"):
         evict_decode(model, _ids(8), EvictionSetting("window", 4), record=(5,))
     with pytest.raises(AttnInputError, match="1 to"):
