@@ -7,6 +7,8 @@ Shape legend as in :mod:`attncore`: ``N`` layers, ``H`` query heads, ``Hkv`` key
 * :mod:`~attncore.decoder.sinks`: sink heads (Gu et al. 2024), what else draws weight, value-state
   drain, massive activations (Sun et al. 2024), does content matter.
 * :mod:`~attncore.decoder.streaming`: StreamingLLM's windows and the first-token ablations.
+* :mod:`~attncore.decoder.eviction`: decoding with a KV cache of a fixed budget under eviction policies
+  (a sliding window, StreamingLLM, H2O, TOVA): losses and what each cache keeps.
 * :mod:`~attncore.decoder.entropy`: entropy against position per head, head classes.
 * :mod:`~attncore.decoder.induction`: induction heads on repeated random tokens (Olsson et al. 2022).
 * :mod:`~attncore.decoder.text`: the shipped public-domain text.
@@ -14,6 +16,6 @@ Shape legend as in :mod:`attncore`: ``N`` layers, ``H`` query heads, ``Hkv`` key
 Every function takes a transformers causal LM and token ids; none loads a model.
 """
 
-from attncore.decoder import entropy, induction, probe, sinks, streaming, text
+from attncore.decoder import entropy, eviction, induction, probe, sinks, streaming, text
 
-__all__ = ["entropy", "induction", "probe", "sinks", "streaming", "text"]
+__all__ = ["entropy", "eviction", "induction", "probe", "sinks", "streaming", "text"]
