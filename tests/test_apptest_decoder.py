@@ -81,7 +81,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     """Closed, the shipped 2,048-token run sends nothing; opened, its chart's data are the stored losses'
     block means, and its sentences are made from the stored numbers."""
     from attncore.decoder.stream_run import load_stream_run
-    from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+    from attncore.evidence.decoder import MODEL_LABEL
     from tests.chart_data import figures
     from ui.decoder_lab import SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
     from ui.views.decoder import stream_run_caption, stream_sentence, streaming_llm_sentence
@@ -104,7 +104,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(2048))[1], rtol=1e-6)
     captions = " ".join(c.value for c in at.caption)
     assert stream_sentence(r) in captions
-    assert streaming_llm_sentence(r, STREAMING_LLM_TABLE) in captions
-    assert "5,158.07" in captions and "past token 1,024 of 2,048" in captions
+    assert streaming_llm_sentence(r) in captions
+    assert "5158.07" in captions and "past token 1,024 of 2,048" in captions
     assert MODEL_LABEL.split(",")[0] in captions and run.header["date"] in captions
     assert f"{run.seconds_per_pass:.1f} s a pass" in stream_run_caption(run)

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from numpy.typing import NDArray
 
+from attncore.citations import table, table_text
 from attncore.decoder.entropy import CLASSES, EntropyProfile
 from attncore.decoder.induction import Induction
 from attncore.decoder.sinks import DecoderSinks, SinkVariant
@@ -29,8 +30,10 @@ __all__ = [
     "LOSS_BLOCK",
     "ablation_figure",
     "ablation_frame",
+    "after_layer",
     "attractor_frame",
     "auto_block",
+    "classes_sentence",
     "entropy_figure",
     "entropy_sentence",
     "head_labels",
@@ -41,6 +44,7 @@ __all__ = [
     "loss_curve",
     "massive_figure",
     "massive_frame",
+    "massive_sentence",
     "share_figure",
     "sink_grid_figure",
     "sink_sentence",
@@ -130,23 +134,43 @@ def value_figure(s: DecoderSinks) -> go.Figure:
     return _tag(figures.legend_below(fig), "dec_value")
 
 
+def after_layer(point: int) -> str:
+    """A residual point (0 = the embeddings, p = the output of ``model.layers[p - 1]``) in the app's one
+    convention, 0-based layer indices as the head grid and the ablations use: 'after layer 11', or 'after the
+    embeddings'."""
+    return "after the embeddings" if point == 0 else f"after layer {point - 1}"
+
+
 def massive_figure(s: DecoderSinks) -> go.Figure:
-    """The first token's residual norm after the embeddings and each layer, against the others' median."""
-    x = np.arange(len(s.first_norm))
+    """The first token's residual norm after the embeddings (x = -1) and each layer (x = its 0-based index),
+    against the others' median."""
+    x = np.arange(len(s.first_norm)) - 1
     curves = [Curve(name="first token", x=x, y=s.first_norm.numpy().astype(np.float64), color=PALETTE[0]),
               Curve(name="other tokens (median)", x=x, y=s.rest_norm.numpy().astype(np.float64),
                     color=PALETTE[1])]
-    fig = line_chart(curves, x_title="residual stream after layer (0 = embeddings)", y_title="L2 norm",
+    fig = line_chart(curves, x_title="residual stream after layer (−1 = embeddings)", y_title="L2 norm",
                      log_y=True, height=300)
     return _tag(figures.legend_below(fig), "dec_massive")
 
 
+def massive_sentence(s: DecoderSinks) -> str:
+    """Where the first token's residual norm peaks (0-based layer, :func:`after_layer`), its size against the
+    others' median there, and its largest dims."""
+    peak = s.peak_layer
+    dims = ", ".join(f"{int(d)} ({float(v):.0f})" for d, v in zip(s.top_dims[peak], s.top_values[peak],
+                                                                  strict=True))
+    return (f"The first token's norm peaks {after_layer(peak)} at {float(s.first_norm[peak]):.0f} (others' "
+            f"median {float(s.rest_norm[peak]):.1f}); its largest dims there: {dims}. Layers are counted "
+            "from 0, as in the head grid and the ablations.")
+
+
 def massive_frame(s: DecoderSinks) -> pd.DataFrame:
-    """Per residual point: the first token's largest dims, their values, the others' |mean| there."""
+    """Per residual point: the first token's largest dims, their values, the others' |mean| there; "after
+    layer" is the 0-based layer whose output it is (-1: the embeddings)."""
     rows = []
     for n in range(s.top_dims.shape[0]):
         for k in range(s.top_dims.shape[1]):
-            rows.append({"after layer": n, "dim": int(s.top_dims[n, k]),
+            rows.append({"after layer": n - 1, "dim": int(s.top_dims[n, k]),
                          "first token": float(s.top_values[n, k]),
                          "others |mean|": float(s.rest_top_abs[n, k])})
     return pd.DataFrame(rows)
@@ -227,20 +251,21 @@ def stream_run_caption(run: StreamRun) -> str:
             f"{h.get('date', '?')}, commit {commit}; written by {h.get('command', '?')}.")
 
 
-def streaming_llm_sentence(r: StreamResult, table: Sequence[tuple[str, float]], cache: int = 1024) -> str:
-    """StreamingLLM's Table 1 (their cache of ``cache`` entries) beside this run's window of ``cache`` keys
-    alone and with the first k tokens, perplexity past the window and its ratio to dense there."""
-    theirs = "; ".join(f"{k} {v:,.2f}" for k, v in table)
+def streaming_llm_sentence(r: StreamResult, cache: int = 1024) -> str:
+    """StreamingLLM's Table 1 (Llama-2-13B, a cache of 1,024) beside this run's window of ``cache`` keys alone
+    and with the first k tokens (perplexity past the window and its ratio to dense there), then Table 2's
+    Llama-2-7B row on its own model, text and cache (every number from :mod:`attncore.citations`)."""
+    theirs = "StreamingLLM's own numbers: " + table_text(table("xiao2023", "Table 1")) + "."
+    also = (" Separately, with another model, text and cache: " + table_text(table("xiao2023", "Table 2"))
+            + ".")
     dense = StreamSetting(None)
     ours = [s for s in r.settings if s.window == cache]
     if not ours or dense not in r.settings or r.length <= cache + 1:
-        return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache {cache:,}): "
-                f"{theirs}.")
+        return theirs + also
     base = r.ppl(dense, cache)
     here = ", ".join(f"{s.label} {r.ppl(s, cache):,.2f} ({r.ppl(s, cache) / base:.3f}× dense)" for s in ours)
-    return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, 65K tokens, cache "
-            f"{cache:,}): {theirs}. Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; "
-            f"their model read 65K tokens, far past its 4K training length; this run reads {r.length:,}.")
+    return (f"{theirs} Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; their model "
+            f"read 65K tokens, far past its 4K training length; this run reads {r.length:,}.{also}")
 
 
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
@@ -293,6 +318,17 @@ def entropy_sentence(e: EntropyProfile) -> str:
             f"uniform attention would give {math.log(lo + 1):.2f}–{math.log(hi):.2f}.")
 
 
+def classes_sentence(e: EntropyProfile) -> str:
+    """The head classes' rule and counts, with the length they were measured at: a class is a median over
+    this text's queries, so it depends on the length."""
+    L = int(e.uniform.shape[-1])
+    counts = ", ".join(f"{c}: {e.counts[c]}" for c in CLASSES)
+    return (f"Classes at {L:,} tokens: sink-dominated = median weight on the first token above ½; local = "
+            f"median weight on the query and its 3 predecessors above ½; broad = the rest. {counts}. The "
+            f"medians run over these {L:,} tokens' queries, so the classes depend on the length: another "
+            "length gives other counts.")
+
+
 # ---------------------------------------------------------------------------- induction
 
 
@@ -316,6 +352,8 @@ def induction_sentence(ind: Induction) -> str:
     T = ind.copy_length
     tops = ", ".join(f"L{a}H{b} {float(ind.score[a, b]):.2f}" for a, b in ind.top)
     uniform = sum(1.0 / (T + j + 1) for j in range(T)) / T
+    guess = (f" (uniform guessing over the {ind.vocab:,}-token vocabulary: ln V = {math.log(ind.vocab):.2f})"
+             if ind.vocab > 1 else "")
     return (f"Top induction heads on {T} random tokens repeated once: {tops} (uniform attention would give "
-            f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy, {ind.loss_second:.2f} "
+            f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy{guess}, {ind.loss_second:.2f} "
             "on the second.")
