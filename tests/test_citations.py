@@ -125,3 +125,18 @@ def test_streaming_llm_model_range() -> None:
     assert "2.8B to 70B" in SOURCE_SETUP["sinks"] and "7B to 70B" not in SOURCE_SETUP["sinks"].replace(
         "2.8B to 70B", ""
     )
+
+
+def test_guo_claim_quotes_the_registry() -> None:
+    from attncore.training.null_attention import CLAIM
+
+    for key, step in (("guo2024.bos.100", "step 100"), ("guo2024.bos.300", "step 300"),
+                      ("guo2024.bos.1000", "step 1,000")):
+        assert f"{quoted(key).printed} at {step}" in CLAIM
+
+
+def test_clark_is_quoted_from_the_registry() -> None:
+    """The Attention sinks page quoted Clark et al. as 'some middle layers'; the paper says layers 6-10."""
+    page = (ROOT / "pages" / "4_Attention_sinks.py").read_text(encoding="utf-8")
+    assert 'quoted("clark2019.sep")' in page and "some middle layers" not in page
+    assert "layers 6-10" in quoted("clark2019.sep").label

@@ -179,3 +179,20 @@ def test_one_layer_convention(model: torch.nn.Module, ids: torch.Tensor) -> None
     assert list(decode(fig.data[0].x)) == list(range(-1, 3)) and "−1 = embeddings" in fig.layout.xaxis.title.text
     frame = view.massive_frame(s)
     assert sorted(set(frame["after layer"])) == [-1, 0, 1, 2]
+
+
+def test_stream_table_shows_a_dash_with_its_reason(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    """Issue 44 item 10: the dense row has no change against itself; its cells read "—" (not "None" or
+    "nan"), and its note says why."""
+    from ui.widgets import presented_frame
+
+    r = stream_losses(model, ids, default_settings(96))
+    styled = view.stream_table(r)
+    assert styled.data["loss change"].iloc[1] == pytest.approx(view.stream_frame(r)["loss change"].iloc[1])
+    shown, _ = presented_frame(styled)
+    dense = shown.iloc[0]
+    assert dense["setting"] == "dense" and dense["loss change"] == "—" and dense["± SE"] == "—"
+    assert "no change against dense" in dense["note"] and shown["note"].iloc[1] == ""
+    html = styled.to_html()
+    assert "None" not in html and ">nan<" not in html
+    assert shown["loss change"].iloc[1].replace("\\", "") == f"{view.stream_frame(r)['loss change'].iloc[1]:+.4f}"

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from numpy.typing import NDArray
+from pandas.io.formats.style import Styler
 
 from attncore.citations import table, table_text
 from attncore.decoder.entropy import CLASSES, EntropyProfile
@@ -52,6 +53,7 @@ __all__ = [
     "stream_frame",
     "stream_run_caption",
     "stream_sentence",
+    "stream_table",
     "streaming_llm_sentence",
     "value_figure",
     "variants_frame",
@@ -221,6 +223,21 @@ def stream_frame(r: StreamResult) -> pd.DataFrame:
                      if dense in r.settings else math.nan, "loss change": d, "± SE": se,
                      "seconds": r.seconds[r.index(s)]})
     return pd.DataFrame(rows)
+
+
+STREAM_FORMATS: dict[str, str] = {"perplexity": "{:,.2f}", "perplexity past the window": "{:,.2f}",
+                                  "dense there": "{:,.2f}", "loss change": "{:+.4f}", "± SE": "{:.4f}",
+                                  "seconds": "{:.1f}"}
+DENSE_NOTE = "the reference: no window, so no change against dense to show (—)"
+
+
+def stream_table(r: StreamResult) -> Styler:
+    """:func:`stream_frame` as the page shows it: a missing cell as "—", never "None", with the reason in the
+    row's note (the dense row is the reference the others are compared with)."""
+    frame = stream_frame(r)
+    dense = StreamSetting(None).label
+    frame["note"] = [DENSE_NOTE if label == dense else "" for label in frame["setting"]]
+    return frame.style.format(STREAM_FORMATS, na_rep="—")
 
 
 def stream_sentence(r: StreamResult) -> str:
