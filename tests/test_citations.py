@@ -140,3 +140,36 @@ def test_clark_is_quoted_from_the_registry() -> None:
     page = (ROOT / "pages" / "4_Attention_sinks.py").read_text(encoding="utf-8")
     assert 'quoted("clark2019.sep")' in page and "some middle layers" not in page
     assert "layers 6-10" in quoted("clark2019.sep").label
+
+
+def test_every_evidence_source_is_a_full_reference_linked_from_its_rows() -> None:
+    """Issue 44 item 10: each source text and each paper a row's test follows, in full, and linked from the
+    row: to its address, or to the page's reference list where the text has none."""
+    from attncore.evidence import CLAIMS, SOURCES, Measurement, Row
+    from attncore.evidence.records import Judgement
+    from ui.text import plain
+    from ui.views import evidence as view
+
+    for s in SOURCES.values():
+        assert s.title in s.full
+        assert s.url in s.full if s.url else "gives no author, date or address" in s.full
+    assert SOURCES["d2l"].url.startswith("https://d2l.ai/") and "arXiv:2106.11342" in SOURCES["d2l"].full
+    assert SOURCES["graphcore"].url.startswith("https://graphcore-research.github.io/")
+    cites = {c.key: c.cites for c in CLAIMS}
+    assert cites["llm_sinks"] == ("gu2024",) and cites["llm_window"] == cites["llm_window_2048"] == ("xiao2023",)
+    assert {cites[k] for k in ("flash_default", "flash_speed", "flash_memory")} == {("dao2022",)}
+    assert all(p in REFERENCES for c in CLAIMS for p in c.cites)
+    rows = [Row(c, Measurement(missing="not run"), "—", Judgement("not testable here", "x"), 0.0) for c in CLAIMS]
+    df = view.frame(rows)
+    shown = view.display_frame(df)
+    for c, ref, cell in zip(CLAIMS, df["references"], shown["claim and verdict"], strict=True):
+        for s in c.sources:
+            assert SOURCES[s].full in ref
+            assert f"]({SOURCES[s].url or '#' + view.REFERENCES_ANCHOR})" in cell
+        for p in c.cites:
+            assert REFERENCES[p].full in ref and f"]({REFERENCES[p].url})" in cell
+    listing = view.references_markdown()
+    for s in SOURCES.values():
+        assert plain(s.title) in listing
+    for p in {p for c in CLAIMS for p in c.cites}:
+        assert f"[{REFERENCES[p].url}]({REFERENCES[p].url})" in listing and REFERENCES[p].arxiv in listing

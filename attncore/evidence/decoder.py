@@ -365,6 +365,7 @@ LLM_SINKS = Claim(
     describe=_sinks_text,
     judge=_sinks_judge,
     slow=True,
+    cites=("gu2024",),
 )
 
 LLM_DRAIN = Claim(
@@ -384,6 +385,7 @@ LLM_DRAIN = Claim(
                         f"below 1); {_free_layers(m)}."),
     judge=_drain_judge,
     slow=True,
+    cites=("gu2024", "guo2024"),
 )
 
 LLM_WINDOW = Claim(
@@ -404,6 +406,7 @@ LLM_WINDOW = Claim(
     describe=_window_text,
     judge=_window_judge,
     slow=True,
+    cites=("xiao2023",),
 )
 
 LLM_WINDOW_2048 = Claim(
@@ -418,6 +421,7 @@ LLM_WINDOW_2048 = Claim(
     measure=measure_window_shipped,
     describe=_window_text,
     judge=_window_judge,
+    cites=("xiao2023",),
 )
 
 LLM_GQA = Claim(
