@@ -143,3 +143,24 @@ def test_a_partial_counterfactual_grid_and_the_cell_controls(partial_results: Pa
     at.selectbox(key="sk_gset").set_value("learned_0.003_1200").run()
     no_errors(at)
     check_cell(at, claims, "softmax", Setting("learned", 0.003, 1200))
+
+
+def test_the_grid_table_shows_a_dash_where_a_cell_has_no_number() -> None:
+    """Issue 44 item 10: a cell without a number (not learned, diverged, not run) reads "—" in the table,
+    never "None"; its status says why. Checked on the shipped grid and on a counterfactual with no runs."""
+    from ui.widgets import presented_frame
+
+    header, runs = load_grid()
+    claims = sink_claims(header, runs, load_result("null_attention"))
+    empty = sink_claims(header, [], load_result("null_attention"))  # every grid cell "not run"
+    for cells in (claims.cells, empty.cells):
+        frame = view.grid_frame(cells)
+        shown, _ = presented_frame(view.grid_table(cells))
+        assert "None" not in view.grid_table(cells).to_html()
+        for i in range(len(frame)):
+            for col in view.GRID_FORMATS:
+                if frame[col].iloc[i] is None or (isinstance(frame[col].iloc[i], float)
+                                                  and np.isnan(frame[col].iloc[i])):
+                    assert shown[col].iloc[i] == "—", (col, i)
+                    assert frame["status"].iloc[i] in ("not run", "diverged", "not learned"), frame.iloc[i]
+    assert (view.grid_frame(empty.cells)["status"] == "not run").any()
