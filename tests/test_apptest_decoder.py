@@ -15,6 +15,7 @@ from attncore.decoder.streaming import default_settings, stream_losses
 from attncore.decoder.text import shipped_text
 from attncore.models import LoadedModel, load_model
 from tests.chart_data import decode, figure, no_errors, run_app
+from ui.views import decoder as view
 from ui.views.decoder import auto_block, loss_curve
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
@@ -52,6 +53,8 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     np.testing.assert_allclose(_y(figure(at, "dec_value"), 0), s.value_ratio[:, 0].numpy(), rtol=1e-4)
     captions = " ".join(c.value for c in at.caption)
     assert f"At 40 tokens: {s.sink_heads} of 270 heads" in captions and "more than ε = 0.5" in captions
+    # issue 44 item 5: the residual point in 0-based layers, as the head grid and the ablations
+    assert view.massive_sentence(s) in captions and view.after_layer(s.peak_layer) in captions
     # the StreamingLLM panel waits for its button, then draws every setting
     assert any("7 of 7 settings still to run" in i.value for i in at.info)
     at.button(key="dec_stream_btn").click().run(timeout=900)
@@ -64,6 +67,9 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(64))[1], rtol=1e-4)
     ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
     np.testing.assert_allclose(_z(figure(at, "dec_induction")), ind.score.numpy(), rtol=1e-4, atol=1e-6)
+    captions = " ".join(c.value for c in at.caption)
+    assert "(uniform guessing over the 49,152-token vocabulary: ln V = 10.80)" in captions  # issue 44 item 7
+    assert view.streaming_llm_sentence(r) in captions  # Table 1, then Table 2's row apart
 
 
 def test_entropy_real_model_view(lm: LoadedModel) -> None:
@@ -73,6 +79,8 @@ def test_entropy_real_model_view(lm: LoadedModel) -> None:
     e = entropy_profile(decoder_pass(lm.model, ids))
     fig = figure(at, "dec_entropy")
     np.testing.assert_allclose(_y(fig, 0), e.median["all"].numpy(), rtol=1e-4)
+    captions = " ".join(c.value for c in at.caption)
+    assert view.classes_sentence(e) in captions and "Classes at 48 tokens" in captions  # issue 44 item 7
     at.radio(key="ent_dfirst").set_value("without").run(timeout=900)
     np.testing.assert_allclose(_y(figure(at, "dec_entropy"), 0), e.median_rest["all"].numpy(), rtol=1e-4)
 
