@@ -52,7 +52,6 @@ __all__ = [
     "STREAM_WINDOW",
     "WINDOW_FAIL_RATIO",
     "STREAMING_LLM_TABLE",
-    "STREAMING_LLM_TABLE2",
     "measure_gqa",
     "measure_sinks",
     "measure_window",
@@ -68,10 +67,9 @@ RECOVER_MIN = 0.5  # keeping the first tokens recovers at least this share of th
 DRAIN_MAX = 0.5  # "shrinks": the sink's value norm below this share of the other tokens' median
 GQA_TOL = 2e-5
 # StreamingLLM (Xiao et al. 2023), from attncore.citations: Table 1 (Llama-2-13B, the first book of PG19, a
-# cache of 1,024: 0 + 1024, 4 + 1020, four line breaks + 1020) and Table 2's Llama-2-7B row (400K tokens of
-# PG19 concatenated, a cache of 4,096: 0, 1, 2, 4, 8 initial tokens).
+# cache of 1,024: 0 + 1024, 4 + 1020, four line breaks + 1020); Table 2's Llama-2-7B row (another model, text
+# and cache) is shown apart by the page (ui.views.decoder.streaming_llm_sentence).
 STREAMING_LLM_TABLE: tuple[Quoted, ...] = table("xiao2023", "Table 1")
-STREAMING_LLM_TABLE2: tuple[Quoted, ...] = table("xiao2023", "Table 2")
 _XIAO_WINDOW, _XIAO_KEEP4 = quoted("xiao2023.t1.0+1024"), quoted("xiao2023.t1.4+1020")
 
 
