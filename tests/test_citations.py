@@ -96,7 +96,7 @@ def test_references_are_full() -> None:
 _LITERALS = ("5158.07", "5,158.07", "3359.95", "11.88", "10.51", "5.33", "9.59", "9.54")
 
 
-@pytest.mark.parametrize("folder", ["attncore", "ui", "pages", "README.md", "app.py"])
+@pytest.mark.parametrize("folder", ["attncore", "ui", "pages", "docs", "bench", "README.md", "CONTRIBUTING.md", "app.py"])
 def test_no_paper_number_is_restated_outside_the_registry(folder: str) -> None:
     root = ROOT / folder
     files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in (".py", ".md")]
