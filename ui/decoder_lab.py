@@ -270,7 +270,7 @@ def stream_section(ctx: PageContext, where: Any) -> None:
     if result is not None and result.settings:
         st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
         st.caption(view.stream_sentence(result))
-        widgets.table(view.stream_table(result))
+        widgets.table(view.stream_table(result), column_config=view.STREAM_CONFIG)
         widgets.caption_compute(ctx.device_label, sum(result.seconds),
                                 f"{len(result.settings)} passes of {L} tokens")
         st.caption(view.streaming_llm_sentence(result))
@@ -302,7 +302,7 @@ def shipped_run_section() -> None:
                     "computed once by `python -m attncore.decoder.stream_run` and shipped with the app.")
         st.plotly_chart(view.stream_figure(r, tag="dec_stream_shipped"), key="chart_dec_stream_shipped")
         st.caption(view.stream_sentence(r))
-        widgets.table(view.stream_table(r))
+        widgets.table(view.stream_table(r), column_config=view.STREAM_CONFIG)
         st.caption(plain(view.stream_run_caption(run)))
         st.caption(view.streaming_llm_sentence(r))
 

@@ -25,6 +25,7 @@ from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
+from ui.views import dash_missing, right_aligned
 from ui.views.sinks import bars_with_theory, labelled_heatmap
 
 __all__ = [
@@ -226,18 +227,20 @@ def stream_frame(r: StreamResult) -> pd.DataFrame:
 
 
 STREAM_FORMATS: dict[str, str] = {"perplexity": "{:,.2f}", "perplexity past the window": "{:,.2f}",
-                                  "dense there": "{:,.2f}", "loss change": "{:+.4f}", "± SE": "{:.4f}",
-                                  "seconds": "{:.1f}"}
+                                  "dense there": "{:,.2f}", "seconds": "{:.1f}"}
+STREAM_MAYBE: dict[str, str] = {"loss change": "{:+.4f}", "± SE": "{:.4f}"}  # the dense row has none
+STREAM_CONFIG = right_aligned(STREAM_MAYBE)
 DENSE_NOTE = "the reference: no window, so no change against dense to show (—)"
 
 
 def stream_table(r: StreamResult) -> Styler:
-    """:func:`stream_frame` as the page shows it: a missing cell as "—", never "None", with the reason in the
-    row's note (the dense row is the reference the others are compared with)."""
-    frame = stream_frame(r)
+    """:func:`stream_frame` as the page shows it (with :data:`STREAM_CONFIG`): a missing cell reads "—", never
+    "None", with the reason in the row's note (the dense row is the reference the others are compared
+    with); the other numbers formatted."""
+    frame = dash_missing(stream_frame(r), STREAM_MAYBE)
     dense = StreamSetting(None).label
     frame["note"] = [DENSE_NOTE if label == dense else "" for label in frame["setting"]]
-    return frame.style.format(STREAM_FORMATS, na_rep="—")
+    return frame.style.format(STREAM_FORMATS)
 
 
 def stream_sentence(r: StreamResult) -> str:
