@@ -323,8 +323,8 @@ def _window_judge(m: Measurement) -> Judgement:
 
 
 def _what_remains(m: Measurement, recovered: float) -> str:
-    """What the recovery says: the window's loss is (almost all) the lost sink, not lost global content; what
-    remains against dense is context the window lacks (or within noise of dense)."""
+    """What the recovery says: the window's loss is (almost all) the lost sink; what remains against dense,
+    beyond its standard errors, is context the window lacks (or it is within noise of dense)."""
     d4, s4 = m.num("d_keep4"), m.err("d_keep4")
     share = ("the window's loss is almost all the lost sink" if recovered >= 0.9
              else f"{recovered:.0%} of the window's loss is the lost sink")
