@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import streamlit as st
 
+from attncore.citations import quoted
 from attncore.sinks import (
     CONTENT_RANGE,
     GATE_KINDS,
@@ -361,13 +362,15 @@ def grid_caption(att, layer: int, head: int) -> str:
                   "way down.")
 
 
+_CLARK = quoted("clark2019.sep")
+
+
 def glance_caption(att, rep, labels: dict[str, str]) -> str:
     """The dashed baselines, and for a causal model where its first-token curve stands against them."""
     if not att.causal:
         return ("Dashed: what each key set would get if every query spread its weight evenly over the keys "
                 "it sees (1/L per token). In a trained encoder the middle layers put several times that on "
-                "[CLS]; Clark et al. 2019 found over half of BERT-base's attention in some middle layers "
-                "on [SEP].")
+                f"[CLS]; {_CLARK.reference.short} ({_CLARK.where}, {_CLARK.model}): {_CLARK.label}.")
     L, uni = len(att.tokens), rep.uniform["first"]
     per_layer = rep.mass["first"].double().mean(dim=1)  # (layers,): the curve, mean over heads
     top = int(per_layer.argmax())

@@ -165,6 +165,14 @@ def body(ctx: PageContext) -> None:
         "for this device and seed, so a filter change redraws at once.",
     )
     explain(rows)
+    references()
+
+
+def references() -> None:
+    """Text: every source in full (the rows link here when a text has no address) and the papers the tests
+    follow."""
+    st.subheader("References", anchor=view.REFERENCES_ANCHOR)
+    st.markdown(view.references_markdown())
 
 
 run_page(

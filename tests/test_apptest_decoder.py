@@ -16,6 +16,7 @@ from attncore.decoder.text import shipped_text
 from attncore.models import LoadedModel, load_model
 from tests.chart_data import decode, figure, no_errors, run_app
 from ui.text import plain
+from ui.views import decoder as view
 from ui.views.decoder import auto_block, kind_sentence, loss_curve
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
@@ -58,6 +59,8 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     np.testing.assert_allclose(_y(figure(at, "dec_kinds"), 0), [s.kind_score[k] for k in kinds], rtol=1e-4)
     np.testing.assert_allclose(_y(figure(at, "dec_kinds"), 1), [s.kind_uniform[k] for k in kinds], rtol=1e-6)
     assert plain(kind_sentence(s)) in captions
+    # issue 44 item 5: the residual point in 0-based layers, as the head grid and the ablations
+    assert view.massive_sentence(s) in captions and view.after_layer(s.peak_layer) in captions
     # the StreamingLLM panel waits for its button, then draws every setting
     assert any("7 of 7 settings still to run" in i.value for i in at.info)
     at.button(key="dec_stream_btn").click().run(timeout=900)
@@ -70,6 +73,9 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(64))[1], rtol=1e-4)
     ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
     np.testing.assert_allclose(_z(figure(at, "dec_induction")), ind.score.numpy(), rtol=1e-4, atol=1e-6)
+    captions = " ".join(c.value for c in at.caption)
+    assert "(uniform guessing over the 49,152-token vocabulary: ln V = 10.80)" in captions  # issue 44 item 7
+    assert view.streaming_llm_sentence(r) in captions  # Table 1, then Table 2's row apart
 
 
 def test_entropy_real_model_view(lm: LoadedModel) -> None:
@@ -79,6 +85,8 @@ def test_entropy_real_model_view(lm: LoadedModel) -> None:
     e = entropy_profile(decoder_pass(lm.model, ids))
     fig = figure(at, "dec_entropy")
     np.testing.assert_allclose(_y(fig, 0), e.median["all"].numpy(), rtol=1e-4)
+    captions = " ".join(c.value for c in at.caption)
+    assert view.classes_sentence(e) in captions and "Classes at 48 tokens" in captions  # issue 44 item 7
     at.radio(key="ent_dfirst").set_value("without").run(timeout=900)
     np.testing.assert_allclose(_y(figure(at, "dec_entropy"), 0), e.median_rest["all"].numpy(), rtol=1e-4)
 
@@ -87,7 +95,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     """Closed, the shipped 2,048-token run sends nothing; opened, its chart's data are the stored losses'
     block means, and its sentences are made from the stored numbers."""
     from attncore.decoder.stream_run import load_stream_run
-    from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+    from attncore.evidence.decoder import MODEL_LABEL
     from tests.chart_data import figures
     from ui.decoder_lab import SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
     from ui.views.decoder import stream_run_caption, stream_sentence, streaming_llm_sentence
@@ -110,7 +118,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(2048))[1], rtol=1e-6)
     captions = " ".join(c.value for c in at.caption)
     assert stream_sentence(r) in captions
-    assert streaming_llm_sentence(r, STREAMING_LLM_TABLE) in captions
-    assert "5,158.07" in captions and "past token 1,024 of 2,048" in captions
+    assert streaming_llm_sentence(r) in captions
+    assert "5158.07" in captions and "past token 1,024 of 2,048" in captions
     assert MODEL_LABEL.split(",")[0] in captions and run.header["date"] in captions
     assert f"{run.seconds_per_pass:.1f} s a pass" in stream_run_caption(run)

@@ -143,3 +143,26 @@ def test_a_partial_counterfactual_grid_and_the_cell_controls(partial_results: Pa
     at.selectbox(key="sk_gset").set_value("learned_0.003_1200").run()
     no_errors(at)
     check_cell(at, claims, "softmax", Setting("learned", 0.003, 1200))
+
+
+def test_the_grid_table_shows_a_dash_where_a_cell_has_no_number() -> None:
+    """Issue 44 item 10: a cell without a number (not learned, diverged, not run) reads "—" in the table,
+    never "None" (st.dataframe prints a null as "None" whatever its Styler, so those columns are text); its
+    status says why. Checked on the shipped grid and on a counterfactual with no runs."""
+    import pyarrow as pa
+
+    header, runs = load_grid()
+    claims = sink_claims(header, runs, load_result("null_attention"))
+    empty = sink_claims(header, [], load_result("null_attention"))  # every grid cell "not run"
+    for cells in (claims.cells, empty.cells):
+        frame, shown = view.grid_frame(cells), view.grid_table(cells)
+        assert not shown.isna().any().any()
+        pa.Table.from_pandas(shown)  # one type per column
+        for col, fmt in view.GRID_FORMATS.items():
+            for v, cell, status in zip(frame[col], shown[col], frame["status"], strict=True):
+                if v is None or (isinstance(v, float) and np.isnan(v)):
+                    assert cell == "—" and status in ("not run", "diverged", "not learned"), (col, status)
+                else:
+                    assert cell == fmt.format(v)
+    assert (view.grid_frame(empty.cells)["status"] == "not run").any()
+    assert set(view.GRID_CONFIG) == set(view.GRID_FORMATS)

@@ -8,7 +8,7 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from attncore.evidence import CLAIMS
+from attncore.evidence import CLAIMS, SOURCES
 from tests.browser_utils import assert_clean, open_page, report, screenshot, wait_idle
 from ui.views import evidence as view
 
@@ -44,8 +44,17 @@ def test_evidence_opens_with_every_claim_and_links_into_the_views(page: Page, ap
     report(f"Evidence second open (cached): {time.perf_counter() - t0:.2f} s")
     # every row links to its view; follow the first
     hrefs = page.locator("[data-testid=stTable] tbody tr a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
-    assert hrefs == [view.link(c.key) for c in CLAIMS]
-    link = page.locator("[data-testid=stTable] tbody tr a").first
+    assert [h for h in hrefs if h.startswith("/")] == [view.link(c.key) for c in CLAIMS]
+    # and its sources and papers to their references (issue 44 item 10): an address, or the list below
+    for c in CLAIMS:
+        for s in c.sources:
+            assert (SOURCES[s].url or "#" + view.REFERENCES_ANCHOR) in hrefs
+    heading = page.get_by_role("heading", name="References")
+    heading.scroll_into_view_if_needed()
+    expect(heading).to_be_visible()
+    expect(page.get_by_role("link", name="https://arxiv.org/abs/2309.17453")).to_be_visible()
+    screenshot(page, "evidence-references")
+    link = page.locator("[data-testid=stTable] tbody tr a[href^='/']").first
     assert link.get_attribute("target") == "_blank"  # the view opens beside the table
     with page.context.expect_page() as opened:
         link.click()

@@ -141,6 +141,12 @@ def test_entropy_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     text = view.entropy_sentence(e)
     c = e.counts
     assert f"{c['broad']} broad" in text and f"{float(e.median['all'][-1]):.2f} nats" in text
+    # issue 44 item 7: the classes are said to depend on the length, with the length
+    classes = view.classes_sentence(e)
+    assert classes.startswith("Classes at 96 tokens:") and "depend on the length" in classes
+    assert ", ".join(f"{k}: {c[k]}" for k in ("sink-dominated", "local", "broad")) in classes
+    short = entropy_profile(decoder_pass(model, ids[:, :40]))
+    assert view.classes_sentence(short).startswith("Classes at 40 tokens:")
 
 
 def test_induction_views(model: torch.nn.Module) -> None:
@@ -152,6 +158,10 @@ def test_induction_views(model: torch.nn.Module) -> None:
     text = view.induction_sentence(ind)
     a, b = ind.top[0]
     assert f"L{a}H{b} {float(ind.score[a, b]):.2f}" in text and f"{ind.loss_second:.2f}" in text
+    # issue 44 item 7: the first copy's loss beside uniform guessing over the vocabulary, ln V
+    assert ind.vocab == V
+    assert (f"loss {ind.loss_first:.2f} nats on the first copy (uniform guessing over the {V:,}-token "
+            f"vocabulary: ln V = {math.log(V):.2f})") in text
     assert f"{sum(1 / (16 + j + 1) for j in range(16)) / 16:.3f}" in text
 
 
@@ -169,3 +179,45 @@ def test_each_ablation_bar_prints_its_own_mean() -> None:
     bar = ablation_figure(abl).data[0]
     assert list(bar.text) == [f"{sum(d) / 2:+.3g}" for d in deltas.values()] == ["+0.186", "+9.71", "+0.0004"]
     assert bar.textposition == "outside" and bar.cliponaxis is False
+
+
+def test_one_layer_convention(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    """Issue 44 item 5: one residual point, one layer number. Residual point p is the output of
+    model.layers[p - 1]; the caption, chart and table name it 'after layer p - 1' (0-based, as the head grid
+    and the ablations), the embeddings -1."""
+    s = decoder_sinks(model, ids, _texts(96))
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+    for p in range(1, 3):  # the last hidden state has the final norm applied
+        np.testing.assert_allclose(float(s.first_norm[p]), float(out.hidden_states[p][0, 0].norm()), rtol=1e-4)
+    assert view.after_layer(0) == "after the embeddings" and view.after_layer(12) == "after layer 11"
+    text = view.massive_sentence(s)
+    assert text.startswith(f"The first token's norm peaks {view.after_layer(s.peak_layer)} at ")
+    assert f"after layer {s.peak_layer}" not in text or s.peak_layer == 0
+    fig = view.massive_figure(s)
+    assert list(decode(fig.data[0].x)) == list(range(-1, 3)) and "−1 = embeddings" in fig.layout.xaxis.title.text
+    frame = view.massive_frame(s)
+    assert sorted(set(frame["after layer"])) == [-1, 0, 1, 2]
+
+
+def test_stream_table_shows_a_dash_with_its_reason(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    """Issue 44 item 10: the dense row has no change against itself; its cells read "—" (st.dataframe prints
+    a null as "None" whatever the Styler says, so they are text), and its note says why."""
+    import pyarrow as pa
+
+    from ui.widgets import presented_frame
+
+    r = stream_losses(model, ids, default_settings(96))
+    styled = view.stream_table(r)
+    shown = styled.data
+    raw = view.stream_frame(r)
+    dense = shown.iloc[0]
+    assert dense["setting"] == "dense" and dense["loss change"] == "—" and dense["± SE"] == "—"
+    assert "no change against dense" in dense["note"] and shown["note"].iloc[1] == ""
+    assert shown["loss change"].iloc[1] == f"{raw['loss change'].iloc[1]:+.4f}"
+    assert shown["± SE"].iloc[1] == f"{raw['± SE'].iloc[1]:.4f}"
+    assert not shown.isna().any().any()  # nothing for the grid to print as "None"
+    pa.Table.from_pandas(shown)  # one type per column: Arrow takes it (no mixed numbers and text)
+    assert view.STREAM_CONFIG == {"loss change": {"alignment": "right"}, "± SE": {"alignment": "right"}}
+    text, right = presented_frame(styled, view.STREAM_CONFIG)  # presenter mode: the same cells
+    assert text["loss change"].iloc[0] == "—" and "loss change" in right

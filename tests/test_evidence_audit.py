@@ -497,17 +497,21 @@ def audit_llm_drain(m: Measurement) -> None:
     cfg = model.config
     Hkv, E, g = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads, cfg.num_attention_heads // \
         cfg.num_key_value_heads
-    sink, rest = [], []
+    sink, rest, free = [], [], []
     for n, layer in enumerate(model.model.layers):
         with torch.no_grad():
             v = layer.self_attn.v_proj(layer.input_layernorm(out.hidden_states[n]))[0]  # (L, Hkv * E)
         norms = v.view(v.shape[0], Hkv, E).norm(dim=-1)  # (L, Hkv)
         ratio = norms[0] / norms[1:].median(dim=0).values  # (Hkv,)
         score = out.attentions[n][0, :, :, 0].mean(-1)  # (H,)
-        for h in range(cfg.num_attention_heads):
-            (sink if score[h] > 0.3 else rest).append(float(ratio[h // g]))
+        sink += [float(ratio[h // g]) for h in range(cfg.num_attention_heads) if score[h] > 0.3]
+        if not bool((score > 0.3).any()):  # the contrast: every group of the layers with no sink head
+            free.append(n)
+            rest += [float(r) for r in ratio]
     close(float(np.median(sink)), m.num("drain_sink"), rel=1e-3)
-    close(float(np.median(rest)), m.num("drain_rest"), rel=1e-3)
+    assert m["drain_free_layers"] == ", ".join(map(str, free))
+    if rest:
+        close(float(np.median(rest)), m.num("drain_rest"), rel=1e-3)
     assert sum(r < 1.0 for r in sink) == int(m.num("drain_below_one"))
 
 

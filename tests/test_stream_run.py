@@ -131,17 +131,19 @@ def test_counterfactual_stored_runs_flip_the_verdict(run: StreamRun, tmp_path: P
 
 
 def test_captions_are_made_from_the_stored_numbers(run: StreamRun) -> None:
-    from attncore.evidence.decoder import STREAMING_LLM_TABLE
     from ui.views.decoder import stream_run_caption, streaming_llm_sentence
 
     r = run.result
-    text = streaming_llm_sentence(r, STREAMING_LLM_TABLE)
+    text = streaming_llm_sentence(r)
     base = r.ppl(StreamSetting(None), 1024)
     for s in (StreamSetting(1024), StreamSetting(1024, 1), StreamSetting(1024, 4)):
         assert f"{s.label} {r.ppl(s, 1024):,.2f} ({r.ppl(s, 1024) / base:.3f}× dense)" in text
-    assert "5,158.07" in text and f"dense {base:,.2f}" in text
+    assert "0 + 1024 (window) 5158.07; 4 + 1020 5.40;" in text and f"dense {base:,.2f}" in text
+    # Table 2's Llama-2-7B row stands apart, with its own model, text and cache
+    assert text.index("Table 1 (Llama-2-13B") < text.index("Table 2 (Llama-2-7B, 400K tokens")
+    assert "1 + 4095 11.88; 2 + 4094 10.51" in text and "1 + 1023" not in text and "5.33" not in text
     short = StreamResult(r.settings[:4], r.nll[:4], r.length, r.seconds[:4])  # no window of 1,024
-    assert "Here" not in streaming_llm_sentence(short, STREAMING_LLM_TABLE)
+    assert "Here" not in streaming_llm_sentence(short)
     cap = stream_run_caption(run)
     assert f"{sum(r.seconds):.0f} s in all" in cap and run.header["commit"][:10] in cap and "2,048 tokens" in cap
 

@@ -20,7 +20,6 @@ import numpy as np
 import streamlit as st
 import torch
 
-from attncore.decoder.entropy import CLASSES
 from attncore.decoder.induction import MAX_COPY
 from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape, forward_bytes
 from attncore.decoder.sinks import GU_TOKENS
@@ -28,7 +27,7 @@ from attncore.decoder.stream_run import STREAM_RUN_LENGTH, run_settings
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
 from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TEXT_TITLE
 from attncore.errors import AttnInputError
-from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
+from attncore.evidence.decoder import MODEL_LABEL
 from attncore.models import load_bytes
 from ui import cached, realtext, widgets
 from ui.admission import heavy
@@ -222,11 +221,7 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
     st.markdown("**Massive activations (Sun et al. 2024)**: the first token's residual stream against the "
                 "others'.")
     st.plotly_chart(view.massive_figure(sL), key="chart_dec_massive")
-    peak = sL.peak_layer
-    dims = ", ".join(f"{int(d)} ({float(v):.0f})" for d, v in zip(sL.top_dims[peak], sL.top_values[peak],
-                                                                   strict=True))
-    st.caption(f"The first token's norm peaks after layer {peak} at {float(sL.first_norm[peak]):.0f} "
-               f"(others' median {float(sL.rest_norm[peak]):.1f}); its largest dims there: {dims}.")
+    st.caption(view.massive_sentence(sL))
     widgets.csv_download(lambda: view.massive_frame(sL), "massive_activations.csv", key="dl_dec_massive")
 
 
@@ -293,12 +288,10 @@ def stream_section(ctx: PageContext, where: Any) -> None:
     if result is not None and result.settings:
         st.plotly_chart(view.stream_figure(result), key="chart_dec_stream")
         st.caption(view.stream_sentence(result))
-        widgets.table(view.stream_frame(result))
+        widgets.table(view.stream_table(result), column_config=view.STREAM_CONFIG)
         widgets.caption_compute(ctx.device_label, sum(result.seconds),
                                 f"{len(result.settings)} passes of {L} tokens")
-        table = "; ".join(f"{k} {v:,.2f}" for k, v in STREAMING_LLM_TABLE)
-        st.caption(f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache 1,024): "
-                   f"{table}.")
+        st.caption(view.streaming_llm_sentence(result))
     shipped_run_section()
 
 
@@ -327,9 +320,9 @@ def shipped_run_section() -> None:
                     "computed once by `python -m attncore.decoder.stream_run` and shipped with the app.")
         st.plotly_chart(view.stream_figure(r, tag="dec_stream_shipped"), key="chart_dec_stream_shipped")
         st.caption(view.stream_sentence(r))
-        widgets.table(view.stream_frame(r))
+        widgets.table(view.stream_table(r), column_config=view.STREAM_CONFIG)
         st.caption(plain(view.stream_run_caption(run)))
-        st.caption(view.streaming_llm_sentence(r, STREAMING_LLM_TABLE))
+        st.caption(view.streaming_llm_sentence(r))
 
 
 def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> StreamResult | None:
@@ -430,10 +423,7 @@ def entropy_part(ctx: PageContext) -> None:
     e = res.value
     st.plotly_chart(view.entropy_figure(e, without_first=first == "without"), key="chart_dec_entropy")
     st.caption(view.entropy_sentence(e))
-    counts = e.counts
-    st.caption("Classes: sink-dominated = median weight on the first token above ½; local = median weight on "
-               "the query and its 3 predecessors above ½; broad = the rest. "
-               + ", ".join(f"{c}: {counts[c]}" for c in CLASSES) + ".")
+    st.caption(view.classes_sentence(e))
     widgets.caption_compute(ctx.device_label, res.seconds, "one pass with every head's weights")
     widgets.csv_download(lambda: _entropy_frame(e), "decoder_entropy.csv", key="dl_dec_entropy")
 

@@ -110,7 +110,7 @@ def grid_section(ctx: Any) -> None:
     _cell_part(cell, label, setting)
     frame = view.grid_frame(claims.cells)
     with st.expander("Every cell of the grid (table)", icon=":material/table:"):
-        widgets.table(frame)
+        widgets.table(view.grid_table(claims.cells), column_config=view.GRID_CONFIG)
         widgets.csv_download(frame, "sink_grid_cells.csv", label="Download the cells (CSV)", key="dl_sk_grid")
     st.caption(_provenance(header, claims))
 

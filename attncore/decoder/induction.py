@@ -53,6 +53,7 @@ class Induction:
             second's T+1..2T-1.
         top: the ``k`` heads with the highest score, (layer, head).
         maps: (layer, head) -> (2T, 2T) weights of the top heads.
+        vocab: V, the model's vocabulary size (ln V nats: the loss of uniform guessing over it).
     """
 
     ids: Tensor
@@ -61,6 +62,7 @@ class Induction:
     loss_second: float
     top: tuple[tuple[int, int], ...]
     maps: dict[tuple[int, int], Tensor]
+    vocab: int = 0
 
     @property
     def copy_length(self) -> int:
@@ -80,4 +82,5 @@ def induction(model: Any, T: int, seed: int, exclude: Sequence[int] = (), top: i
     heads = tuple((int(i) // shape.heads, int(i) % shape.heads) for i in flat)
     maps = decoder_pass(model, ids, maps=heads).maps
     return Induction(ids=ids, score=score, loss_first=float(p.nll[: T - 1].double().mean()),
-                     loss_second=float(p.nll[T:].double().mean()), top=heads, maps=maps)
+                     loss_second=float(p.nll[T:].double().mean()), top=heads, maps=maps,
+                     vocab=shape.vocab)

@@ -112,6 +112,7 @@ def _kernel_claim(key: str, quote: str, test: str) -> Claim:
         measure=functools.partial(_probed, key),
         describe=lambda m: judge_sizes(key, m).measured,
         judge=functools.partial(_kernel_judgement, key),
+        cites=("dao2022",),
     )
 
 

@@ -67,17 +67,37 @@ class Source:
         title: the text's own title.
         kind: what it is (a tutorial, a book chapter, ...).
         short: a label that tells the five apart at a glance (two titles are nearly the same).
+        authors: its authors, where the text names them ("" where the copy the app was built from does not).
+        year: its year, where known ("").
+        published: where it was published, where known ("").
+        url: its public address, where known ("").
     """
 
     key: str
     title: str
     kind: str
     short: str
+    authors: str = ""
+    year: str = ""
+    published: str = ""
+    url: str = ""
 
     @property
     def label(self) -> str:
         """``“Title” (kind)``."""
         return f"“{self.title}” ({self.kind})"
+
+    @property
+    def full(self) -> str:
+        """The full reference: authors (year). “Title”, kind. Address; and what the copy does not say."""
+        who = (f"{self.authors}" + (f" ({self.year})" if self.year else "") + ". ") if self.authors else ""
+        known = (("author", self.authors), ("date", self.year), ("address", self.url))
+        missing = [w for w, v in known if not v]
+        note = (f" The copy the app was built from gives no {', '.join(missing[:-1])}"
+                f"{' or ' if len(missing) > 1 else ''}{missing[-1]}." if missing else "")
+        where = f"{self.published}." if self.published else f"{self.kind}."
+        return (f"{who}“{self.title}”. {where[0].upper()}{where[1:]}" + (f" Address: {self.url} ." if self.url
+                                                                         else "") + note)
 
 
 SOURCES: dict[str, Source] = {
@@ -97,12 +117,18 @@ SOURCES: dict[str, Source] = {
             "Attention Scoring Functions",
             "Dive into Deep Learning, JAX edition",
             "d2l: Attention Scoring Functions",
+            published="section 11.3 of Dive into Deep Learning, Cambridge University Press; arXiv:2106.11342",
+            authors="Aston Zhang, Zachary C. Lipton, Mu Li, Alexander J. Smola",
+            year="2023",
+            url="https://d2l.ai/chapter_attention-mechanisms-and-transformers/attention-scoring-functions.html",
         ),
         Source(
             "graphcore",
             "Almost-scaled dot-product attention",
             "Graphcore research blog",
             "Graphcore: Almost-scaled attention",
+            authors="Graphcore Research",
+            url="https://graphcore-research.github.io/unit-scaling/posts/almost_scaled_dot_product_attention",
         ),
         Source(
             "sdpa",
@@ -185,6 +211,7 @@ class Claim:
         describe: the table's "measured" sentence, from the measurement's numbers.
         judge: the verdict rule: :class:`Measurement` in, :class:`Judgement` out.
         also: other sources that make the same claim.
+        cites: papers the test follows or quotes (keys of :data:`attncore.citations.REFERENCES`).
         slow: measured in the page's second pass, after the table is first drawn (a timing, a memory
             measurement, a model, the gradient sweep).
     """
@@ -199,6 +226,7 @@ class Claim:
     judge: Callable[[Measurement], Judgement]
     also: tuple[str, ...] = ()
     slow: bool = False
+    cites: tuple[str, ...] = ()
 
     @property
     def sources(self) -> tuple[str, ...]:

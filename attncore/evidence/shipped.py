@@ -523,6 +523,7 @@ SINKS_LEARNED = Claim(
     measure=_sinks,
     describe=lambda m: _sink_text(m, _labels(m)) + ".",
     judge=_learned_judge,
+    cites=("guo2024", "gu2024"),
 )
 
 
@@ -549,6 +550,7 @@ BIAS_REMOVES_SINKS = Claim(
     measure=_sinks,
     describe=lambda m: _sink_text(m, _labels(m, "standard", *DENOMINATOR)) + ".",
     judge=_fix_judge,
+    cites=("guo2024",),
 )
 
 

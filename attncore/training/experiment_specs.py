@@ -105,7 +105,7 @@ SOURCE_SETUP: dict[str, str] = {
     "scaling": ("The tutorial states no experiment of its own: its \"When Scaling Matters Most\" table calls "
                 "scaling critical for a high d_k and less critical for a low one, and its scaling-ablation "
                 "exercise asks the reader to train with and without it and compare learning curves."),
-    "sinks": ("StreamingLLM (Xiao et al. 2023): Llama-2, MPT, Falcon and Pythia models of 7B to 70B "
+    "sinks": ("StreamingLLM (Xiao et al. 2023): Llama-2, MPT, Falcon and Pythia models of 2.8B to 70B "
               "parameters, streaming up to 4 million tokens; attention sinks emerge in such trained models. "
               "Evan Miller's softmax1 post proposes the fix without a training run."),
 }

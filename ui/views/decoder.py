@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from numpy.typing import NDArray
+from pandas.io.formats.style import Styler
 
+from attncore.citations import table, table_text
 from attncore.decoder.entropy import CLASSES, EntropyProfile
 from attncore.decoder.induction import Induction
 from attncore.decoder.sinks import KIND_LABELS, KINDS, DecoderSinks, SinkVariant, ranked_keys
@@ -24,14 +26,17 @@ from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
 from ui.maps import heatmap
+from ui.views import dash_missing, right_aligned
 from ui.views.sinks import bars_with_theory, labelled_heatmap
 
 __all__ = [
     "LOSS_BLOCK",
     "ablation_figure",
     "ablation_frame",
+    "after_layer",
     "attractor_frame",
     "auto_block",
+    "classes_sentence",
     "entropy_figure",
     "entropy_sentence",
     "head_labels",
@@ -43,6 +48,7 @@ __all__ = [
     "loss_curve",
     "massive_figure",
     "massive_frame",
+    "massive_sentence",
     "share_figure",
     "sink_grid_figure",
     "sink_sentence",
@@ -50,6 +56,7 @@ __all__ = [
     "stream_frame",
     "stream_run_caption",
     "stream_sentence",
+    "stream_table",
     "streaming_llm_sentence",
     "value_figure",
     "variants_frame",
@@ -162,23 +169,43 @@ def value_figure(s: DecoderSinks) -> go.Figure:
     return _tag(figures.legend_below(fig), "dec_value")
 
 
+def after_layer(point: int) -> str:
+    """A residual point (0 = the embeddings, p = the output of ``model.layers[p - 1]``) in the app's one
+    convention, 0-based layer indices as the head grid and the ablations use: 'after layer 11', or 'after the
+    embeddings'."""
+    return "after the embeddings" if point == 0 else f"after layer {point - 1}"
+
+
 def massive_figure(s: DecoderSinks) -> go.Figure:
-    """The first token's residual norm after the embeddings and each layer, against the others' median."""
-    x = np.arange(len(s.first_norm))
+    """The first token's residual norm after the embeddings (x = -1) and each layer (x = its 0-based index),
+    against the others' median."""
+    x = np.arange(len(s.first_norm)) - 1
     curves = [Curve(name="first token", x=x, y=s.first_norm.numpy().astype(np.float64), color=PALETTE[0]),
               Curve(name="other tokens (median)", x=x, y=s.rest_norm.numpy().astype(np.float64),
                     color=PALETTE[1])]
-    fig = line_chart(curves, x_title="residual stream after layer (0 = embeddings)", y_title="L2 norm",
+    fig = line_chart(curves, x_title="residual stream after layer (−1 = embeddings)", y_title="L2 norm",
                      log_y=True, height=300)
     return _tag(figures.legend_below(fig), "dec_massive")
 
 
+def massive_sentence(s: DecoderSinks) -> str:
+    """Where the first token's residual norm peaks (0-based layer, :func:`after_layer`), its size against the
+    others' median there, and its largest dims."""
+    peak = s.peak_layer
+    dims = ", ".join(f"{int(d)} ({float(v):.0f})" for d, v in zip(s.top_dims[peak], s.top_values[peak],
+                                                                  strict=True))
+    return (f"The first token's norm peaks {after_layer(peak)} at {float(s.first_norm[peak]):.0f} (others' "
+            f"median {float(s.rest_norm[peak]):.1f}); its largest dims there: {dims}. Layers are counted "
+            "from 0, as in the head grid and the ablations.")
+
+
 def massive_frame(s: DecoderSinks) -> pd.DataFrame:
-    """Per residual point: the first token's largest dims, their values, the others' |mean| there."""
+    """Per residual point: the first token's largest dims, their values, the others' |mean| there; "after
+    layer" is the 0-based layer whose output it is (-1: the embeddings)."""
     rows = []
     for n in range(s.top_dims.shape[0]):
         for k in range(s.top_dims.shape[1]):
-            rows.append({"after layer": n, "dim": int(s.top_dims[n, k]),
+            rows.append({"after layer": n - 1, "dim": int(s.top_dims[n, k]),
                          "first token": float(s.top_values[n, k]),
                          "others |mean|": float(s.rest_top_abs[n, k])})
     return pd.DataFrame(rows)
@@ -231,6 +258,23 @@ def stream_frame(r: StreamResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+STREAM_FORMATS: dict[str, str] = {"perplexity": "{:,.2f}", "perplexity past the window": "{:,.2f}",
+                                  "dense there": "{:,.2f}", "seconds": "{:.1f}"}
+STREAM_MAYBE: dict[str, str] = {"loss change": "{:+.4f}", "± SE": "{:.4f}"}  # the dense row has none
+STREAM_CONFIG = right_aligned(STREAM_MAYBE)
+DENSE_NOTE = "the reference: no window, so no change against dense to show (—)"
+
+
+def stream_table(r: StreamResult) -> Styler:
+    """:func:`stream_frame` as the page shows it (with :data:`STREAM_CONFIG`): a missing cell reads "—", never
+    "None", with the reason in the row's note (the dense row is the reference the others are compared
+    with); the other numbers formatted."""
+    frame = dash_missing(stream_frame(r), STREAM_MAYBE)
+    dense = StreamSetting(None).label
+    frame["note"] = [DENSE_NOTE if label == dense else "" for label in frame["setting"]]
+    return frame.style.format(STREAM_FORMATS)
+
+
 def stream_sentence(r: StreamResult) -> str:
     """For each window: how much the window alone and the window + first k change perplexity past it."""
     dense = StreamSetting(None)
@@ -259,20 +303,21 @@ def stream_run_caption(run: StreamRun) -> str:
             f"{h.get('date', '?')}, commit {commit}; written by {h.get('command', '?')}.")
 
 
-def streaming_llm_sentence(r: StreamResult, table: Sequence[tuple[str, float]], cache: int = 1024) -> str:
-    """StreamingLLM's Table 1 (their cache of ``cache`` entries) beside this run's window of ``cache`` keys
-    alone and with the first k tokens, perplexity past the window and its ratio to dense there."""
-    theirs = "; ".join(f"{k} {v:,.2f}" for k, v in table)
+def streaming_llm_sentence(r: StreamResult, cache: int = 1024) -> str:
+    """StreamingLLM's Table 1 (Llama-2-13B, a cache of 1,024) beside this run's window of ``cache`` keys alone
+    and with the first k tokens (perplexity past the window and its ratio to dense there), then Table 2's
+    Llama-2-7B row on its own model, text and cache (every number from :mod:`attncore.citations`)."""
+    theirs = "StreamingLLM's own numbers: " + table_text(table("xiao2023", "Table 1")) + "."
+    also = (" Separately, with another model, text and cache: " + table_text(table("xiao2023", "Table 2"))
+            + ".")
     dense = StreamSetting(None)
     ours = [s for s in r.settings if s.window == cache]
     if not ours or dense not in r.settings or r.length <= cache + 1:
-        return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, cache {cache:,}): "
-                f"{theirs}.")
+        return theirs + also
     base = r.ppl(dense, cache)
     here = ", ".join(f"{s.label} {r.ppl(s, cache):,.2f} ({r.ppl(s, cache) / base:.3f}× dense)" for s in ours)
-    return (f"StreamingLLM's own numbers (Table 1, Llama-2-13B, PG19's first book, 65K tokens, cache "
-            f"{cache:,}): {theirs}. Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; "
-            f"their model read 65K tokens, far past its 4K training length; this run reads {r.length:,}.")
+    return (f"{theirs} Here, past token {cache:,} of {r.length:,}: dense {base:,.2f}, {here}; their model "
+            f"read 65K tokens, far past its 4K training length; this run reads {r.length:,}.{also}")
 
 
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
@@ -325,6 +370,17 @@ def entropy_sentence(e: EntropyProfile) -> str:
             f"uniform attention would give {math.log(lo + 1):.2f}–{math.log(hi):.2f}.")
 
 
+def classes_sentence(e: EntropyProfile) -> str:
+    """The head classes' rule and counts, with the length they were measured at: a class is a median over
+    this text's queries, so it depends on the length."""
+    L = int(e.uniform.shape[-1])
+    counts = ", ".join(f"{c}: {e.counts[c]}" for c in CLASSES)
+    return (f"Classes at {L:,} tokens: sink-dominated = median weight on the first token above ½; local = "
+            f"median weight on the query and its 3 predecessors above ½; broad = the rest. {counts}. The "
+            f"medians run over these {L:,} tokens' queries, so the classes depend on the length: another "
+            "length gives other counts.")
+
+
 # ---------------------------------------------------------------------------- induction
 
 
@@ -348,6 +404,8 @@ def induction_sentence(ind: Induction) -> str:
     T = ind.copy_length
     tops = ", ".join(f"L{a}H{b} {float(ind.score[a, b]):.2f}" for a, b in ind.top)
     uniform = sum(1.0 / (T + j + 1) for j in range(T)) / T
+    guess = (f" (uniform guessing over the {ind.vocab:,}-token vocabulary: ln V = {math.log(ind.vocab):.2f})"
+             if ind.vocab > 1 else "")
     return (f"Top induction heads on {T} random tokens repeated once: {tops} (uniform attention would give "
-            f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy, {ind.loss_second:.2f} "
+            f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy{guess}, {ind.loss_second:.2f} "
             "on the second.")

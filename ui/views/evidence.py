@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode
 import pandas as pd
 import plotly.graph_objects as go
 
+from attncore.citations import REFERENCES
 from attncore.evidence import (
     CAVEAT,
     CLAIMS,
@@ -35,10 +36,14 @@ __all__ = [
     "COLUMNS",
     "LINKS",
     "PENDING",
+    "REFERENCES_ANCHOR",
     "VERDICT_KEYS",
     "basis_text",
     "frame",
     "link",
+    "references_markdown",
+    "references_text",
+    "source_links",
     "summary",
     "verdict_figure",
 ]
@@ -141,6 +146,7 @@ COLUMNS: tuple[str, ...] = (
     "rule",
     "basis",
     "scale",
+    "references",
 )
 BASIS_WORDS: dict[str, str] = {LIVE: "live", EXACT: "exact", SHIPPED: "shipped"}
 
@@ -167,8 +173,38 @@ def basis_text(row: Row, device_label: str) -> str:
     return f"live, {device_label}" if m.basis == LIVE and device_label else BASIS_WORDS[m.basis]
 
 
+REFERENCES_ANCHOR = "references"  # the page's reference list, where a source without an address links
+
+
 def _sources_text(c: Claim) -> str:
     return "; ".join(SOURCES[s].short for s in c.sources)
+
+
+def references_text(c: Claim) -> str:
+    """The row's sources and the papers its test follows, as full references (plain text, for the CSV)."""
+    return " | ".join([SOURCES[s].full for s in c.sources] + [REFERENCES[p].full for p in c.cites])
+
+
+def source_links(c: Claim) -> str:
+    """Markdown: each of the row's sources linked to its address (to the page's reference list where the text
+    has none), then the papers its test follows, linked to arXiv."""
+    texts = [f"[{plain(SOURCES[s].short)}]({SOURCES[s].url or '#' + REFERENCES_ANCHOR})" for s in c.sources]
+    papers = [f"[{plain(REFERENCES[p].short)}]({REFERENCES[p].url})" for p in c.cites]
+    return "; ".join(texts) + (f"; after {', '.join(papers)}" if papers else "")
+
+
+def references_markdown(claims: Sequence[Claim] = CLAIMS) -> str:
+    """The reference list: the five source texts, then every paper a row's test follows, in full."""
+    def linked(full: str, url: str) -> str:  # the text escaped, its address a Markdown link
+        if not url:
+            return plain(full)
+        return plain(full.replace(url, "\x00")).replace("\x00", f"[{url}]({url})")
+
+    cited = [p for p in REFERENCES if any(p in c.cites for c in claims)]
+    lines = [f"- **{plain(s.short)}**: {linked(s.full, s.url)}" for s in SOURCES.values()]
+    lines += [f"- **{plain(REFERENCES[p].short)}**: {linked(REFERENCES[p].full, REFERENCES[p].url)}"
+              for p in cited]
+    return "\n".join(lines)
 
 
 def _cells(c: Claim) -> dict[str, str]:
@@ -178,6 +214,7 @@ def _cells(c: Claim) -> dict[str, str]:
         "view": link(c.key),
         "test": c.test,
         "rule": c.tolerance,
+        "references": references_text(c),
     }
 
 
@@ -223,6 +260,8 @@ def display_frame(df: pd.DataFrame, *, present: bool = False) -> pd.DataFrame:
     before the measurement; the rule and the scale after the test. ``present``: the links keep presenter
     mode (``present=1``: a Markdown link opens the page afresh, so the URL must carry it)."""
 
+    claims = {c.key: c for c in CLAIMS}
+
     def keep(u: str) -> str:
         return u + ("&" if "?" in u else "?") + "present=1" if present else u
 
@@ -232,8 +271,8 @@ def display_frame(df: pd.DataFrame, *, present: bool = False) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "claim and verdict": [
-                f"{badge(v)} “{plain(q)}” *({plain(src)})* [{_page_name(u)} ↗]({keep(u)})"
-                for v, q, src, u in zip(df["verdict"], df["claim"], df["source"], df["view"], strict=True)
+                f"{badge(v)} “{plain(q)}” *({source_links(claims[k])})* [{_page_name(u)} ↗]({keep(u)})"
+                for v, q, k, u in zip(df["verdict"], df["claim"], df["key"], df["view"], strict=True)
             ],
             "measured here": [
                 f"**{plain(b)}:** {plain(m)}" for b, m in zip(df["basis"], df["measured"], strict=True)

@@ -18,9 +18,11 @@ from attncore.training.bbm import SINK_THRESHOLD
 from attncore.training.sink_verdicts import Cell, Setting, interval_text, num_text
 from ui import figures
 from ui.figures import PALETTE, SEQUENTIAL, Curve
+from ui.views import dash_missing, right_aligned
 from ui.views.realtext import pick_points
 
-__all__ = ["axes", "cell_curves_figure", "cell_text", "grid_figure", "grid_frame", "setting_label"]
+__all__ = ["axes", "cell_curves_figure", "cell_text", "grid_figure", "grid_frame", "grid_table",
+           "setting_label"]
 
 
 def axes(cells: Sequence[Cell]) -> tuple[list[str], list[Setting]]:
@@ -157,3 +159,15 @@ def grid_frame(cells: Sequence[Cell]) -> pd.DataFrame:
                      "seeds with a sink": c.n_sink if c.n_usable else None,
                      "transient sinks": c.n_transient if c.n_usable else None, "status": c.status})
     return pd.DataFrame(rows)
+
+
+GRID_FORMATS: dict[str, str] = {"end weight (mean)": "{:.4f}", "95% t half-width": "{:.4f}",
+                                "interval low": "{:.4f}", "interval high": "{:.4f}",
+                                "seeds with a sink": "{:.0f}", "transient sinks": "{:.0f}"}
+GRID_CONFIG = right_aligned(GRID_FORMATS)
+
+
+def grid_table(cells: Sequence[Cell]) -> pd.DataFrame:
+    """:func:`grid_frame` as the page shows it (with :data:`GRID_CONFIG`): a number a cell does not have
+    reads "—", never "None"; its status column says why (not run, diverged, not learned)."""
+    return dash_missing(grid_frame(cells), GRID_FORMATS)
