@@ -109,7 +109,7 @@ def test_no_paper_number_is_restated_outside_the_registry(folder: str) -> None:
 
 
 def test_guo_steps_are_the_registry() -> None:
-    from attncore.training.null_attention import GUO_STEPS
+    from attncore.training.null_verdicts import GUO_STEPS
 
     assert {
         100: quoted("guo2024.bos.100").value,
