@@ -106,9 +106,42 @@ def test_ablation_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     abl = ablations(model, [ids[:, :48], ids[:, 48:]], 0, (1, 2))
     fig = view.ablation_figure(abl)
     np.testing.assert_allclose(_ys(fig)[0], [a.mean for a in abl], rtol=1e-6)
-    np.testing.assert_allclose(decode(fig.data[0].error_y.array), [a.se for a in abl], rtol=1e-6)
+    np.testing.assert_allclose(decode(fig.data[0].error_y.array), [a.margin for a in abl], rtol=1e-6)
     f = view.ablation_frame(abl)
     assert f["windows"].tolist() == [2, 2, 2] and f["dims"].tolist() == ["", "1, 2", "1, 2"]
+    np.testing.assert_allclose(f["± 95% (t)"], [12.706 * a.se for a in abl], rtol=1e-9)
+
+
+def _abl(deltas: dict[str, list[float]], layer: int = 11) -> list:
+    from attncore.decoder.streaming import Ablation
+
+    return [Ablation(name=n, deltas=torch.tensor(d, dtype=torch.float64),
+                     base=torch.full((len(d),), 3.0, dtype=torch.float64), layer=-1 if i == 0 else layer,
+                     dims=() if i == 0 else (507,)) for i, (n, d) in enumerate(deltas.items())]
+
+
+def test_ablation_frame_keeps_numbers_numeric_and_shows_missing_as_a_dash() -> None:
+    """F7 (issue 44): a blank in the "after layer" column made it text beside numbers, and every render wrote an
+    Arrow traceback to the server log. The column is numeric now (missing: NA), Arrow converts the frame, and
+    the page's table shows the missing cell as "—"."""
+    import pyarrow as pa
+
+    abl = _abl({"delete first token": [0.05, 0.03, 0.06, 0.04], "zero massive dims": [9.1, 9.6, 9.4, 9.5]})
+    f = view.ablation_frame(abl)
+    assert str(f["after layer"].dtype) == "Int64" and f["after layer"].isna().tolist() == [True, False]
+    assert all(np.issubdtype(f[c].dtype, np.number) for c in ("loss change", "± 95% (t)", "SE", "windows"))
+    pa.Table.from_pandas(f)  # raises on a mixed column
+    html = view.ablation_table(abl).to_html()
+    assert "—" in html and ">11<" in html
+
+
+def test_ablation_sentence_reads_the_t_interval() -> None:
+    abl = _abl({"delete first token": [0.05, 0.03, 0.06, 0.04], "zero massive dims": [9.1, 9.6, 9.4, 9.5]})
+    text = view.ablation_sentence(abl, 256)
+    se = float(torch.tensor([0.05, 0.03, 0.06, 0.04], dtype=torch.float64).std()) / 2
+    assert text.startswith("Loss change over 4 windows of 256 tokens, nats per token (mean ± 95% t interval, "
+                           "t(0.975, 3) = 3.182 × the standard error): ")
+    assert f"delete first token +0.045 ± {3.182 * se:.3f}; zero massive dims +9.400 ± " in text
 
 
 def test_entropy_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
@@ -142,7 +175,7 @@ def test_each_ablation_bar_prints_its_own_mean() -> None:
     from attncore.decoder.streaming import Ablation
     from ui.views.decoder import ablation_figure
 
-    deltas = {"mask first token": [0.1868, 0.1857], "zero massive dims": [10.95, 8.48],
+    deltas = {"delete first token": [0.1868, 0.1857], "zero massive dims": [10.95, 8.48],
               "mean-replace massive dims": [0.002, -0.0012]}
     abl = [Ablation(name=n, deltas=torch.tensor(d, dtype=torch.float64),
                     base=torch.tensor([3.0, 4.0], dtype=torch.float64), layer=11, dims=(507,), values=())

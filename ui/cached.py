@@ -33,6 +33,7 @@ from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.decoder import entropy as _dec_entropy
 from attncore.decoder import induction as _dec_induction
+from attncore.decoder import position as _dec_position
 from attncore.decoder import probe as _dec_probe
 from attncore.decoder import sinks as _dec_sinks
 from attncore.decoder import stream_run as _dec_stream_run
@@ -62,7 +63,9 @@ __all__ = [
     "causal_model",
     "causal_next_chars",
     "decoder_ablations",
+    "decoder_deletion",
     "decoder_entropy",
+    "decoder_gu_inputs",
     "decoder_induction",
     "decoder_sinks",
     "decoder_tokens",
@@ -658,6 +661,24 @@ def decoder_ablations(windows: int, L: int, device: str) -> Timed[tuple[_dec_str
     dims = tuple(int(d) for d in probe.top_dims[peak])
     wins = _dec_text.text_windows(ids, L, windows)
     return timed(lambda: _dec_stream.ablations(lm.model, wins, layer, dims))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Deleting the first token…")
+def decoder_deletion(L: int, device: str) -> Timed[_dec_position.FirstTokenDeletion]:
+    """The shipped text's first ``L`` tokens with the first masked from every later query and deleted;
+    the residual read after the layer where the first token's norm peaks."""
+    lm, ids, _ = _smollm2_ids(L, device)
+    return timed(lambda: _dec_position.delete_first_token(lm.model, ids))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on Gu et al.'s inputs…")
+def decoder_gu_inputs(L: int, seed: int, device: str) -> Timed[tuple[_dec_position.GuRow, ...]]:
+    """Gu et al.'s three inputs of ``L`` tokens (the shipped text, seeded random tokens, one token
+    repeated), each as is and with a newline put first."""
+    lm, ids, _ = _smollm2_ids(L, device)
+    newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
+    return timed(lambda: _dec_position.gu_inputs(lm.model, ids, seed=seed, prefix_id=newline,
+                                                 prefix_text="\n", exclude=lm.tokenizer.all_special_ids))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on repeated random tokens…")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from attncore.decoder.induction import Induction
 from attncore.decoder.sinks import DecoderSinks, SinkVariant
 from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
+from attncore.stats import t_critical
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
 from ui.views.sinks import bars_with_theory, labelled_heatmap
@@ -29,6 +31,8 @@ __all__ = [
     "LOSS_BLOCK",
     "ablation_figure",
     "ablation_frame",
+    "ablation_sentence",
+    "ablation_table",
     "attractor_frame",
     "auto_block",
     "entropy_figure",
@@ -244,8 +248,8 @@ def streaming_llm_sentence(r: StreamResult, table: Sequence[tuple[str, float]], 
 
 
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
-    """Loss change of each first-token ablation, mean over text windows ± standard error."""
-    fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.se for a in abl],
+    """Loss change of each first-token ablation, mean over text windows ± its 95% t interval."""
+    fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.margin for a in abl],
                            y_title="Δ loss (nats/token)", height=320)
     # each bar says its value: a +0.19 bar is invisible beside a +10 one on the shared axis
     fig.update_traces(selector={"type": "bar"}, text=[f"{a.mean:+.3g}" for a in abl], textposition="outside",
@@ -254,11 +258,32 @@ def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
 
 
 def ablation_frame(abl: Sequence[Ablation]) -> pd.DataFrame:
-    """Per ablation: mean loss change ± SE over windows, the windows, the edited point and dims."""
+    """Per ablation: mean loss change, its standard error and 95% t interval over windows, the windows, the
+    edited residual point (0-based layer; NaN for the deletion, which edits none) and dims. Every column
+    of numbers is numeric (a blank in one is NaN, shown as "—" by :func:`ablation_table`)."""
     return pd.DataFrame({"ablation": [a.name for a in abl], "loss change": [a.mean for a in abl],
-                         "± SE": [a.se for a in abl], "windows": [int(a.deltas.numel()) for a in abl],
-                         "after layer": [a.layer if a.dims else "" for a in abl],
+                         "± 95% (t)": [a.margin for a in abl], "SE": [a.se for a in abl],
+                         "windows": [a.windows for a in abl],
+                         "after layer": pd.array([a.layer if a.dims else pd.NA for a in abl], dtype="Int64"),
                          "dims": [", ".join(map(str, a.dims)) for a in abl]})
+
+
+def ablation_table(abl: Sequence[Ablation]) -> Any:
+    """:func:`ablation_frame` as the page shows it (a pandas Styler): the missing numbers as "—"."""
+    return ablation_frame(abl).style.format(na_rep="—", precision=4,
+                                            subset=["loss change", "± 95% (t)", "SE"]).format(
+        na_rep="—", subset=["after layer"])
+
+
+def ablation_sentence(abl: Sequence[Ablation], length: int) -> str:
+    """'Loss change over 4 windows of 256 tokens (mean ± 95% t interval, t(0.975, 3) = 3.182): ...'."""
+    if not abl:
+        return "No ablation ran."
+    n = abl[0].windows
+    t = t_critical(n - 1)
+    parts = "; ".join(f"{a.name} {a.mean:+.3f} ± {a.margin:.3f}" for a in abl)
+    return (f"Loss change over {n} windows of {length} tokens, nats per token (mean ± 95% t interval, "
+            f"t(0.975, {n - 1}) = {t:.3f} × the standard error): {parts}.")
 
 
 # ---------------------------------------------------------------------------- entropy
