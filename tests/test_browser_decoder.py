@@ -15,7 +15,7 @@ pytestmark = pytest.mark.browser
 
 VIEW_JS = """(view) => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g =>
   ((g.layout || {}).meta || {}).view === view && (g._fullData || []).length > 0)"""
-SHORT = "snk_view=decoder&dec_L=40&dec_sl=64&dec_w1=8&dec_w2=16&dec_aw=2&dec_al=32&dec_T=16"
+SHORT = "snk_view=decoder&dec_L=40&dec_sl=64&dec_w1=8&dec_w2=16&dec_aw=4&dec_al=32&dec_T=16"
 
 
 def test_decoder_part(page: Page, app_url: str) -> None:

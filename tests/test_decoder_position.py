@@ -145,3 +145,14 @@ def test_smollm2_deleting_the_first_token_moves_the_sink() -> None:
     assert before > 100 and second < 10 and after > 100
     assert d.norm_new_first > 50 * d.norm_second and d.norm_first > 50 * d.norm_rest
     assert int(d.dims_new_first[0]) == int(d.dims_first[0])
+
+
+def test_massive_point_is_where_the_first_tokens_norm_passes_half_and_peaks(tiny: torch.nn.Module) -> None:
+    from attncore.decoder.sinks import decoder_sinks
+    from attncore.decoder.streaming import massive_point
+
+    ids = _ids(16, tiny.config.vocab_size, seed=6)
+    s = decoder_sinks(tiny, ids, [str(int(i)) for i in ids[0]])
+    layer, dims = massive_point(tiny, ids)
+    assert layer == int((s.first_norm > 0.5 * s.first_norm.max()).nonzero()[0]) - 1
+    assert dims == tuple(int(d) for d in s.top_dims[s.peak_layer])

@@ -654,11 +654,8 @@ def _decoder_variants(shift: int, eps: float, device: str, length: int, key: str
 def decoder_ablations(windows: int, L: int, device: str) -> Timed[tuple[_dec_stream.Ablation, ...]]:
     """The first-token ablations on ``windows`` windows of ``L`` tokens; the massive dims are the first
     token's 4 largest where its residual norm peaks, edited after the layer where it first passes half."""
-    lm, ids, texts = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
-    probe = _dec_sinks.decoder_sinks(lm.model, ids[:, :L], texts[:L])
-    peak = probe.peak_layer
-    layer = int((probe.first_norm > 0.5 * probe.first_norm.max()).nonzero()[0]) - 1
-    dims = tuple(int(d) for d in probe.top_dims[peak])
+    lm, ids, _ = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
+    layer, dims = _dec_stream.massive_point(lm.model, ids[:, :L])
     wins = _dec_text.text_windows(ids, L, windows)
     return timed(lambda: _dec_stream.ablations(lm.model, wins, layer, dims))
 

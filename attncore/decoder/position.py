@@ -37,6 +37,7 @@ __all__ = [
     "delete_first_token",
     "gu_inputs",
     "input_variants",
+    "main",
 ]
 
 GU_THRESHOLDS: tuple[float, ...] = (0.3, 0.8)
@@ -221,3 +222,58 @@ def gu_inputs(model: Any, natural: Tensor, *, seed: int = 0, prefix_id: int | No
         for name, x in variants.items():
             rows.append(_row(model, name, prefix_text, torch.cat([first, x[:, : L - 1]], dim=1)))
     return tuple(rows)
+
+
+# ---------------------------------------------------------------------------- the numbers the README quotes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print, for SmolLM2 on the shipped text, the numbers the README quotes: the deletion at 64 and 256
+    tokens, Gu et al.'s inputs at 64 (seed 0), the first-token ablations at the page's default (4 windows of
+    256 tokens) and the Tour's (4 of 128) with their 95% t intervals, and the eviction test of the shipped
+    StreamingLLM run."""
+    import argparse
+
+    from attncore.decoder.probe import MAX_DECODER_TOKENS
+    from attncore.decoder.stream_run import load_stream_run
+    from attncore.decoder.streaming import ablations, massive_point
+    from attncore.decoder.text import shipped_text, text_windows
+    from attncore.models import load_model
+
+    parser = argparse.ArgumentParser(prog="python -m attncore.decoder.position", description=main.__doc__)
+    parser.parse_args(argv)
+    lm = load_model("smollm2")
+    ids = lm.tokenizer(shipped_text(), return_tensors="pt")["input_ids"][:, :MAX_DECODER_TOKENS]
+    for L in (GU_TOKENS, 4 * GU_TOKENS):
+        d = delete_first_token(lm.model, ids[:, :L])
+        a, b, c = d.sink_heads(0.3)
+        print(f"deletion at {L} tokens: masked vs deleted max gap {d.equivalence_gap:.1e} nats; cost "
+              f"{d.cost:+.4f} nats/token on tokens 2..{L - 1}; sink heads (>0.3) first {a}, token 1 "
+              f"second {b}, token 1 once first {c}; residual norm after layer {d.layer}: first "
+              f"{d.norm_first:,.0f}, token 1 second {d.norm_second:,.1f}, once first "
+              f"{d.norm_new_first:,.0f}, "
+              f"others' median {d.norm_rest:,.1f}; dims {d.dims_first.tolist()} -> "
+              f"{d.dims_new_first.tolist()}", flush=True)
+    newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
+    for r in gu_inputs(lm.model, ids[:, :GU_TOKENS], seed=0, prefix_id=newline, prefix_text="\\n",
+                       exclude=lm.tokenizer.all_special_ids):
+        print(f"Gu inputs: {r.name:>18} {r.prefix or 'as is':>5}: sink heads "
+              + ", ".join(f"{100 * r.share(e):.1f}% at {e:g}" for e in GU_THRESHOLDS)
+              + f"; largest weight on token 0 {100 * r.top_share:.1f}%", flush=True)
+    for n, L in ((4, 256), (4, 128)):
+        layer, dims = massive_point(lm.model, ids[:, :L])
+        for a_ in ablations(lm.model, text_windows(ids, L, n), layer, dims):
+            print(f"ablation, {n} windows of {L}: {a_.name}: {a_.mean:+.4f} ± {a_.margin:.4f} (95% t; SE "
+                  f"{a_.se:.4f}) nats/token; after layer {layer}, dims {dims}", flush=True)
+    r_ = load_stream_run().result
+    from attncore.decoder.streaming import StreamSetting
+
+    dense = r_.ppl(StreamSetting(None), 256)
+    for s in (StreamSetting(256), StreamSetting(256, 1), StreamSetting(256, 4)):
+        print(f"shipped run, past token 256 of {r_.length}: {s.label} {r_.ppl(s, 256):.2f} "
+              f"({r_.ppl(s, 256) / dense:.3f}x dense {dense:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -43,6 +43,7 @@ __all__ = [
     "StreamSetting",
     "ablations",
     "default_settings",
+    "massive_point",
     "mean_se",
     "stream_losses",
 ]
@@ -220,6 +221,17 @@ class Ablation:
         if not math.isfinite(h):
             return 0
         return 1 if m - h > 0 else (-1 if m + h < 0 else 0)
+
+
+def massive_point(model: Any, ids: Tensor, top: int = 4) -> tuple[int, tuple[int, ...]]:
+    """Where the residual ablations edit, read from one pass over ``ids`` (1, L): after the layer (0-based;
+    -1 = the embeddings) where the first token's residual norm first passes half its peak, the first token's
+    ``top`` largest |dims| where the norm peaks."""
+    p = decoder_pass(model, ids, weights=False)
+    norm = p.residual_norm[:, 0]  # (N + 1,)
+    layer = int((norm > 0.5 * norm.max()).nonzero()[0]) - 1
+    idx = p.first_residual[int(norm.argmax())].abs().topk(min(top, p.first_residual.shape[-1])).indices
+    return layer, tuple(int(d) for d in idx)
 
 
 def ablations(model: Any, windows: Sequence[Tensor], layer: int, dims: Sequence[int],
