@@ -156,3 +156,49 @@ def test_massive_point_is_where_the_first_tokens_norm_passes_half_and_peaks(tiny
     layer, dims = massive_point(tiny, ids)
     assert layer == int((s.first_norm > 0.5 * s.first_norm.max()).nonzero()[0]) - 1
     assert dims == tuple(int(d) for d in s.top_dims[s.peak_layer])
+
+
+# ---------------------------------------------------------------------------- induction heads made causal
+
+
+def test_head_ablation_equals_zeroing_the_heads_output_columns(tiny: torch.nn.Module) -> None:
+    """Zeroing a head's slice before o_proj is the same as zeroing o_proj's columns for that head (no bias):
+    a from-scratch copy of the model with those columns zeroed gives the same losses."""
+    import copy
+
+    from attncore.decoder.induction import head_ablation_nll
+
+    ids = _ids(20, tiny.config.vocab_size, seed=9)
+    heads = [(0, 1), (1, 0), (1, 3)]
+    got = head_ablation_nll(tiny, ids, heads)
+    ref_model = copy.deepcopy(tiny)
+    E = tiny.config.hidden_size // tiny.config.num_attention_heads
+    with torch.no_grad():
+        for layer, h in heads:
+            ref_model.model.layers[layer].self_attn.o_proj.weight[:, h * E:(h + 1) * E] = 0.0
+    ref, _, _ = _reference(ref_model, ids)
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
+    plain, _, _ = _reference(tiny, ids)
+    torch.testing.assert_close(head_ablation_nll(tiny, ids, ()), plain, rtol=0, atol=1e-5)
+    assert float((got - plain).abs().max()) > 1e-3
+    with pytest.raises(AttnInputError, match="no head"):
+        head_ablation_nll(tiny, ids, [(2, 0)])
+
+
+def test_induction_ablation_top_sets_against_random_sets(tiny: torch.nn.Module) -> None:
+    from attncore.decoder.induction import ablate_induction_heads, head_ablation_nll, induction
+
+    ind = induction(tiny, 8, seed=1, exclude=(0, 1, 2))
+    calls: list[tuple[int, int]] = []
+    a = ablate_induction_heads(tiny, ind, sets=3, seed=4, shares=(0.1, 0.3),
+                               progress=lambda d, t: calls.append((d, t)))
+    assert a.sizes == (1, 2) and calls[-1] == (9, 9) and len(calls) == 9  # 8 heads: 10% and 30% -> 1, 2
+    order = ind.score.flatten().argsort(descending=True)
+    assert a.top[2] == tuple((int(i) // 4, int(i) % 4) for i in order[:2])
+    assert a.top_loss[2] == pytest.approx(float(head_ablation_nll(tiny, ind.ids, a.top[2])[8:].double().mean()))
+    assert a.base == pytest.approx(ind.loss_second, abs=1e-5) and a.first_copy == pytest.approx(ind.loss_first,
+                                                                                              abs=1e-5)
+    assert a.random_loss[1].shape == (3,)
+    again = ablate_induction_heads(tiny, ind, sets=3, seed=4, shares=(0.1, 0.3))
+    assert torch.equal(a.random_loss[2], again.random_loss[2])
+    assert a.beaten_by(2) == int((a.random_loss[2] >= a.top_loss[2]).sum())

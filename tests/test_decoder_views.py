@@ -183,3 +183,29 @@ def test_each_ablation_bar_prints_its_own_mean() -> None:
     bar = ablation_figure(abl).data[0]
     assert list(bar.text) == [f"{sum(d) / 2:+.3g}" for d in deltas.values()] == ["+0.186", "+9.71", "+0.0004"]
     assert bar.textposition == "outside" and bar.cliponaxis is False
+
+
+def _ind_ablation(top3: float, top8: float) -> object:
+    from attncore.decoder.induction import InductionAblation
+
+    rand = {3: torch.tensor([1.1, 1.3, 1.2, 1.0], dtype=torch.float64),
+            8: torch.tensor([1.4, 1.2, 1.5, 1.3], dtype=torch.float64)}
+    return InductionAblation(copy_length=64, base=1.0, first_copy=10.2, sizes=(3, 8),
+                             top={3: ((5, 1), (6, 2), (7, 0)), 8: tuple((i, 0) for i in range(8))},
+                             top_loss={3: top3, 8: top8}, random_loss=rand)
+
+
+def test_induction_ablation_sentence_and_frame_follow_the_numbers() -> None:
+    a = _ind_ablation(2.5, 1.45)
+    text = view.induction_ablation_sentence(a, 270, 49152)
+    assert text.startswith("Loss on the second copy of 64 random tokens: 1.000 nats with every head (first copy "
+                           "10.20; uniform guessing ln V = 10.8); ")
+    assert ("zeroing the top 3 heads by induction score (1% of 270) changes it by +1.500 nats, more than every "
+            "one of 4 random sets of 3 (largest +0.300); the random sets' median +0.150") in text
+    assert ("zeroing the top 8 heads by induction score (3% of 270) changes it by +0.450 nats, and 1 of 4 random "
+            "sets of 8 change it as much or more; the random sets' median +0.350") in text
+    f = view.induction_ablation_frame(a)
+    assert f["heads zeroed"].tolist() == [3, 8] and f["top heads"][0] == "L5H1, L6H2, L7H0"
+    assert f["random sets as high"].tolist() == [0, 1]
+    assert f["Δ vs none"].tolist() == pytest.approx([1.5, 0.45])
+    assert "~32%" in view.crosbie_caption() and "arXiv 2407.07011" in view.crosbie_caption()

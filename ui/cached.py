@@ -67,6 +67,7 @@ __all__ = [
     "decoder_entropy",
     "decoder_gu_inputs",
     "decoder_induction",
+    "decoder_induction_ablation",
     "decoder_sinks",
     "decoder_tokens",
     "decoder_variants",
@@ -683,6 +684,18 @@ def decoder_induction(T: int, seed: int, device: str) -> Timed[_dec_induction.In
     """Induction scores of SmolLM2's heads on T seeded random tokens repeated once."""
     lm = language_model("smollm2", device)
     return timed(lambda: _dec_induction.induction(lm.model, T, seed, exclude=lm.tokenizer.all_special_ids))
+
+
+INDUCTION_SETS = 20  # random head sets per size (issue 40 item 6: at least 20)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Zeroing the top induction heads and random sets…")
+def decoder_induction_ablation(T: int, seed: int, device: str) -> Timed[_dec_induction.InductionAblation]:
+    """The top 1% and 3% of SmolLM2's heads by induction score zeroed, against 20 random sets of each size,
+    on the T seeded random tokens repeated once (the loss on the second copy)."""
+    lm = language_model("smollm2", device)
+    ind = decoder_induction(T, seed, device).value
+    return timed(lambda: _dec_induction.ablate_induction_heads(lm.model, ind, sets=INDUCTION_SETS, seed=seed))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running SmolLM2…")

@@ -421,6 +421,29 @@ def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     k = min(k, len(ind.top) - 1)
     st.plotly_chart(view.induction_map_figure(ind, ind.top[k]), key="chart_dec_induction_map")
     widgets.caption_compute(ctx.device_label, res.seconds, "two passes")
+    induction_ablation_section(ctx, T)
+
+
+INDUCTION_ABLATION_OPEN = "dec_ind_abl_open"  # the expander's open state (a view, not a setting)
+
+
+def induction_ablation_section(ctx: PageContext, T: int) -> None:
+    """The top induction heads zeroed against random sets of the same size, in an expander run when opened."""
+    sets = cached.INDUCTION_SETS
+    box = st.expander(f"Zero the top induction heads against {sets} random sets (Crosbie & Shutova 2025)",
+                      key=INDUCTION_ABLATION_OPEN, on_change="rerun", icon=":material/content_cut:")
+    if not box.open:
+        return
+    with box:
+        shape = decoder_shape(_model(ctx).model)
+        with _passes(ctx, 2 * T, 1 + 2 * (1 + sets), "the induction ablations"):
+            res = cached.decoder_induction_ablation(T, ctx.seed, ctx.device)
+        a = res.value
+        widgets.table(view.induction_ablation_frame(a))
+        st.caption(view.induction_ablation_sentence(a, shape.layers * shape.heads, shape.vocab))
+        st.caption(view.crosbie_caption())
+        widgets.caption_compute(ctx.device_label, res.seconds,
+                                f"{1 + len(a.sizes) * (1 + sets)} passes of {2 * T} tokens")
 
 
 # ---------------------------------------------------------------------------- the entropy page
