@@ -141,7 +141,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     from attncore.decoder.stream_run import load_stream_run
     from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
     from tests.chart_data import figures
-    from ui.decoder_lab import SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
+    from ui.decoder_lab import INDUCTION_ABLATION_OPEN, SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
     from ui.views.decoder import stream_run_caption, stream_sentence, streaming_llm_sentence
 
     at = run_app(SINKS, timeout=900, **SHORT)
@@ -150,9 +150,12 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     assert any(e.label == SHIPPED_RUN_TITLE for e in at.expander)
     views = {(f["layout"].get("meta") or {}).get("view") for f in figures(at)}
     assert "dec_stream_shipped" not in views  # closed: not sent
+    assert not [t for t in at.dataframe if "heads zeroed" in t.value.columns]  # closed: not run
     at.session_state[SHIPPED_RUN_OPEN] = True
+    at.session_state[INDUCTION_ABLATION_OPEN] = True
     at.run(timeout=900)
     no_errors(at)
+    check_induction_ablation(at)
     run = load_stream_run()
     r = run.result
     fig = figure(at, "dec_stream_shipped")
@@ -166,3 +169,22 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     assert "5,158.07" in captions and "past token 1,024 of 2,048" in captions
     assert MODEL_LABEL.split(",")[0] in captions and run.header["date"] in captions
     assert f"{run.seconds_per_pass:.1f} s a pass" in stream_run_caption(run)
+
+
+def check_induction_ablation(at: AppTest) -> None:
+    """The expander's table and sentence: the top 3 and 8 heads (1% and 3% of 270) and 20 random sets each,
+    zeroed on the 8 seeded random tokens repeated, against attncore directly."""
+    from attncore.decoder.induction import ablate_induction_heads
+    from ui.views.decoder import induction_ablation_frame, induction_ablation_sentence
+
+    lm = load_model("smollm2")
+    ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
+    a = ablate_induction_heads(lm.model, ind, sets=20, seed=0)
+    assert a.sizes == (3, 8) and all(len(v) == 20 for v in a.random_loss.values())
+    shown = [t.value for t in at.dataframe if "heads zeroed" in t.value.columns]
+    assert len(shown) == 1
+    want = induction_ablation_frame(a)
+    assert shown[0]["top heads"].tolist() == want["top heads"].tolist()
+    np.testing.assert_allclose(shown[0]["loss, top heads zeroed"], want["loss, top heads zeroed"], rtol=1e-4)
+    np.testing.assert_allclose(shown[0]["random: median"], want["random: median"], rtol=1e-4)
+    assert induction_ablation_sentence(a, 270, lm.model.config.vocab_size) in [c.value for c in at.caption]
