@@ -131,8 +131,10 @@ def test_ablation_frame_keeps_numbers_numeric_and_shows_missing_as_a_dash() -> N
     assert str(f["after layer"].dtype) == "Int64" and f["after layer"].isna().tolist() == [True, False]
     assert all(np.issubdtype(f[c].dtype, np.number) for c in ("loss change", "± 95% (t)", "SE", "windows"))
     pa.Table.from_pandas(f)  # raises on a mixed column
-    html = view.ablation_table(abl).to_html()
-    assert "—" in html and ">11<" in html
+    shown = view.ablation_table(abl)
+    pa.Table.from_pandas(shown.data)
+    assert shown.data["after layer"].tolist() == ["—", "11"] and shown.data["dims"].tolist() == ["—", "507"]
+    assert ">0.0450<" in shown.to_html()
 
 
 def test_ablation_sentence_reads_the_t_interval() -> None:

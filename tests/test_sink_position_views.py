@@ -48,7 +48,7 @@ def test_deletion_sentence_and_table_read_the_numbers() -> None:
     assert "the sink does not simply move: 2 of 12 heads" in other and "by -0.010 nats" in other
     f = view.deletion_frame(d, 0.3)
     assert f["sink heads (> 0.3)"].tolist() == [10, 0, 9]
-    assert f["residual norm after layer 11"].tolist() == pytest.approx([23841.9, 168.2, 23454.4])
+    assert f["residual norm after layer 11"].tolist() == pytest.approx([23841.9, 168.2, 23454.4], abs=0.06)
     assert f["largest dims (value)"].tolist() == ["507 (23,674), 247 (1,749)", "—", "507 (23,289), 14 (869)"]
     fig = view.deletion_figure(d, 0.3)
     assert fig.layout.meta["view"] == "dec_deletion"

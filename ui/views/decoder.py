@@ -272,10 +272,13 @@ def ablation_frame(abl: Sequence[Ablation]) -> pd.DataFrame:
 
 
 def ablation_table(abl: Sequence[Ablation]) -> Any:
-    """:func:`ablation_frame` as the page shows it (a pandas Styler): the missing numbers as "—"."""
-    return ablation_frame(abl).style.format(na_rep="—", precision=4,
-                                            subset=["loss change", "± 95% (t)", "SE"]).format(
-        na_rep="—", subset=["after layer"])
+    """:func:`ablation_frame` as the page shows it (a pandas Styler, 4 decimals): the edited point and dims
+    written as text, "—" where the ablation edits none (a grid draws a missing number as "None", whatever
+    the Styler says, so the column is text throughout: never numbers mixed with text)."""
+    f = ablation_frame(abl)
+    f["after layer"] = ["—" if pd.isna(v) else str(int(v)) for v in f["after layer"]]
+    f["dims"] = [d or "—" for d in f["dims"]]
+    return f.style.format(precision=4, subset=["loss change", "± 95% (t)", "SE"])
 
 
 def ablation_sentence(abl: Sequence[Ablation], length: int) -> str:

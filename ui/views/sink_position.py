@@ -72,9 +72,10 @@ def deletion_frame(d: FirstTokenDeletion, eps: float) -> pd.DataFrame:
     return pd.DataFrame({
         "token": ["original first token", "token 1, second", "token 1 once first"],
         f"sink heads (> {eps:g})": [a, b, c],
-        "mean score": [float(d.score_first.mean()), float(d.score_second.mean()),
-                       float(d.score_new_first.mean())],
-        f"residual norm after layer {d.layer}": [d.norm_first, d.norm_second, d.norm_new_first],
+        "mean score": [round(float(d.score_first.mean()), 4), round(float(d.score_second.mean()), 4),
+                       round(float(d.score_new_first.mean()), 4)],
+        f"residual norm after layer {d.layer}": [round(d.norm_first, 1), round(d.norm_second, 1),
+                                                 round(d.norm_new_first, 1)],
         "largest dims (value)": [_dims(d.dims_first, d.values_first), "—",
                                  _dims(d.dims_new_first, d.values_new_first)],
     })
@@ -145,13 +146,14 @@ def eviction_sentence(e: Eviction | None) -> str:
 
 def gu_frame(rows: Sequence[GuRow]) -> pd.DataFrame:
     """Per input (and special token first or not): the share of sink heads at each eps of
-    :data:`GU_THRESHOLDS` and of heads whose queries mostly put their largest weight on token 0 (percent)."""
+    :data:`GU_THRESHOLDS` and of heads whose queries mostly put their largest weight on token 0 (percent, one
+    decimal as the sentence says them)."""
     out: dict[str, list[object]] = {"input": [r.name for r in rows],
                                     "first token": [repr(r.prefix) + " put first" if r.prefix else "as is"
                                                     for r in rows]}
     for eps in GU_THRESHOLDS:
-        out[f"sink heads, ε = {eps:g} (%)"] = [100.0 * r.share(eps) for r in rows]
-    out["largest weight on token 0 (%)"] = [100.0 * r.top_share for r in rows]
+        out[f"sink heads, ε = {eps:g} (%)"] = [round(100.0 * r.share(eps), 1) for r in rows]
+    out["largest weight on token 0 (%)"] = [round(100.0 * r.top_share, 1) for r in rows]
     return pd.DataFrame(out)
 
 
