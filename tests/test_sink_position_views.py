@@ -102,3 +102,17 @@ def test_gu_table_and_sentence_follow_the_shares() -> None:
     assert "does not change the repeated input's sink heads much" in view.gu_sentence(same)
     cap = view.gu_caption("SmolLM2-135M-Instruct", 64, 7)
     assert "arXiv 2410.10781" in cap and "(seed 7)" in cap and "repeated 64 times" in cap
+
+
+def test_readme_quotes_the_shipped_runs_eviction_test() -> None:
+    """The README's eviction numbers are the shipped StreamingLLM run's, read by the page's own builder."""
+    from pathlib import Path
+
+    from attncore.decoder.stream_run import load_stream_run
+
+    e = view.eviction(load_stream_run().result)
+    assert e is not None
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert (f"the window of {e.window} alone gives {e.alone:.2f} against dense {e.dense:.2f} "
+            f"({e.alone_ratio:.2f}×)") in readme
+    assert f"with the first {e.sinks} {e.kept:.2f} ({e.kept_ratio:.3f}×)" in readme
