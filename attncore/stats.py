@@ -7,6 +7,9 @@ For normalisers whose rows need not sum to 1 (softmax1, sigmoid) the entropy
 family is computed on the row renormalised to sum 1 (``normalize=True``, the
 default); :func:`row_sum` reports how much mass the row actually spends. An
 all-zero row has entropy 0, max weight 0 and effective support 0.
+
+Intervals over samples (seeds, text windows): :func:`t_critical`, the 95% t quantile every margin
+``t(0.975, n - 1) x standard error`` uses (the training verdicts and the decoder's ablations).
 """
 
 from __future__ import annotations
