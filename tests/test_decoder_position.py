@@ -202,3 +202,42 @@ def test_induction_ablation_top_sets_against_random_sets(tiny: torch.nn.Module) 
     again = ablate_induction_heads(tiny, ind, sets=3, seed=4, shares=(0.1, 0.3))
     assert torch.equal(a.random_loss[2], again.random_loss[2])
     assert a.beaten_by(2) == int((a.random_loss[2] >= a.top_loss[2]).sum())
+
+
+def test_head_ablation_holds_the_shared_model_while_its_hooks_are_on() -> None:
+    """Another thread's pass of the same model waits until the ablation's hooks are gone, so it never runs
+    them (the model is cached and shared by sessions)."""
+    import threading
+
+    from attncore.decoder.induction import head_ablation_nll
+    from attncore.models.modules import exclusive
+
+    lm = tiny_decoder("llama", layers=2, heads=4, kv_heads=2, head_dim=8, seed=3)
+    ids = _ids(12, lm.model.config.vocab_size)
+    plain, _, _ = _reference(lm.model, ids)
+    seen: list[torch.Tensor] = []
+    started = threading.Event()
+
+    def other() -> None:
+        started.set()
+        with exclusive(lm.model):
+            seen.append(_reference(lm.model, ids)[0])
+
+    o_proj = lm.model.model.layers[0].self_attn.o_proj
+    orig = o_proj.forward
+
+    def slow_forward(x: torch.Tensor) -> torch.Tensor:  # the other thread starts while the hooks are on
+        if not started.is_set():
+            t.start()
+            started.wait()
+            t.join(timeout=0.5)  # an unblocked other pass would finish here, with the hooks on
+        return orig(x)
+
+    t = threading.Thread(target=other)
+    o_proj.forward = slow_forward  # type: ignore[method-assign]
+    try:
+        head_ablation_nll(lm.model, ids, [(0, 1)])
+    finally:
+        o_proj.forward = orig  # type: ignore[method-assign]
+    t.join(timeout=60)
+    torch.testing.assert_close(seen[0], plain, rtol=0, atol=1e-6)

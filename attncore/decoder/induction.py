@@ -20,6 +20,7 @@ from torch import Tensor
 
 from attncore.decoder.probe import check_ids, decoder_pass, decoder_shape
 from attncore.errors import AttnInputError
+from attncore.models.modules import attention_implementation
 from attncore.synthetic import make_generator
 
 __all__ = [
@@ -103,7 +104,7 @@ def head_ablation_nll(model: Any, ids: Tensor, heads: Sequence[tuple[int, int]])
 
     Zero ablation: each head's slice (E values) of the attention output is zeroed before ``o_proj``, so the
     head writes nothing to the residual stream; the other heads, and the ablated head's own weights, are
-    unchanged. One pass (the model's own attention, no weights kept).
+    unchanged. One pass (SDPA, no weights kept), holding the model alone while its hooks are on.
     """
     ids = check_ids(ids, model)
     shape = decoder_shape(model)
@@ -125,7 +126,9 @@ def head_ablation_nll(model: Any, ids: Tensor, heads: Sequence[tuple[int, int]])
 
     layers = model.model.layers  # a Llama-family decoder: decoder_shape checked it
     dev = next(model.parameters()).device
-    with contextlib.ExitStack() as stack:
+    # the hooks belong to the shared model: hold it alone (another session's pass would run them too);
+    # no weights are needed, so torch's fused SDPA runs the attention
+    with attention_implementation(model, "sdpa"), contextlib.ExitStack() as stack:
         for layer, hs in by_layer.items():
             handle = layers[layer].self_attn.o_proj.register_forward_pre_hook(pre(hs))
             stack.callback(handle.remove)
