@@ -114,10 +114,16 @@ def check_ablations_and_position(at: AppTest, lm: LoadedModel) -> None:
     trace = figure(at, "dec_deletion")["data"][2]
     assert list(decode(trace["y"])) == (d.score_new_first > 0.3).sum(-1).tolist()
     assert eviction_sentence(eviction(load_stream_run().result)) in captions
+    assert not [t for t in at.dataframe if "input" in t.value.columns]  # Gu et al.'s inputs: closed, not run
+
+
+def check_gu_inputs(at: AppTest, lm: LoadedModel) -> None:
+    """Gu et al.'s inputs (the expander opened): the table and sentence against attncore."""
+    ids, _ = _ids(lm, GU_TOKENS)
     newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
-    rows = gu_inputs(lm.model, ids[:, :GU_TOKENS], seed=0, prefix_id=newline, prefix_text="\n",
+    rows = gu_inputs(lm.model, ids, seed=0, prefix_id=newline, prefix_text="\n",
                      exclude=lm.tokenizer.all_special_ids)
-    assert gu_sentence(rows) in captions
+    assert gu_sentence(rows) in [c.value for c in at.caption]
     shown = [t.value for t in at.dataframe if "input" in t.value.columns]
     assert len(shown) == 1
     np.testing.assert_allclose(shown[0]["sink heads, ε = 0.3 (%)"].to_numpy(),
@@ -141,7 +147,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     from attncore.decoder.stream_run import load_stream_run
     from attncore.evidence.decoder import MODEL_LABEL, STREAMING_LLM_TABLE
     from tests.chart_data import figures
-    from ui.decoder_lab import INDUCTION_ABLATION_OPEN, SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
+    from ui.decoder_lab import GU_OPEN, INDUCTION_ABLATION_OPEN, SHIPPED_RUN_OPEN, SHIPPED_RUN_TITLE
     from ui.views.decoder import stream_run_caption, stream_sentence, streaming_llm_sentence
 
     at = run_app(SINKS, timeout=900, **SHORT)
@@ -153,9 +159,11 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     assert not [t for t in at.dataframe if "heads zeroed" in t.value.columns]  # closed: not run
     at.session_state[SHIPPED_RUN_OPEN] = True
     at.session_state[INDUCTION_ABLATION_OPEN] = True
+    at.session_state[GU_OPEN] = True
     at.run(timeout=900)
     no_errors(at)
     check_induction_ablation(at)
+    check_gu_inputs(at, load_model("smollm2"))
     run = load_stream_run()
     r = run.result
     fig = figure(at, "dec_stream_shipped")

@@ -399,14 +399,26 @@ def position_section(ctx: PageContext) -> None:
         st.caption(plain(f"The eviction test reads the shipped StreamingLLM run, which cannot be read: "
                          f"{exc}"))
     widgets.caption_compute(ctx.device_label, res.seconds, "three passes")
-    st.markdown(f"**The sink is a position** (Gu et al.'s inputs, {GU_TOKENS} tokens): natural text, random "
-                "tokens and one token repeated, each as is and with a newline put first.")
-    with _passes(ctx, GU_TOKENS, 6, "Gu et al.'s inputs"):
-        gu = cached.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
-    widgets.table(pos_view.gu_frame(gu.value))
-    st.caption(pos_view.gu_sentence(gu.value))
-    st.caption(pos_view.gu_caption(MODEL_LABEL, GU_TOKENS, ctx.seed))
-    widgets.caption_compute(ctx.device_label, gu.seconds, "six passes")
+    gu_section(ctx)
+
+
+GU_OPEN = "dec_gu_open"  # the expander's open state (a view, not a setting: not in the URL)
+
+
+def gu_section(ctx: PageContext) -> None:
+    """Gu et al.'s inputs (six passes), in an expander run when opened."""
+    box = st.expander(f"The sink is a position: Gu et al.'s inputs ({GU_TOKENS} tokens: natural text, random "
+                      "tokens, one token repeated, each as is and with a newline first)", key=GU_OPEN,
+                      on_change="rerun", icon=":material/shuffle:")
+    if not box.open:
+        return
+    with box:
+        with _passes(ctx, GU_TOKENS, 6, "Gu et al.'s inputs"):
+            gu = cached.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
+        widgets.table(pos_view.gu_frame(gu.value))
+        st.caption(pos_view.gu_sentence(gu.value))
+        st.caption(pos_view.gu_caption(MODEL_LABEL, GU_TOKENS, ctx.seed))
+        widgets.caption_compute(ctx.device_label, gu.seconds, "six passes")
 
 
 def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
