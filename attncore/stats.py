@@ -7,10 +7,14 @@ For normalisers whose rows need not sum to 1 (softmax1, sigmoid) the entropy
 family is computed on the row renormalised to sum 1 (``normalize=True``, the
 default); :func:`row_sum` reports how much mass the row actually spends. An
 all-zero row has entropy 0, max weight 0 and effective support 0.
+
+Intervals over samples (seeds, text windows): :func:`t_critical`, the 95% t quantile every margin
+``t(0.975, n - 1) x standard error`` uses (the training verdicts and the decoder's ablations).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -26,6 +30,7 @@ __all__ = [
     "normalized_entropy",
     "row_sum",
     "sum_squares",
+    "t_critical",
 ]
 
 
@@ -93,3 +98,20 @@ def mass_on(weights: Tensor, positions: Sequence[int] | Tensor) -> Tensor:
     sel = torch.zeros(S, dtype=torch.bool, device=weights.device)
     sel[idx % S] = True
     return (weights * sel).sum(dim=-1)
+
+
+# ---------------------------------------------------------------------- intervals over samples
+
+# Two-sided 95% critical values of Student's t for 1..30 degrees of freedom (t(0.975, df)).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def t_critical(df: float) -> float:
+    """t(0.975, df): the two-sided 95% critical value; a fractional df (Welch) is rounded down,
+    which makes the margin wider (the conservative side); df above 30 uses 1.96 + the 30's gap."""
+    if not math.isfinite(df) or df < 1:
+        return math.inf
+    k = int(math.floor(df))
+    return _T975[k - 1] if k <= len(_T975) else 1.96 + (_T975[-1] - 1.96) * 30 / k

@@ -18,7 +18,7 @@ from tests.test_text_injection import ALL, assert_plain
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 SINKS = "pages/4_Attention_sinks.py"
-SHORT = dict(snk_view="decoder", dec_L="40", dec_sl="64", dec_w1="8", dec_w2="16", dec_aw="2", dec_al="32",
+SHORT = dict(snk_view="decoder", dec_L="40", dec_sl="64", dec_w1="8", dec_w2="16", dec_aw="4", dec_al="32",
              dec_T="8", dec_shift="2", snk_eps="0.5")
 # between 40 (the length asked) and 64 (Gu et al.'s protocol) SmolLM2 tokens: both notes are exercised
 TEXT = ("The quick brown fox jumps over the lazy dog.\nA second line, with commas; and a colon: here.\n\n"

@@ -205,29 +205,38 @@ def check_evidence(at: AppTest, src: str = "sqrtd") -> None:
 
 
 def check_real_sink(at: AppTest) -> None:
-    """SmolLM2's sink grid at 64 tokens and the first-token ablations, against attncore.decoder directly."""
+    """SmolLM2's sink grid at 64 tokens and where the sink goes when the first token is deleted, against
+    attncore.decoder directly; the lesson from the deletion, the ablations over 4 windows and the shipped
+    StreamingLLM run."""
+    from attncore.decoder.position import delete_first_token
     from attncore.decoder.probe import MAX_DECODER_TOKENS
     from attncore.decoder.sinks import decoder_sinks
-    from attncore.decoder.streaming import ablations
+    from attncore.decoder.stream_run import load_stream_run
+    from attncore.decoder.streaming import ablations, massive_point
     from attncore.decoder.text import shipped_text, text_windows
     from attncore.models import load_model
+    from ui.views.sink_position import eviction
 
-    grid, bars = figures(at)
-    assert views(at) == ["dec_sink_grid", "dec_ablation"]
+    grid, moved = figures(at)
+    assert views(at) == ["dec_sink_grid", "dec_deletion"]
     lm = load_model("smollm2")
     ids = lm.tokenizer(shipped_text(), return_tensors="pt")["input_ids"][:, :MAX_DECODER_TOKENS]
     texts = [lm.tokenizer.decode([int(i)]) for i in ids[0]]
     s = decoder_sinks(lm.model, ids[:, :64], texts[:64], eps=0.3)
     close(decode(grid["data"][0]["z"]), s.first_score.numpy(), rtol=1e-4, atol=1e-6)
+    d = delete_first_token(lm.model, ids[:, :64])
+    for trace, score in zip(moved["data"], (d.score_first, d.score_second, d.score_new_first), strict=True):
+        assert list(decode(trace["y"])) == (score > 0.3).sum(-1).tolist()
     L = tour.REAL_WINDOW
-    probe = decoder_sinks(lm.model, ids[:, :L], texts[:L])
-    layer = int((probe.first_norm > 0.5 * probe.first_norm.max()).nonzero()[0]) - 1
-    dims = tuple(int(d) for d in probe.top_dims[probe.peak_layer])
+    layer, dims = massive_point(lm.model, ids[:, :L])
     abl = ablations(lm.model, text_windows(ids, L, tour.REAL_WINDOWS), layer, dims)
-    close(decode(bars["data"][0]["y"]), [a.mean for a in abl], rtol=1e-4, atol=1e-6)
-    mask = abl[0]
-    assert lesson(at) == view.real_sink_lesson(s.sink_heads, s.heads, 64, 0.3, mask.mean, mask.se,
-                                               tour.REAL_WINDOWS, L)
+    deleted = abl[0]
+    assert deleted.name == "delete first token" and deleted.windows == tour.REAL_WINDOWS == 4
+    ev = eviction(load_stream_run().result)
+    assert ev is not None and ev.window == 256
+    assert lesson(at) == view.real_sink_lesson(s.sink_heads, s.heads, 64, 0.3, d.sink_heads(0.3), d.layer,
+                                               d.norm_new_first, d.norm_first, deleted.mean, deleted.margin, 4,
+                                               L, ev)
 
 
 CHECKS = {"stages": check_stages, "histograms": check_histograms, "saturation": check_saturation,

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.browser
 
 VIEW_JS = """(view) => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g =>
   ((g.layout || {}).meta || {}).view === view && (g._fullData || []).length > 0)"""
-SHORT = "snk_view=decoder&dec_L=40&dec_sl=64&dec_w1=8&dec_w2=16&dec_aw=2&dec_al=32&dec_T=16"
+SHORT = "snk_view=decoder&dec_L=40&dec_sl=64&dec_w1=8&dec_w2=16&dec_aw=4&dec_al=32&dec_T=16"
 
 
 def test_decoder_part(page: Page, app_url: str) -> None:
     open_page(page, f"{app_url}/Attention_sinks?{SHORT}", charts=False, timeout_s=600)
     for view in ("dec_sink_grid", "dec_sink_share", "dec_kinds", "dec_value", "dec_massive", "dec_ablation",
-                 "dec_induction", "dec_induction_map"):
+                 "dec_deletion", "dec_induction", "dec_induction_map"):
         page.wait_for_function(VIEW_JS, arg=view, timeout=600_000)
     expect(page.get_by_text("Sink heads (Gu et al. 2024)")).to_be_visible()
     page.get_by_role("button", name="Run 7 settings").click()

@@ -92,3 +92,20 @@ def test_the_jacobian_step_at_256_keys_draws_and_opens_in_full(page: Page, app_u
     assert_clean(page)
     for part in ("sat_keys=256", "sat_trials=1000"):
         assert part in page.url, page.url
+
+
+@pytest.mark.parametrize("present", [False, True], ids=["normal", "present"])
+def test_real_sink_step_from_its_url(page: Page, app_url: str, present: bool) -> None:
+    """Step 9 alone (SmolLM2: its sink grid, the moved sink, the lesson), opened from its URL: clean, the chart
+    on the first screen, the lesson whole; its screenshot without walking the other steps."""
+    i = next(n for n, s in enumerate(STEPS, start=1) if s.key == "real_sink")
+    page.set_viewport_size(VIEWPORT)
+    open_page(page, f"{app_url}/Tour?tour={i}" + ("&present=1" if present else ""), timeout_s=900)
+    wait_idle(page, 900)
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    assert_clean(page)
+    expect(page.get_by_role("heading", name=f"Tour · {STEPS[i - 1].title}").first).to_be_visible()
+    assert len(page.locator(".js-plotly-plot").all()) == 2
+    top = chart_top(page)
+    assert top < VIEWPORT["height"] - VISIBLE_PX, f"step {i}: chart starts at {top:.0f} px"
+    screenshot(page, f"tour-{i:02d}-real_sink" + ("-present" if present else ""))

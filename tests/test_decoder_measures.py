@@ -221,7 +221,7 @@ def test_mask_first_token_equals_the_text_without_it(model: torch.nn.Module) -> 
         out = model(input_ids=ids[:, 1:], position_ids=torch.arange(1, L)[None])
     torch.testing.assert_close(p.nll[1:], _nll(out.logits[0, :-1], ids[0, 2:]), atol=1e-4, rtol=1e-4)
     abl = ablations(model, [ids[:, :12], ids[:, 6:]], 0, (0, 1))
-    assert [a.name for a in abl] == ["mask first token", "zero massive dims", "mean-replace massive dims"]
+    assert [a.name for a in abl] == ["delete first token", "zero massive dims", "mean-replace massive dims"]
     d0 = p.nll.double().mean() - decoder_pass(model, ids, weights=False).nll.double().mean()
     abl_full = ablations(model, [ids], 0, (0,))
     assert abs(abl_full[0].mean - float(d0)) < 1e-6 and math.isnan(abl_full[0].se)
@@ -230,6 +230,8 @@ def test_mask_first_token_equals_the_text_without_it(model: torch.nn.Module) -> 
     assert abl[2].values == pytest.approx(torch.stack(first).double().mean(0).tolist())
     assert all(abs(a.mean) > 0 for a in abl)
     assert abs(abl[1].se - float(abl[1].deltas.std()) / math.sqrt(2)) < 1e-12
+    assert abl[1].margin == pytest.approx(12.706 * abl[1].se)  # t(0.975, 1): two windows
+    assert math.isnan(abl_full[0].margin) and abl_full[0].sign == 0
 
 
 def test_residual_edit_zero_and_mean() -> None:

@@ -125,9 +125,44 @@ def test_ablation_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     abl = ablations(model, [ids[:, :48], ids[:, 48:]], 0, (1, 2))
     fig = view.ablation_figure(abl)
     np.testing.assert_allclose(_ys(fig)[0], [a.mean for a in abl], rtol=1e-6)
-    np.testing.assert_allclose(decode(fig.data[0].error_y.array), [a.se for a in abl], rtol=1e-6)
+    np.testing.assert_allclose(decode(fig.data[0].error_y.array), [a.margin for a in abl], rtol=1e-6)
     f = view.ablation_frame(abl)
     assert f["windows"].tolist() == [2, 2, 2] and f["dims"].tolist() == ["", "1, 2", "1, 2"]
+    np.testing.assert_allclose(f["± 95% (t)"], [12.706 * a.se for a in abl], rtol=1e-9)
+
+
+def _abl(deltas: dict[str, list[float]], layer: int = 11) -> list:
+    from attncore.decoder.streaming import Ablation
+
+    return [Ablation(name=n, deltas=torch.tensor(d, dtype=torch.float64),
+                     base=torch.full((len(d),), 3.0, dtype=torch.float64), layer=-1 if i == 0 else layer,
+                     dims=() if i == 0 else (507,)) for i, (n, d) in enumerate(deltas.items())]
+
+
+def test_ablation_frame_keeps_numbers_numeric_and_shows_missing_as_a_dash() -> None:
+    """F7 (issue 44): a blank in the "after layer" column made it text beside numbers, and every render wrote an
+    Arrow traceback to the server log. The column is numeric now (missing: NA), Arrow converts the frame, and
+    the page's table shows the missing cell as "—"."""
+    import pyarrow as pa
+
+    abl = _abl({"delete first token": [0.05, 0.03, 0.06, 0.04], "zero massive dims": [9.1, 9.6, 9.4, 9.5]})
+    f = view.ablation_frame(abl)
+    assert str(f["after layer"].dtype) == "Int64" and f["after layer"].isna().tolist() == [True, False]
+    assert all(np.issubdtype(f[c].dtype, np.number) for c in ("loss change", "± 95% (t)", "SE", "windows"))
+    pa.Table.from_pandas(f)  # raises on a mixed column
+    shown = view.ablation_table(abl)
+    pa.Table.from_pandas(shown.data)
+    assert shown.data["after layer"].tolist() == ["—", "11"] and shown.data["dims"].tolist() == ["—", "507"]
+    assert ">0.0450<" in shown.to_html()
+
+
+def test_ablation_sentence_reads_the_t_interval() -> None:
+    abl = _abl({"delete first token": [0.05, 0.03, 0.06, 0.04], "zero massive dims": [9.1, 9.6, 9.4, 9.5]})
+    text = view.ablation_sentence(abl, 256)
+    se = float(torch.tensor([0.05, 0.03, 0.06, 0.04], dtype=torch.float64).std()) / 2
+    assert text.startswith("Loss change over 4 windows of 256 tokens, nats per token (mean ± 95% t interval, "
+                           "t(0.975, 3) = 3.182 × the standard error): ")
+    assert f"delete first token +0.045 ± {3.182 * se:.3f}; zero massive dims +9.400 ± " in text
 
 
 def test_entropy_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
@@ -171,7 +206,7 @@ def test_each_ablation_bar_prints_its_own_mean() -> None:
     from attncore.decoder.streaming import Ablation
     from ui.views.decoder import ablation_figure
 
-    deltas = {"mask first token": [0.1868, 0.1857], "zero massive dims": [10.95, 8.48],
+    deltas = {"delete first token": [0.1868, 0.1857], "zero massive dims": [10.95, 8.48],
               "mean-replace massive dims": [0.002, -0.0012]}
     abl = [Ablation(name=n, deltas=torch.tensor(d, dtype=torch.float64),
                     base=torch.tensor([3.0, 4.0], dtype=torch.float64), layer=11, dims=(507,), values=())
@@ -221,3 +256,29 @@ def test_stream_table_shows_a_dash_with_its_reason(model: torch.nn.Module, ids: 
     assert view.STREAM_CONFIG == {"loss change": {"alignment": "right"}, "± SE": {"alignment": "right"}}
     text, right = presented_frame(styled, view.STREAM_CONFIG)  # presenter mode: the same cells
     assert text["loss change"].iloc[0] == "—" and "loss change" in right
+
+
+def _ind_ablation(top3: float, top8: float) -> object:
+    from attncore.decoder.induction import InductionAblation
+
+    rand = {3: torch.tensor([1.1, 1.3, 1.2, 1.0], dtype=torch.float64),
+            8: torch.tensor([1.4, 1.2, 1.5, 1.3], dtype=torch.float64)}
+    return InductionAblation(copy_length=64, base=1.0, first_copy=10.2, sizes=(3, 8),
+                             top={3: ((5, 1), (6, 2), (7, 0)), 8: tuple((i, 0) for i in range(8))},
+                             top_loss={3: top3, 8: top8}, random_loss=rand)
+
+
+def test_induction_ablation_sentence_and_frame_follow_the_numbers() -> None:
+    a = _ind_ablation(2.5, 1.45)
+    text = view.induction_ablation_sentence(a, 270, 49152)
+    assert text.startswith("Loss on the second copy of 64 random tokens: 1.000 nats with every head (first copy "
+                           "10.20; uniform guessing ln V = 10.8); ")
+    assert ("zeroing the top 3 heads by induction score (1% of 270) changes it by +1.500 nats, more than every "
+            "one of 4 random sets of 3 (largest +0.300); the random sets' median +0.150") in text
+    assert ("zeroing the top 8 heads by induction score (3% of 270) changes it by +0.450 nats, and 1 of 4 random "
+            "sets of 8 change it as much or more; the random sets' median +0.350") in text
+    f = view.induction_ablation_frame(a)
+    assert f["heads zeroed"].tolist() == [3, 8] and f["top heads"][0] == "L5H1, L6H2, L7H0"
+    assert f["random sets as high"].tolist() == [0, 1]
+    assert f["Δ vs none"].tolist() == pytest.approx([1.5, 0.45])
+    assert "~32%" in view.crosbie_caption() and "arXiv 2407.07011" in view.crosbie_caption()

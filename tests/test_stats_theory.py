@@ -210,3 +210,14 @@ def test_dot_product_variance_monte_carlo(d, std_q, std_k):
     assert exp_std == pytest.approx(std_q * std_k)
     # And with a temperature the std divides.
     assert abs((scaled / 2.0).std().item() - scaled_logit_std(d, var_q, var_k, temperature=2.0)) < 5 * se_std / 2
+
+
+def test_t_critical_matches_scipy() -> None:
+    """attncore.stats.t_critical (the 95% t quantile of every interval over seeds or windows) against scipy."""
+    from attncore.stats import t_critical
+
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 7, 12, 30):
+        assert t_critical(df) == pytest.approx(float(stats.t.ppf(0.975, df)), abs=6e-4)
+    assert t_critical(3.7) == t_critical(3) and t_critical(0) == math.inf
+    assert 1.96 < t_critical(60) < t_critical(30)

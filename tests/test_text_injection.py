@@ -201,7 +201,7 @@ FREE_TEXT: dict[tuple[str, str], tuple[dict[str, str], str]] = {
     ("pages/4_Attention_sinks.py", "snk_text"): ({"snk_view": "model"}, "text_area"),
     ("pages/4_Attention_sinks.py", "snk_ltext"): ({"snk_view": "learned", "snk_lsrc": "text"}, "text_area"),
     ("pages/4_Attention_sinks.py", "dec_text"): ({"snk_view": "decoder", "dec_src": "own", "dec_L": "16",
-                                                  "dec_aw": "2", "dec_al": "32", "dec_T": "4"}, "text_area"),
+                                                  "dec_aw": "4", "dec_al": "32", "dec_T": "4"}, "text_area"),
     ("pages/6_Training_lab.py", "tr_file"): ({"tr_corpus": "folder"}, "selectbox"),
 }
 # Texts a model reads are not echoed (they are tokenised): one run with every payload in it.

@@ -144,17 +144,34 @@ def test_evidence_summary_agrees_in_number() -> None:
     assert ev_view.summary(rows(CAVEAT, CAVEAT)) == "2 claims: 2 hold with a caveat."
 
 
-def test_real_sink_lesson_verdict_follows_the_standard_error() -> None:
-    cost = view.real_sink_lesson(87, 270, 64, 0.3, 0.912, 0.05, 2, 128)
-    assert cost.startswith("In SmolLM2, 87 of 270 heads (32%) put more than 0.3 of their weight")
-    assert "by +0.912 ± 0.050 nats per token over 2 windows of 128 tokens: evicting the sink costs" in cost
-    assert "no change beyond the noise" in view.real_sink_lesson(87, 270, 64, 0.3, 0.05, 0.05, 2, 128)
-    assert "does better without it" in view.real_sink_lesson(87, 270, 64, 0.3, -0.5, 0.05, 2, 128)
-
-
 def test_the_step_count_the_pages_state_is_the_registrys() -> None:
     words = {10: "ten", 11: "eleven", 12: "twelve"}
     n = words[len(tour.STEPS)]
     assert f"a lecture in {n} steps" in PAGES[0].summary
     assert "TOUR.summary" in (ROOT / "app.py").read_text(encoding="utf-8")  # the home page says the entry's words
     assert f"a lecture in {n} steps" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_real_sink_lesson_follows_the_deletion_the_interval_and_the_eviction() -> None:
+    from ui.views.sink_position import Eviction
+
+    ev = Eviction(window=256, sinks=4, length=2048, dense=36.78, alone=77.02, kept=40.28)
+    text = view.real_sink_lesson(213, 270, 64, 0.3, (213, 0, 217), 11, 23454.4, 23841.9, 0.046, 0.021, 4, 128,
+                                 ev)
+    assert text.startswith("In SmolLM2, 213 of 270 heads (79%) put more than 0.3 of their weight on the first "
+                           "token at 64 tokens. Hiding that token from every query deletes it, and the sink moves: "
+                           "token 1, a sink for 0 heads while second, becomes one for 217 once first (residual "
+                           "norm after layer 11: 23,454, the original first token's 23,842).")
+    assert ("Deleting it changes the loss by +0.046 ± 0.021 nats per token over 4 windows of 128 tokens (95% t "
+            "interval): what losing the text's first word costs, not what losing the sink costs.") in text
+    assert text.endswith("at W = 256 of 2,048 tokens, a window alone raises perplexity past it 2.09× over dense "
+                         "(77.02 against 36.78); keeping the first 4 tokens brings it to 1.095×.")
+    # counterfactual numbers: the interval holds 0, is below 0; the sink does not follow; no shipped run
+    assert "no change beyond the noise" in view.real_sink_lesson(213, 270, 64, 0.3, (213, 0, 217), 11, 1.0, 2.0,
+                                                                 0.01, 0.02, 4, 128, ev)
+    assert "does slightly better" in view.real_sink_lesson(213, 270, 64, 0.3, (213, 0, 217), 11, 1.0, 2.0,
+                                                           -0.05, 0.02, 4, 128, ev)
+    other = view.real_sink_lesson(87, 270, 64, 0.3, (87, 3, 20), 11, 1.0, 2.0, 0.2, 0.05, 5, 128, None)
+    assert "the sink does not simply move: token 1 draws more than 0.3 in 20 heads once first (3 while second)" \
+        in other
+    assert "over 5 windows" in other and "StreamingLLM" not in other

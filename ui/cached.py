@@ -33,6 +33,7 @@ from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.decoder import entropy as _dec_entropy
 from attncore.decoder import induction as _dec_induction
+from attncore.decoder import position as _dec_position
 from attncore.decoder import probe as _dec_probe
 from attncore.decoder import sinks as _dec_sinks
 from attncore.decoder import stream_run as _dec_stream_run
@@ -63,8 +64,11 @@ __all__ = [
     "causal_model",
     "causal_next_chars",
     "decoder_ablations",
+    "decoder_deletion",
     "decoder_entropy",
+    "decoder_gu_inputs",
     "decoder_induction",
+    "decoder_induction_ablation",
     "decoder_sinks",
     "decoder_tokens",
     "decoder_variants",
@@ -653,13 +657,28 @@ def _decoder_variants(shift: int, eps: float, device: str, length: int, key: str
 def decoder_ablations(windows: int, L: int, device: str) -> Timed[tuple[_dec_stream.Ablation, ...]]:
     """The first-token ablations on ``windows`` windows of ``L`` tokens; the massive dims are the first
     token's 4 largest where its residual norm peaks, edited after the layer where it first passes half."""
-    lm, ids, texts = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
-    probe = _dec_sinks.decoder_sinks(lm.model, ids[:, :L], texts[:L])
-    peak = probe.peak_layer
-    layer = int((probe.first_norm > 0.5 * probe.first_norm.max()).nonzero()[0]) - 1
-    dims = tuple(int(d) for d in probe.top_dims[peak])
+    lm, ids, _ = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
+    layer, dims = _dec_stream.massive_point(lm.model, ids[:, :L])
     wins = _dec_text.text_windows(ids, L, windows)
     return timed(lambda: _dec_stream.ablations(lm.model, wins, layer, dims))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Deleting the first token…")
+def decoder_deletion(L: int, device: str) -> Timed[_dec_position.FirstTokenDeletion]:
+    """The shipped text's first ``L`` tokens with the first masked from every later query and deleted;
+    the residual read after the layer where the first token's norm peaks."""
+    lm, ids, _ = _smollm2_ids(L, device)
+    return timed(lambda: _dec_position.delete_first_token(lm.model, ids))
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on Gu et al.'s inputs…")
+def decoder_gu_inputs(L: int, seed: int, device: str) -> Timed[tuple[_dec_position.GuRow, ...]]:
+    """Gu et al.'s three inputs of ``L`` tokens (the shipped text, seeded random tokens, one token
+    repeated), each as is and with a newline put first."""
+    lm, ids, _ = _smollm2_ids(L, device)
+    newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
+    return timed(lambda: _dec_position.gu_inputs(lm.model, ids, seed=seed, prefix_id=newline,
+                                                 prefix_text="\n", exclude=lm.tokenizer.all_special_ids))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on repeated random tokens…")
@@ -667,6 +686,18 @@ def decoder_induction(T: int, seed: int, device: str) -> Timed[_dec_induction.In
     """Induction scores of SmolLM2's heads on T seeded random tokens repeated once."""
     lm = language_model("smollm2", device)
     return timed(lambda: _dec_induction.induction(lm.model, T, seed, exclude=lm.tokenizer.all_special_ids))
+
+
+INDUCTION_SETS = 20  # random head sets per size (issue 40 item 6: at least 20)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Zeroing the top induction heads and random sets…")
+def decoder_induction_ablation(T: int, seed: int, device: str) -> Timed[_dec_induction.InductionAblation]:
+    """The top 1% and 3% of SmolLM2's heads by induction score zeroed, against 20 random sets of each size,
+    on the T seeded random tokens repeated once (the loss on the second copy)."""
+    lm = language_model("smollm2", device)
+    ind = decoder_induction(T, seed, device).value
+    return timed(lambda: _dec_induction.ablate_induction_heads(lm.model, ind, sets=INDUCTION_SETS, seed=seed))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running SmolLM2…")

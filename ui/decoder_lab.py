@@ -37,6 +37,7 @@ from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the
 from ui.state import Param
 from ui.text import plain
 from ui.views import decoder as view
+from ui.views import sink_position as pos_view
 
 __all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "SHIPPED_RUN_OPEN", "SHIPPED_RUN_TITLE", "ChosenText",
            "choose_text", "decoder_part", "entropy_part", "short_for_shift", "stream_store",
@@ -49,7 +50,7 @@ P_SHIFT = Param("dec_shift", 3, lo=1, hi=32)
 P_SL = Param("dec_sl", 512, lo=64, hi=MAX_DECODER_TOKENS)
 P_W1 = Param("dec_w1", 64, lo=4, hi=1024)
 P_W2 = Param("dec_w2", 128, lo=4, hi=1024)
-P_AW = Param("dec_aw", 4, lo=2, hi=8)
+P_AW = Param("dec_aw", 4, lo=4, hi=8)  # at least 4 windows: a t interval over 2 is too wide to read
 P_AL = Param("dec_al", 256, lo=32, hi=512)
 P_T = Param("dec_T", 64, lo=4, hi=MAX_COPY)
 P_HEAD = Param("dec_ih", 0, lo=0, hi=2)
@@ -60,6 +61,7 @@ P_SHOW = Param("ent_dec", False)
 ENTROPY_PARAMS = (P_SHOW, P_EL, P_FIRST)
 
 _STORE_SIZE = 64
+POSITION_EPS = 0.3  # Gu et al.'s threshold, for where the sink goes
 
 
 class _StreamStore:
@@ -374,19 +376,60 @@ def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> 
 
 
 def ablation_section(ctx: PageContext, where: Any) -> None:
-    st.subheader("Ablations of the first token")
+    st.subheader("Deleting the first token, and editing its massive dims")
     _shipped_note("The ablations run")
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
     with _passes(ctx, L, 4 * n + 1, "the ablations"):
         res = cached.decoder_ablations(n, L, ctx.device)
     abl = res.value
+    st.markdown("Hiding the first token from every later query **is** deleting it: no later token reads "
+                "it, and with rotary positions token 1 then computes what a first token computes. So the "
+                "first bar is the cost of losing the text's first word, not of losing the sink; the sink "
+                "moves to the new first token (below), and evicting it is StreamingLLM's window (above).")
     st.plotly_chart(view.ablation_figure(abl), key="chart_dec_ablation")
-    widgets.table(view.ablation_frame(abl))
-    parts = [f"{a.name}: {a.mean:+.3f} ± {a.se:.3f} nats/token" for a in abl]
-    st.caption(f"Loss change over {n} windows of {L} tokens (mean ± standard error): "
-               + "; ".join(parts) + ".")
+    widgets.table(view.ablation_table(abl))
+    st.caption(view.ablation_sentence(abl, L))
     widgets.caption_compute(ctx.device_label, res.seconds, f"{4 * n} passes")
+    position_section(ctx)
+
+
+def position_section(ctx: PageContext) -> None:
+    """Where the sink goes when the first token is deleted; the eviction test; Gu et al.'s inputs."""
+    st.markdown(f"**Where the sink goes** (the shipped text's first {GU_TOKENS} tokens, sink heads above "
+                f"{POSITION_EPS:g}):")
+    with _passes(ctx, GU_TOKENS, 3, "deleting the first token"):
+        res = cached.decoder_deletion(GU_TOKENS, ctx.device)
+    d = res.value
+    st.plotly_chart(pos_view.deletion_figure(d, POSITION_EPS), key="chart_dec_deletion")
+    widgets.table(pos_view.deletion_frame(d, POSITION_EPS))
+    st.caption(pos_view.deletion_sentence(d, POSITION_EPS))
+    try:
+        st.caption(pos_view.eviction_sentence(pos_view.eviction(cached.shipped_stream_run().result)))
+    except AttnInputError as exc:
+        st.caption(plain(f"The eviction test reads the shipped StreamingLLM run, which cannot be read: "
+                         f"{exc}"))
+    widgets.caption_compute(ctx.device_label, res.seconds, "three passes")
+    gu_section(ctx)
+
+
+GU_OPEN = "dec_gu_open"  # the expander's open state (a view, not a setting: not in the URL)
+
+
+def gu_section(ctx: PageContext) -> None:
+    """Gu et al.'s inputs (six passes), in an expander run when opened."""
+    box = st.expander(f"The sink is a position: Gu et al.'s inputs ({GU_TOKENS} tokens: natural text, random "
+                      "tokens, one token repeated, each as is and with a newline first)", key=GU_OPEN,
+                      on_change="rerun", icon=":material/shuffle:")
+    if not box.open:
+        return
+    with box:
+        with _passes(ctx, GU_TOKENS, 6, "Gu et al.'s inputs"):
+            gu = cached.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
+        widgets.table(pos_view.gu_frame(gu.value))
+        st.caption(pos_view.gu_sentence(gu.value))
+        st.caption(pos_view.gu_caption(MODEL_LABEL, GU_TOKENS, ctx.seed))
+        widgets.caption_compute(ctx.device_label, gu.seconds, "six passes")
 
 
 def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
@@ -401,6 +444,29 @@ def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     k = min(k, len(ind.top) - 1)
     st.plotly_chart(view.induction_map_figure(ind, ind.top[k]), key="chart_dec_induction_map")
     widgets.caption_compute(ctx.device_label, res.seconds, "two passes")
+    induction_ablation_section(ctx, T)
+
+
+INDUCTION_ABLATION_OPEN = "dec_ind_abl_open"  # the expander's open state (a view, not a setting)
+
+
+def induction_ablation_section(ctx: PageContext, T: int) -> None:
+    """The top induction heads zeroed against random sets of the same size, in an expander run when opened."""
+    sets = cached.INDUCTION_SETS
+    box = st.expander(f"Zero the top induction heads against {sets} random sets (Crosbie & Shutova 2025)",
+                      key=INDUCTION_ABLATION_OPEN, on_change="rerun", icon=":material/content_cut:")
+    if not box.open:
+        return
+    with box:
+        shape = decoder_shape(_model(ctx).model)
+        with _passes(ctx, 2 * T, 1 + 2 * (1 + sets), "the induction ablations"):
+            res = cached.decoder_induction_ablation(T, ctx.seed, ctx.device)
+        a = res.value
+        widgets.table(view.induction_ablation_frame(a))
+        st.caption(view.induction_ablation_sentence(a, shape.layers * shape.heads, shape.vocab))
+        st.caption(view.crosbie_caption())
+        widgets.caption_compute(ctx.device_label, res.seconds,
+                                f"{1 + len(a.sizes) * (1 + sets)} passes of {2 * T} tokens")
 
 
 # ---------------------------------------------------------------------------- the entropy page

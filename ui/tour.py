@@ -25,6 +25,7 @@ from attncore import theory
 from attncore.decoder.probe import decoder_shape
 from attncore.decoder.sinks import GU_TOKENS
 from attncore.decoder.streaming import ABLATIONS
+from attncore.errors import AttnInputError
 from attncore.evidence import CLAIMS, SOURCES, Row, judge
 from attncore.explore import SyntheticSpec
 from attncore.gradients import MAX_SCALE_ENTRIES, max_scale_trials, saturation_crossing
@@ -41,6 +42,7 @@ from ui.views import evidence as ev_view
 from ui.views import heatmaps as hm_view
 from ui.views import learned_sinks as ls_view
 from ui.views import saturation as sat_view
+from ui.views import sink_position as pos_view
 from ui.views import sinks as snk_view
 from ui.views import tour as view
 from ui.views import training as tr_view
@@ -264,7 +266,7 @@ def show_learned(ctx: Any, where: Any) -> Shown:
 
 # ------------------------------------------------------------------------- 9 · the sink of a real decoder
 
-REAL_WINDOWS, REAL_WINDOW = 2, 128  # the first-token ablations on two windows of 128 tokens
+REAL_WINDOWS, REAL_WINDOW = 4, 128  # the deletion's cost over four windows of 128 tokens (a t interval)
 REAL_EPS = 0.3  # the Attention sinks page's default sink threshold (snk_eps)
 
 
@@ -272,17 +274,24 @@ def show_real_sink(ctx: Any, where: Any) -> Shown:
     lm = cached.language_model("smollm2", ctx.device)
     kv = decoder_shape(lm.model).kv_heads
     s = cached.decoder_sinks(GU_TOKENS, REAL_EPS, ctx.device).value
+    d = cached.decoder_deletion(GU_TOKENS, ctx.device).value
     abl = cached.decoder_ablations(REAL_WINDOWS, REAL_WINDOW, ctx.device).value
-    masked = next(a for a in abl if a.name == ABLATIONS[0])
-    lesson = view.real_sink_lesson(s.sink_heads, s.heads, s.length, REAL_EPS, masked.mean, masked.se,
-                                   REAL_WINDOWS, REAL_WINDOW)
-    return Shown((dec_view.sink_grid_figure(s, kv), dec_view.ablation_figure(abl)), lesson,
+    deleted = next(a for a in abl if a.name == ABLATIONS[0])
+    try:
+        evict = pos_view.eviction(cached.shipped_stream_run().result)
+    except AttnInputError:  # the shipped run's file is missing: the lesson says the rest
+        evict = None
+    moved = d.sink_heads(REAL_EPS)
+    lesson = view.real_sink_lesson(s.sink_heads, s.heads, s.length, REAL_EPS, moved, d.layer,
+                                   d.norm_new_first, d.norm_first, deleted.mean, deleted.margin,
+                                   deleted.windows, REAL_WINDOW, evict)
+    return Shown((dec_view.sink_grid_figure(s, kv), pos_view.deletion_figure(d, REAL_EPS)), lesson,
                  {"snk_view": "decoder", "dec_aw": str(REAL_WINDOWS), "dec_al": str(REAL_WINDOW)},
-                 f"SmolLM2-135M on the shipped text: every head's mean weight on the first token at "
-                 f"{s.length} tokens (left), and the loss change when the first token is hidden from every "
-                 f"query or its massive dims are edited, over {REAL_WINDOWS} windows of {REAL_WINDOW} "
-                 "tokens (right).",
-                 {"sink_heads": s.sink_heads, "mask_mean": masked.mean})
+                 f"SmolLM2-135M on the shipped text at {s.length} tokens: every head's mean weight on the "
+                 f"first token (left); per layer, the heads giving more than {REAL_EPS:g} to the first "
+                 "token, to token 1, and to token 1 once the first token is deleted (right).",
+                 {"sink_heads": s.sink_heads, "moved": moved, "cost": deleted.mean, "margin": deleted.margin,
+                  "eviction": evict})
 
 
 # ------------------------------------------------------------------------------ 10 · FlashAttention's memory
@@ -339,7 +348,7 @@ STEPS: tuple[Step, ...] = (
     Step("entropy", "Entropy flattens as n grows", "pages/2_Entropy_vs_length.py", (P_TAU,), show_entropy),
     Step("sink", "A head that wants to write nothing", "pages/4_Attention_sinks.py", (P_S,), show_sink),
     Step("learned", "A sink forms in training", "pages/6_Training_lab.py", (), show_learned),
-    Step("real_sink", "The sink of a real decoder, and evicting it", "pages/4_Attention_sinks.py", (),
+    Step("real_sink", "The sink of a real decoder is a position", "pages/4_Attention_sinks.py", (),
          show_real_sink),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),
     Step("evidence", "The evidence", "pages/7_Evidence.py", (P_SRC,), show_evidence),

@@ -13,9 +13,9 @@ positions inside the cache (the kept first tokens sit just before the window), w
 here are the true ones. With rotary positions a window alone is the same either way; the kept first
 tokens are seen at their true distance instead of at distance W.
 
-Ablations of the first token on the dense model: mask it for every query, or zero / mean-replace its
-largest residual dims (Sun et al. 2024); the loss change of each with its standard error over text
-windows.
+Ablations of the first token on the dense model: delete it (hide key 0 from every later query, which is
+the same thing: :mod:`attncore.decoder.position`), or zero / mean-replace its largest residual dims (Sun et
+al. 2024); the loss change of each with its 95% t interval over text windows.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from torch import Tensor
 
 from attncore.decoder.probe import ResidualEdit, band_allowed, check_ids, decoder_pass
 from attncore.errors import AttnInputError
+from attncore.stats import t_critical
 
 __all__ = [
     "ABLATIONS",
@@ -42,6 +43,7 @@ __all__ = [
     "StreamSetting",
     "ablations",
     "default_settings",
+    "massive_point",
     "mean_se",
     "stream_losses",
 ]
@@ -49,7 +51,8 @@ __all__ = [
 MAX_SETTINGS = 12
 # Positions are correlated; standard errors of a mean loss over positions use blocks of this many.
 BLOCK = 64
-ABLATIONS: tuple[str, ...] = ("mask first token", "zero massive dims", "mean-replace massive dims")
+# "delete first token" runs as a mask of key 0 for every later query, which is exactly a deletion
+ABLATIONS: tuple[str, ...] = ("delete first token", "zero massive dims", "mean-replace massive dims")
 
 
 class Cancelled(Exception):
@@ -200,15 +203,46 @@ class Ablation:
         n = int(self.deltas.numel())
         return float(self.deltas.double().std(unbiased=True)) / math.sqrt(n) if n > 1 else math.nan
 
+    @property
+    def windows(self) -> int:
+        """B, the text windows averaged."""
+        return int(self.deltas.numel())
+
+    @property
+    def margin(self) -> float:
+        """Half-width of the 95% t interval of the mean: t(0.975, B - 1) x standard error (NaN for B < 2)."""
+        n = self.windows
+        return t_critical(n - 1) * self.se if n > 1 else math.nan
+
+    @property
+    def sign(self) -> int:
+        """+1 when the whole 95% interval is above 0 (a cost), -1 below, 0 when it holds 0 or is undefined."""
+        m, h = self.mean, self.margin
+        if not math.isfinite(h):
+            return 0
+        return 1 if m - h > 0 else (-1 if m + h < 0 else 0)
+
+
+def massive_point(model: Any, ids: Tensor, top: int = 4) -> tuple[int, tuple[int, ...]]:
+    """Where the residual ablations edit, read from one pass over ``ids`` (1, L): after the layer (0-based;
+    -1 = the embeddings) where the first token's residual norm first passes half its peak, the first token's
+    ``top`` largest |dims| where the norm peaks."""
+    p = decoder_pass(model, ids, weights=False)
+    norm = p.residual_norm[:, 0]  # (N + 1,)
+    layer = int((norm > 0.5 * norm.max()).nonzero()[0]) - 1
+    idx = p.first_residual[int(norm.argmax())].abs().topk(min(top, p.first_residual.shape[-1])).indices
+    return layer, tuple(int(d) for d in idx)
+
 
 def ablations(model: Any, windows: Sequence[Tensor], layer: int, dims: Sequence[int],
               progress: Callable[[int, int, str], None] | None = None) -> tuple[Ablation, ...]:
     """The three first-token ablations of :data:`ABLATIONS` on each window (1, L) of text.
 
-    "mask first token": no query but the first sees key 0. The residual edits overwrite ``dims`` of
-    token 0 at the output of layer ``layer`` (0-based; -1 = the embeddings) with 0, or with their mean
-    over the windows (Sun et al. 2024: the values matter only through their size, so the mean keeps the
-    loss while zeroing breaks it). With one window the mean is the value itself: no change.
+    "delete first token": no query but the first sees key 0, which is deleting token 0 (the later tokens
+    compute what they would without it; with rotary positions only distances count). The residual edits
+    overwrite ``dims`` of token 0 at the output of layer ``layer`` (0-based; -1 = the embeddings) with 0, or
+    with their mean over the windows (Sun et al. 2024: the values matter only through their size, so the
+    mean keeps the loss while zeroing breaks it). With one window the mean is the value itself: no change.
     """
     if not windows:
         raise AttnInputError("the ablations need at least one window of text.")

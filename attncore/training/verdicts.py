@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from attncore.stats import t_critical
+
 __all__ = [
     "GRAPHCORE_FINAL_TRAIN_LOSS",
     "LR_VARIANTS",
@@ -52,21 +54,6 @@ __all__ = [
 
 MIN_SEEDS = 3
 NOT_DISTINGUISHABLE = "not distinguishable at this scale"
-
-# Two-sided 95% critical values of Student's t for 1..30 degrees of freedom (t(0.975, df)).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
-
-
-def t_critical(df: float) -> float:
-    """t(0.975, df): the two-sided 95% critical value; a fractional df (Welch) is rounded down,
-    which makes the margin wider (the conservative side); df above 30 uses 1.96 + the 30's gap."""
-    if not math.isfinite(df) or df < 1:
-        return math.inf
-    k = int(math.floor(df))
-    return _T975[k - 1] if k <= len(_T975) else 1.96 + (_T975[-1] - 1.96) * 30 / k
-
 
 @dataclass(frozen=True)
 class CellStats:

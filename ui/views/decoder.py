@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,10 +20,11 @@ from pandas.io.formats.style import Styler
 
 from attncore.citations import table, table_text
 from attncore.decoder.entropy import CLASSES, EntropyProfile
-from attncore.decoder.induction import Induction
+from attncore.decoder.induction import Induction, InductionAblation
 from attncore.decoder.sinks import KIND_LABELS, KINDS, DecoderSinks, SinkVariant, ranked_keys
 from attncore.decoder.stream_run import StreamRun
 from attncore.decoder.streaming import Ablation, StreamResult, StreamSetting
+from attncore.stats import t_critical
 from ui import figures
 from ui.figures import PALETTE, Curve, line_chart
 from ui.maps import heatmap
@@ -33,13 +35,18 @@ __all__ = [
     "LOSS_BLOCK",
     "ablation_figure",
     "ablation_frame",
+    "ablation_sentence",
+    "ablation_table",
     "after_layer",
     "attractor_frame",
     "auto_block",
     "classes_sentence",
+    "crosbie_caption",
     "entropy_figure",
     "entropy_sentence",
     "head_labels",
+    "induction_ablation_frame",
+    "induction_ablation_sentence",
     "induction_figure",
     "induction_map_figure",
     "induction_sentence",
@@ -321,8 +328,8 @@ def streaming_llm_sentence(r: StreamResult, cache: int = 1024) -> str:
 
 
 def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
-    """Loss change of each first-token ablation, mean over text windows ± standard error."""
-    fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.se for a in abl],
+    """Loss change of each first-token ablation, mean over text windows ± its 95% t interval."""
+    fig = bars_with_theory([a.name for a in abl], [a.mean for a in abl], errors=[a.margin for a in abl],
                            y_title="Δ loss (nats/token)", height=320)
     # each bar says its value: a +0.19 bar is invisible beside a +10 one on the shared axis
     fig.update_traces(selector={"type": "bar"}, text=[f"{a.mean:+.3g}" for a in abl], textposition="outside",
@@ -331,11 +338,35 @@ def ablation_figure(abl: Sequence[Ablation]) -> go.Figure:
 
 
 def ablation_frame(abl: Sequence[Ablation]) -> pd.DataFrame:
-    """Per ablation: mean loss change ± SE over windows, the windows, the edited point and dims."""
+    """Per ablation: mean loss change, its standard error and 95% t interval over windows, the windows, the
+    edited residual point (0-based layer; NaN for the deletion, which edits none) and dims. Every column
+    of numbers is numeric (a blank in one is NaN, shown as "—" by :func:`ablation_table`)."""
     return pd.DataFrame({"ablation": [a.name for a in abl], "loss change": [a.mean for a in abl],
-                         "± SE": [a.se for a in abl], "windows": [int(a.deltas.numel()) for a in abl],
-                         "after layer": [a.layer if a.dims else "" for a in abl],
+                         "± 95% (t)": [a.margin for a in abl], "SE": [a.se for a in abl],
+                         "windows": [a.windows for a in abl],
+                         "after layer": pd.array([a.layer if a.dims else pd.NA for a in abl], dtype="Int64"),
                          "dims": [", ".join(map(str, a.dims)) for a in abl]})
+
+
+def ablation_table(abl: Sequence[Ablation]) -> Any:
+    """:func:`ablation_frame` as the page shows it (a pandas Styler, 4 decimals): the edited point and dims
+    written as text, "—" where the ablation edits none (a grid draws a missing number as "None", whatever
+    the Styler says, so the column is text throughout: never numbers mixed with text)."""
+    f = ablation_frame(abl)
+    f["after layer"] = ["—" if pd.isna(v) else str(int(v)) for v in f["after layer"]]
+    f["dims"] = [d or "—" for d in f["dims"]]
+    return f.style.format(precision=4, subset=["loss change", "± 95% (t)", "SE"])
+
+
+def ablation_sentence(abl: Sequence[Ablation], length: int) -> str:
+    """'Loss change over 4 windows of 256 tokens (mean ± 95% t interval, t(0.975, 3) = 3.182): ...'."""
+    if not abl:
+        return "No ablation ran."
+    n = abl[0].windows
+    t = t_critical(n - 1)
+    parts = "; ".join(f"{a.name} {a.mean:+.3f} ± {a.margin:.3f}" for a in abl)
+    return (f"Loss change over {n} windows of {length} tokens, nats per token (mean ± 95% t interval, "
+            f"t(0.975, {n - 1}) = {t:.3f} × the standard error): {parts}.")
 
 
 # ---------------------------------------------------------------------------- entropy
@@ -409,3 +440,45 @@ def induction_sentence(ind: Induction) -> str:
     return (f"Top induction heads on {T} random tokens repeated once: {tops} (uniform attention would give "
             f"{uniform:.3f}); loss {ind.loss_first:.2f} nats on the first copy{guess}, {ind.loss_second:.2f} "
             "on the second.")
+
+
+def induction_ablation_frame(a: InductionAblation) -> pd.DataFrame:
+    """Per set size: the top heads, the second copy's loss with them zeroed, and the random sets' losses."""
+    rows = []
+    for k in a.sizes:
+        r = a.random_loss[k].numpy()
+        rows.append({"heads zeroed": k, "top heads": ", ".join(f"L{x}H{y}" for x, y in a.top[k]),
+                     "loss, top heads zeroed": a.top_loss[k], "Δ vs none": a.top_loss[k] - a.base,
+                     "random sets": len(r), "random: median": float(np.median(r)),
+                     "random: min": float(r.min()), "random: max": float(r.max()),
+                     "random sets as high": a.beaten_by(k)})
+    return pd.DataFrame(rows)
+
+
+def induction_ablation_sentence(a: InductionAblation, heads: int, vocab: int) -> str:
+    """The second copy's loss with the top 1% / 3% of heads zeroed against random sets of the same size
+    (changes against the loss with every head)."""
+    parts = []
+    for k in a.sizes:
+        r = a.random_loss[k] - a.base
+        n, beaten = int(r.numel()), a.beaten_by(k)
+        if beaten == 0:
+            verdict = f"more than every one of {n} random sets of {k} (largest {float(r.max()):+.3f})"
+        else:
+            verdict = f"and {beaten} of {n} random sets of {k} change it as much or more"
+        parts.append(f"zeroing the top {k} heads by induction score ({k / heads:.0%} of {heads}) changes it "
+                     f"by {a.top_loss[k] - a.base:+.3f} nats, {verdict}; the random sets' median "
+                     f"{float(np.median(r.numpy())):+.3f}")
+    return (f"Loss on the second copy of {a.copy_length} random tokens: {a.base:.3f} nats with every head "
+            f"(first copy {a.first_copy:.2f}; uniform guessing ln V = {math.log(vocab):.1f}); "
+            + "; ".join(parts) + ".")
+
+
+def crosbie_caption() -> str:
+    """What the source measured, beside this measurement (quoted from its abstract)."""
+    return ("Crosbie & Shutova 2025 (\"Induction Heads as an Essential Mechanism for Pattern Matching in "
+            "In-context Learning\", Findings of NAACL 2025, arXiv 2407.07011), abstract: on Llama-3-8B and "
+            "InternLM2-20B, \"even a minimal ablation of induction heads leads to ICL performance decreases "
+            "of up to ~32% for abstract pattern recognition tasks\". They measure few-shot task accuracy; "
+            "this measures the loss on a repeated random sequence, each head zeroed before the output "
+            "projection.")

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ui import figures
 from ui.figures import PALETTE, Curve, Marker, Panel
+from ui.views.sink_position import Eviction, eviction_sentence, sink_moved
 
 __all__ = [
     "entropy_figure",
@@ -139,20 +140,34 @@ def learned_lesson(rows: Sequence[tuple[str, int, int, float | None]], threshold
             f"last 3 evaluation points, from positions with nothing to copy.{after}")
 
 
-def real_sink_lesson(sink_heads: int, heads: int, length: int, eps: float, mask_mean: float, mask_se: float,
-                     windows: int, window: int) -> str:
-    """Step 'real sink': the sink heads of a real decoder and the loss change when the first token is hidden
-    (mean ± standard error over text windows; a cost when the mean is more than 2 standard errors above 0)."""
-    if mask_mean > 2 * mask_se:
-        verdict = "evicting the sink costs real loss"
-    elif mask_mean < -2 * mask_se:
-        verdict = "the model does better without it here"
+def real_sink_lesson(sink_heads: int, heads: int, length: int, eps: float, moved: tuple[int, int, int],
+                     layer: int, norm_new: float, norm_first: float, cost_mean: float, cost_margin: float,
+                     windows: int, window: int, evict: Eviction | None) -> str:
+    """Step 'real sink': the sink heads of a real decoder; deleting the first token (which is what hiding it
+    from every query does) and where the sink goes (``moved``: heads above ``eps`` on the original first
+    token, on token 1 while second, on token 1 once first; the new first token's residual norm after
+    ``layer`` against the original's); the deletion's loss change with its 95% t interval over ``windows``
+    windows (a cost when the whole interval is above 0); and StreamingLLM's eviction test from its run."""
+    before, second, after = moved
+    if sink_moved(before, after):
+        where = (f"the sink moves: token 1, a sink for {second} heads while second, becomes one for "
+                 f"{after} once first (residual norm after layer {layer}: {norm_new:,.0f}, the original "
+                 f"first token's {norm_first:,.0f})")
+    else:
+        where = (f"the sink does not simply move: token 1 draws more than {eps:g} in {after} heads once "
+                 f"first ({second} while second)")
+    lo, hi = cost_mean - cost_margin, cost_mean + cost_margin
+    if lo > 0:
+        verdict = "what losing the text's first word costs, not what losing the sink costs"
+    elif hi < 0:
+        verdict = "the model does slightly better without that word"
     else:
         verdict = "no change beyond the noise over these windows"
+    evicted = f" {eviction_sentence(evict)}" if evict is not None else ""
     return (f"In SmolLM2, {sink_heads} of {heads} heads ({sink_heads / heads:.0%}) put more than {eps:g} of "
-            f"their weight on the first token at {length} tokens; hiding that token from every query changes "
-            f"the loss by {mask_mean:+.3f} ± {mask_se:.3f} nats per token over {windows} windows of {window} "
-            f"tokens: {verdict}.")
+            f"their weight on the first token at {length} tokens. Hiding that token from every query deletes "
+            f"it, and {where}. Deleting it changes the loss by {cost_mean:+.3f} ± {cost_margin:.3f} nats per "
+            f"token over {windows} windows of {window} tokens (95% t interval): {verdict}.{evicted}")
 
 
 def memory_lesson(T: int, heads: int, materialised: float, fused: float) -> str:
