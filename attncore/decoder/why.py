@@ -208,8 +208,10 @@ class HeadWhy:
         return int(torch.argmax(self.logits))
 
     def wins_by(self, j: int) -> str:
-        """``"norm"`` or ``"angle"``: the larger part of key ``j``'s lead over the reference key."""
-        return "norm" if float(self.norm_part[j]) > float(self.angle_part[j]) else "angle"
+        """``"norm"`` or ``"angle"``: the part that carries most of key ``j``'s difference from the reference
+        key (the larger part of a lead, the more negative part of a deficit)."""
+        a, b = float(self.norm_part[j]), float(self.angle_part[j])
+        return "norm" if (a > b if a + b >= 0 else a < b) else "angle"
 
     def bands(self, j: int, bands: int = BANDS) -> Tensor:
         """(bands,) key ``j``'s pair contributions minus the reference key's, summed in equal groups of
