@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.decoder.why import HeadWhy
-from ui.figures import PALETTE, style
+from ui.figures import PALETTE, legend_below, style
 
 __all__ = ["key_sentence", "norm_cos_figure", "pairs_figure", "parts_frame"]
 
@@ -41,7 +41,8 @@ def pairs_figure(why: HeadWhy, key: int, tokens: Sequence[str], *, view: str) ->
                      tickmode="array", tickvals=ticks,
                      ticktext=[f"{float(why.inv_freq[i]):.1e}" for i in ticks])
     fig.update_yaxes(title={"text": "contribution to q·k/√E"})
-    style(fig, title="The logit by rotary frequency pair", height=320)
+    style(fig, title="The logit by rotary frequency pair", height=340)
+    legend_below(fig)
     return fig.update_layout(barmode="group", meta={"view": view, "key": int(key),
                                                     "pair_index": why.pair_index.tolist(),
                                                     "inv_freq": why.inv_freq.tolist()})
@@ -53,7 +54,7 @@ def norm_cos_figure(why: HeadWhy, tokens: Sequence[str], *, view: str) -> go.Fig
     n = int(why.logits.numel())
     labels = [html.escape(f"{j}: {tokens[j]}") for j in range(n)]
     fig = go.Figure(go.Scatter(
-        x=why.k_norm.numpy(), y=why.cos.numpy(), mode="markers",
+        x=why.k_norm.numpy(), y=why.cos.numpy(), mode="markers", name="keys", showlegend=False,
         marker={"color": why.logits.numpy(), "colorscale": "Viridis", "size": 9,
                 "colorbar": {"title": {"text": "logit"}}},
         text=labels, customdata=why.logits.numpy(),
@@ -64,7 +65,8 @@ def norm_cos_figure(why: HeadWhy, tokens: Sequence[str], *, view: str) -> go.Fig
                         hoverinfo="skip")
     fig.update_xaxes(title={"text": "key norm |k_j|"})
     fig.update_yaxes(title={"text": "cos(q_i, k_j)"})
-    style(fig, title="Norm against angle, every key", height=320)
+    style(fig, title="Norm against angle, every key", height=340)
+    legend_below(fig)
     return fig.update_layout(meta={"view": view, "ref": int(why.ref), "winner": why.winner})
 
 
