@@ -16,6 +16,7 @@ from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
 from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, decoder, realtext, widgets
+from ui import why as why_section
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
 from ui.page import PageContext, in_fragment, run_page
@@ -368,6 +369,7 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
                "attention over the text and its q, k, v below; click a thumbnail further down to switch "
                "heads.")
     realtext.token_section(chosen, ctx, key="rt-token")
+    why_section.section(chosen, ctx, key="rt-why")
 
 
 def overview(att, lm, layer: int) -> None:

@@ -39,6 +39,7 @@ from attncore.decoder import sinks as _dec_sinks
 from attncore.decoder import stream_run as _dec_stream_run
 from attncore.decoder import streaming as _dec_stream
 from attncore.decoder import text as _dec_text
+from attncore.decoder import why as _dec_why
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError
@@ -705,3 +706,25 @@ def decoder_entropy(L: int, device: str) -> Timed[_dec_entropy.EntropyProfile]:
     """Entropy by position of every SmolLM2 head on the shipped text's first L tokens."""
     lm, ids, _ = _smollm2_ids(L, device)
     return timed(lambda: _dec_entropy.entropy_profile(_dec_probe.decoder_pass(lm.model, ids)))
+
+
+def head_why(source: str, text: str, device: str, max_tokens: int | None, layer: int, head: int,
+             query: int) -> Timed[tuple[_dec_why.HeadWhy, _dec_why.SinkWhy | None]]:
+    """One query's logits of one head taken apart (issue 40 item 1), from the cached q and k of
+    :func:`head_vectors` (no new forward), and the first token's summary (None at query 0)."""
+    return _head_why(_models.canonical_source(source), text, device, max_tokens, layer, head, query)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _head_why(canonical: str, text: str, device: str, max_tokens: int | None, layer: int, head: int,
+              query: int) -> Timed[tuple[_dec_why.HeadWhy, _dec_why.SinkWhy | None]]:
+    hv = _head_vectors(canonical, text, device, max_tokens).value
+    lm = _language_model(canonical, device)
+
+    def run() -> tuple[_dec_why.HeadWhy, _dec_why.SinkWhy | None]:
+        rot = _dec_why.rotary_of(lm.model, len(hv.tokens))
+        q, k = hv.q[layer, head], hv.k[layer, head]
+        why = _dec_why.decompose(q, k, rot, query, scale=hv.scale)
+        return why, (_dec_why.sink_summary(q, k, why) if query >= 1 else None)
+
+    return timed(run)
