@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui.nav import PAGES, REAL_TEXT_LINKS
+from attncore.models.bundled import BUNDLED_MODELS
+from ui.nav import PAGES, REAL_TEXT_LINKS, real_models
 from ui.page import PageContext, run_page
 
 # What is not computed live (the home page says so; tests/test_home_text.py checks it).
 SHIPPED = ("the results of the Training lab's experiments (trained once with several seeds by "
            "`python -m attncore.training.experiments`; each names the command, machine and commit that made "
-           "it, and the Entropy page quotes one of them), and the weights of the two trained models whose "
-           "attention the real-text views compute live: all-MiniLM-L6-v2 and the character model trained "
-           "by that command.")
+           "it, and the Entropy page quotes one of them), and the weights of the models whose attention the "
+           "real-text views compute live: " + real_models("the character model trained by that command")
+           + ".")
 
 
 TOUR = PAGES[0]  # the Tour, first in the navigation
@@ -49,8 +50,9 @@ def body(ctx: PageContext) -> None:
             st.page_link(entry.path, label=entry.label, icon=entry.icon)
             st.caption(entry.summary)
     st.subheader("Real text")
-    st.caption("A real transformer (the all-MiniLM-L6-v2 encoder or the SmolLM2-135M-Instruct decoder, "
-               "bundled, offline) or this app's own character model "
+    bundled = " or the ".join(f"{b.name} {'decoder' if b.causal else 'encoder'}"
+                              for b in BUNDLED_MODELS.values())
+    st.caption(f"A real transformer (the {bundled}, bundled, offline) or this app's own character model "
                "on the text you type: click a head to open it, click a row to pick a query token, and see "
                "that token's attention over the text, its q, k, v and its output.")
     left, right = st.columns(2)

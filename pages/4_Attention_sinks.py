@@ -194,12 +194,15 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
 def charts_row(spec: SinkSpec, soft, sweep) -> None:
     """The weight map, the sink weight and the output RMS against the sink strength."""
     no_sink = float(sweep.series["output_rms_nosink"].mean())
-    if spec.sink:
-        left, mid, right = st.columns([1.1, 1, 1])
-    else:  # no sink token: there is no weight on the sink to draw
-        (left, right), mid = st.columns([1.1, 1]), None
     log_color = bool(st.session_state.get(P_LOG.key, P_LOG.default))
-    left.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec, log_color), key="chart_snk_map")
+    # The map on its own row at its own width (a minimum per key): in a third of the row its 33 keys
+    # were ~75 px, the sink column a hairline (issue 41). The two sweeps side by side under it.
+    st.plotly_chart(view.sink_map_figure(soft.weights.cpu().numpy(), spec, log_color), key="chart_snk_map",
+                    width="content")
+    if spec.sink:
+        mid, right = st.columns(2)
+    else:  # no sink token: there is no weight on the sink to draw
+        (right,), mid = st.columns(1), None
     if mid is not None:
         mid.plotly_chart(view.strength_figure(sweep, spec), key="chart_snk_strength")
     right.plotly_chart(view.strength_rms_figure(sweep, spec, no_sink), key="chart_snk_rms")

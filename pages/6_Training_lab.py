@@ -16,6 +16,7 @@ from ui import corpus as corpora
 from ui.job_cost import SIZES, job_tokens, make_configs
 from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
 from ui.jobs import JOB_ID_PATTERN, QUEUE, list_runs, session_id
+from ui.nav import real_models
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.text import plain
@@ -41,7 +42,8 @@ PARAMS = (P_TAB, P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB,
 
 JOB_KEY = P_JOB.key  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
-         "models (MiniLM and the character model trained here). This page is about *training* itself: a "
+         "models (" + real_models("the character model trained here") + "). This page is about *training* "
+         "itself: a "
          "small character transformer learns with attention in one of several variants. Four experiments "
          "that ship with the app (three on tiny Shakespeare, trained with three seeds each, and one on a "
          "task built from its character statistics) test published claims about training; your own runs "

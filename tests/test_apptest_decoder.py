@@ -99,7 +99,7 @@ def test_decoder_part_charts_equal_attncore(lm: LoadedModel) -> None:
     ids64, _ = _ids(lm, 64)
     r = stream_losses(lm.model, ids64, default_settings(64, (8, 16)))
     fig = figure(at, "dec_stream")
-    assert len(fig["data"]) == 7
+    assert len(fig["data"]) == 7 + 2  # the settings, then a legend key per dash (first 1, first 4)
     for i in range(7):
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(64))[1], rtol=1e-4)
     ind = induction(lm.model, 8, seed=0, exclude=lm.tokenizer.all_special_ids)
@@ -181,7 +181,7 @@ def test_shipped_stream_run_expander_draws_the_stored_losses() -> None:
     run = load_stream_run()
     r = run.result
     fig = figure(at, "dec_stream_shipped")
-    assert len(fig["data"]) == 16
+    assert len(fig["data"]) == 16 + 2  # the settings, then a legend key per dash (first 1, first 4)
     for i, s in enumerate(r.settings):
         assert fig["data"][i]["name"] == s.label
         np.testing.assert_allclose(_y(fig, i), loss_curve(r.nll[i].numpy(), auto_block(2048))[1], rtol=1e-6)

@@ -25,6 +25,7 @@ from attncore.gradients import (
 )
 from attncore.overflow import overflow_rows, overflow_sweep
 from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app
+from ui.views import saturation as sat_views
 
 PAGE = "pages/3_Saturation_and_gradients.py"
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")
@@ -91,11 +92,11 @@ def check_why(at: AppTest) -> None:
     fig = figure(at, "sat-hist")
     close(xy(trace(fig, "measured", "x"))[1], h.density_raw)
     close(xy(trace(fig, "measured", "x2"))[1], h.density_scaled)
-    x, y = xy(trace(fig, "N(0, d·σq²·σk²)", "x"))
+    x, y = xy(trace(fig, sat_views.GAUSS, "x"))
     close(y, theory.normal_density(x, d * vq * vk), rtol=1e-4)
     x, y = xy(trace(fig, "exact (variance-gamma)", "x"))
     close(y, theory.dot_product_density(x, d, vq, vk), rtol=1e-4)
-    x, y = xy(trace(fig, "N(0, σq²·σk²)", "x2"))
+    x, y = xy(trace(fig, sat_views.GAUSS, "x2"))
     close(y, theory.normal_density(x, vq * vk), rtol=1e-4)
     shared = fig["layout"].get("xaxis2", {}).get("matches") == "x"
     assert shared == bool(get(at, "sat_samex"))
@@ -155,7 +156,7 @@ def check_gradients(at: AppTest) -> None:
     js = figure(at, "sat-jscale")
     close(xy(trace(js, "measured", "x"))[1], sw.jac_mean)
     close(xy(trace(js, "measured", "x2"))[1], sw.max_mean)
-    x, y = xy(trace(js, "large σ: f_G(0)/σ", "x"))
+    x, y = xy(trace(js, sat_views.LARGE, "x"))
     close(y, theory.jacobian_norm_large_scale(x, s["sat_keys"]), rtol=1e-5)
     ds = tuple(d for d in D_GRID if d <= s["sat_dmax"])
     gs = ref_gradient_sweep(ds, s["sat_keys"], s["sat_batch"], level=s["sat_level"], seed=s["seed"],

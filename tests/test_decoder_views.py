@@ -103,7 +103,7 @@ def test_variants_frame(model: torch.nn.Module, ids: torch.Tensor) -> None:
 def test_stream_views(model: torch.nn.Module, ids: torch.Tensor) -> None:
     r = stream_losses(model, ids, default_settings(96))
     fig = view.stream_figure(r, block=16)
-    assert fig.layout.meta["view"] == "dec_stream" and len(fig.data) == 7
+    assert fig.layout.meta["view"] == "dec_stream" and len(fig.data) == 7 + 2  # and a key per dash (first 1, 4)
     x, y = view.loss_curve(r.nll[2].numpy(), 16)
     np.testing.assert_allclose(_ys(fig)[2], r.nll[2, :80].double().view(5, 16).mean(1).numpy(), rtol=1e-6)
     assert x[0] == 7.5

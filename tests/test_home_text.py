@@ -16,7 +16,7 @@ def test_home_says_which_numbers_are_shipped() -> None:
     assert "computed live by **attncore**" in text and "except what ships with the app" in text
     assert "the results of the Training lab's experiments" in text
     assert "`python -m attncore.training.experiments`" in text
-    assert "all-MiniLM-L6-v2 and the character model" in text
+    assert "all-MiniLM-L6-v2, SmolLM2-135M-Instruct and the character model" in text
     # what the sentence names really ships, and was made by that command
     for name in RESULT_NAMES:
         doc = json.loads((RESULTS_DIR / f"{name}.json").read_text(encoding="utf-8"))

@@ -191,6 +191,19 @@ def _nothing_yet() -> None:
     st.caption("Nothing to measure until the text above gives enough tokens.")
 
 
+def sink_lengths(s64: Any, sL: Any) -> tuple[str, list[tuple[str, np.ndarray]]]:
+    """The sink sentence and the share curves at Gu et al.'s length and at L: one of each when the text
+    makes the two lengths equal (a 56-token text: "At 56 tokens" once, one legend entry)."""
+    gu = ("their protocol" if s64.length == GU_TOKENS
+          else f"their protocol asks for {GU_TOKENS}; the text has {s64.length}")
+    first = (f"{s64.length} tokens", s64.share.numpy())
+    if sL.length == s64.length:
+        return view.sink_sentence(s64, f"At {s64.length} tokens ({gu})"), [first]
+    return (view.sink_sentence(s64, f"At {s64.length} tokens ({gu})") + " "
+            + view.sink_sentence(sL, f"At {sL.length} tokens"),
+            [first, (f"{sL.length} tokens", sL.share.numpy())])
+
+
 def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenText | None = None) -> None:
     st.subheader("Sink heads (Gu et al. 2024)")
     if chosen is None:
@@ -202,14 +215,10 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
         big = cached.decoder_sinks(L, eps, ctx.device, text)
     s64, sL = small.value, big.value
     st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
-    gu = ("their protocol" if s64.length == GU_TOKENS
-          else f"their protocol asks for {GU_TOKENS}; the text has {s64.length}")
-    st.caption(f"Text: {chosen.name}. "
-               + view.sink_sentence(s64, f"At {s64.length} tokens ({gu})") + " "
-               + view.sink_sentence(sL, f"At {sL.length} tokens"))
+    sentence, shares = sink_lengths(s64, sL)
+    st.caption(f"Text: {chosen.name}. " + sentence)
     widgets.caption_compute(ctx.device_label, small.seconds + big.seconds,
                             "two passes with every head's weights")
-    shares = [(f"{s64.length} tokens", s64.share.numpy()), (f"{sL.length} tokens", sL.share.numpy())]
     st.plotly_chart(view.share_figure(shares), key="chart_dec_sink_share")
     st.markdown("**Which tokens draw weight besides the first?** The first token taken out of every query's "
                 "weights (the rest re-summed to 1): mean score of each kind of token against what uniform "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attncore.models.bundled import BUNDLED_MODELS
+
 __all__ = ["PAGES", "REAL_TEXT_LINKS", "DeepLink", "PageEntry"]
 
 
@@ -77,3 +79,10 @@ REAL_TEXT_LINKS: tuple[DeepLink, ...] = (
              "Attention sinks, real-model part: where each layer and head of a transformer puts its weight "
              "on your text."),
 )
+
+
+def real_models(last: str) -> str:
+    """The bundled real-text models by name, from the registry (:data:`BUNDLED_MODELS`), then ``last``:
+    "all-MiniLM-L6-v2, SmolLM2-135M-Instruct and the character model"."""
+    names = [b.name for b in BUNDLED_MODELS.values()]
+    return ", ".join(names) + f" and {last}"

@@ -379,6 +379,12 @@ def pick_token(mp: ModelParams, att: TextAttention, where) -> int:
         st.session_state[mp.token.key] = min(max(int(current) if isinstance(current, int) else 0, 0), L - 1)
         if isinstance(current, int) and current >= L:
             _beyond(mp.token.key, current, f"this text's {L} tokens", L)
+    # A new model or text: the stored choice is set again, so the browser is sent this text's label for it
+    # (the widget keeps its key, so without this it went on showing the previous model's token: issue 41).
+    seen = f"_{mp.token.key}_tokens"
+    if st.session_state.get(seen) != list(att.tokens):
+        st.session_state[seen] = list(att.tokens)
+        st.session_state[mp.token.key] = int(st.session_state[mp.token.key])
     labels = token_labels(att, 20)
     return int(where.selectbox("Query token", list(range(L)), key=mp.token.key,
                                format_func=lambda i: f"{i} · {labels[i]}",

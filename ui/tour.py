@@ -193,11 +193,13 @@ def show_overflow(ctx: Any, where: Any) -> Shown:
     i = ov.dtypes.index(dtype)
     first = first_nonfinite(ov.x, ov.naive_nonfinite[i])
     stable_fails = bool(ov.stable_nonfinite[i].any())
-    fig = sat_view.overflow_figure(ov).update_layout(meta={"view": "sat-overflow"})
+    fig = sat_view.overflow_figure(ov, only=dtype)
+    fig.update_layout(meta={"view": "sat-overflow", "dtype": dtype})
     limit = float(theory.exp_overflow_logit(dtype))
     return Shown((fig,), view.overflow_lesson(dtype, first, limit, stable_fails), {"sat_tab": "Gradients"},
-                 "softmax([x, 0, 0, 0]) for x from 1 to 10,000, naive and stable, in four precisions; error "
-                 "against a float64 stable softmax.", {"first_naive": first, "stable_fails": stable_fails})
+                 f"softmax([x, 0, 0, 0]) for x from 1 to 10,000, naive and stable, in {dtype}; error "
+                 "against a float64 stable softmax (the Saturation page draws the four precisions together).",
+                 {"first_naive": first, "stable_fails": stable_fails})
 
 
 # ------------------------------------------------------------------------------ 6 · entropy vs n

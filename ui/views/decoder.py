@@ -242,13 +242,31 @@ def stream_figure(r: StreamResult, block: int | None = None, tag: str = "dec_str
     """Loss against position for every setting (block means, :func:`auto_block` by default), the shape of
     StreamingLLM's figure; ``tag`` is its ``layout.meta.view``."""
     block = auto_block(r.length) if block is None else block
-    curves = []
+    # One colour per window, one dash per number of first tokens kept, one legend entry per window (its
+    # variants toggle with it) plus one key per dash, in a column beside the plot: 16 entries under a
+    # 360 px chart took all of it (issue 41).
+    windows = sorted({s.window for s in r.settings}, key=lambda w: -1 if w is None else w)
+    sinks = sorted({s.sinks for s in r.settings if s.sinks})
+    dash = {0: "solid"} | {k: _SINK_DASHES[1 + j % (len(_SINK_DASHES) - 1)] for j, k in enumerate(sinks)}
+    curves, shown = [], set()
     for i, s in enumerate(r.settings):
         x, y = loss_curve(r.nll[i].numpy(), block)
-        curves.append(Curve(name=html.escape(s.label), x=x, y=y, color=PALETTE[i % len(PALETTE)]))
+        color = PALETTE[windows.index(s.window) % len(PALETTE)]
+        group = "dense" if s.window is None else f"window {s.window:,}"
+        curves.append(Curve(name=html.escape(s.label), x=x, y=y, color=color,
+                            extra={"mode": "lines", "legendgroup": group, "showlegend": group not in shown,
+                                   "line": {"color": color, "width": 2, "dash": dash[s.sinks]}}))
+        shown.add(group)
+    curves += [figures.legend_key(f"+ first {k} (all windows)", dash=dash[k]) for k in sinks]
     fig = line_chart(curves, x_title=f"query position (means of {block})", y_title="loss (nats/token)",
-                     height=360)
-    return _tag(figures.legend_below(fig), tag)
+                     height=STREAM_HEIGHT)
+    figures.relayout(fig, legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0,
+                                  "yanchor": "top", "font": {"size": 11}}, margin={"b": 10})
+    return _tag(fig, tag)
+
+
+STREAM_HEIGHT = 400
+_SINK_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")  # none kept, then each k kept in order
 
 
 def stream_frame(r: StreamResult) -> pd.DataFrame:

@@ -63,6 +63,12 @@ def _densities(h: DotHistograms, vq: float, vk: float) -> dict[str, np.ndarray]:
             "x_scaled": xs / root, "normal_scaled": np.asarray(theory.normal_density(xs / root, vq * vk)),
             "exact_scaled": exact * root}
 
+# One legend entry per role, in words, across both panels (each panel's formula on hover): two
+# differently named entries with the same swatch read as one (issue 41).
+GAUSS = "Gaussian (central limit)"
+SMALL = "small-σ expansion"
+LARGE = "large-σ limit"
+
 
 def dot_histogram_figure(h: DotHistograms, vq: float, vk: float, same_x: bool) -> go.Figure:
     t = _densities(h, vq, vk)
@@ -70,13 +76,14 @@ def dot_histogram_figure(h: DotHistograms, vq: float, vk: float, same_x: bool) -
     panels = [
         Panel(f"q·k, d = {h.d} (unscaled)",
               hist=Histogram("measured", h.edges_raw, h.density_raw, PALETTE[4]),
-              curves=[Curve("N(0, d·σq²·σk²)", t["x"], t["normal"], theory=True, color=THEORY_C),
+              curves=[Curve(GAUSS, t["x"], t["normal"], theory=True, color=THEORY_C, hover="N(0, d·σq²·σk²)"),
                       Curve("exact (variance-gamma)", t["x"], t["exact"], theory=True, color=EXACT_C,
                             extra={"line": exact_line})],
               x_title="q·k", y_title="density"),
         Panel(f"q·k / √d (scaled by 1/{math.sqrt(h.d):.3g})",
               hist=Histogram("measured", h.edges_scaled, h.density_scaled, PALETTE[4]),
-              curves=[Curve("N(0, σq²·σk²)", t["x_scaled"], t["normal_scaled"], theory=True, color=THEORY_C),
+              curves=[Curve(GAUSS, t["x_scaled"], t["normal_scaled"], theory=True, color=THEORY_C,
+                            hover="N(0, σq²·σk²)"),
                       Curve("exact (variance-gamma)", t["x_scaled"], t["exact_scaled"], theory=True,
                             color=EXACT_C, extra={"line": exact_line})],
               x_title="q·k / √d", y_title="density"),
@@ -174,19 +181,19 @@ def scale_figure(sw: ScaleSweep) -> go.Figure:
     panels = [
         Panel("E‖J‖_F", curves=[
             Curve("measured", sig, sw.jac_mean, err=2 * sw.jac_se, color=SCALED_C),
-            Curve("small σ: √((n−1)/n²·(1+σ²(n−4)/n))", small, theory.jacobian_norm_small_scale(small, n),
-                  theory=True, color=THEORY_C),
-            Curve("large σ: f_G(0)/σ", large, theory.jacobian_norm_large_scale(large, n), theory=True,
-                  color=EXACT_C),
+            Curve(SMALL, small, theory.jacobian_norm_small_scale(small, n),
+                  theory=True, color=THEORY_C, hover="small σ: √((n−1)/n²·(1+σ²(n−4)/n))"),
+            Curve(LARGE, large, theory.jacobian_norm_large_scale(large, n), theory=True,
+                  color=EXACT_C, hover="large σ: f_G(0)/σ"),
             Curve("flat row √(n−1)/n", [sig[0], sig[-1]], [theory.uniform_row_jacobian_norm(n)] * 2,
                   theory=True, color=PALETTE[7])],
             markers=refs, x_title="logit scale σ", y_title="‖J‖_F", log_x=True),
         Panel("E[max weight]", curves=[
             Curve("measured", sig, sw.max_mean, err=2 * sw.max_se, color=SCALED_C),
-            Curve("small σ: (1 + σ·E[max z])/n", small, theory.max_weight_small_scale(small, n), theory=True,
-                  color=THEORY_C),
-            Curve("large σ: 1 − ln2·f_G(0)/σ", large, theory.max_weight_large_scale(large, n), theory=True,
-                  color=EXACT_C)],
+            Curve(SMALL, small, theory.max_weight_small_scale(small, n), theory=True,
+                  color=THEORY_C, hover="small σ: (1 + σ·E[max z])/n"),
+            Curve(LARGE, large, theory.max_weight_large_scale(large, n), theory=True,
+                  color=EXACT_C, hover="large σ: 1 − ln2·f_G(0)/σ")],
             markers=refs, x_title="logit scale σ", y_title="max weight", log_x=True, y_range=(0.0, 1.02)),
     ]
     return figures.panel_grid(panels, cols=2, height=400)
@@ -232,12 +239,15 @@ def depth_frame(gs: GradientSweep) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def overflow_figure(ov: OverflowSweep) -> go.Figure:
-    """Error against x per dtype; a NaN output is an ✕ in its dtype's row above the impossible error 1."""
+def overflow_figure(ov: OverflowSweep, only: str | None = None) -> go.Figure:
+    """Error against x per dtype; a NaN output is an ✕ in its dtype's row above the impossible error 1.
+    ``only``: that dtype's curves and its ln max alone (the Tour's precision control)."""
     panels = []
     for method, errs in (("naive eˣ/Σeˣ", ov.naive_error), ("stable, max subtracted", ov.stable_error)):
         curves = []
         for name, e in zip(ov.dtypes, errs, strict=True):
+            if only is not None and name != only:
+                continue
             curves.append(Curve(name, ov.x, np.maximum(e, 1e-20), color=DTYPE_C[name],
                                 extra={"mode": "lines"}))
             bad = np.isnan(e)
@@ -247,8 +257,10 @@ def overflow_figure(ov: OverflowSweep) -> go.Figure:
                                     extra={"mode": "markers", "marker": {"symbol": "x", "size": 6}}))
         # each label at its own height: on a narrow panel "bf16/f32" at x = 88.7 runs into "f64" at 709.8
         marks = [Marker(theory.exp_overflow_logit(t), f" ln max {lab}", DTYPE_C[t], y=y)
-                 for t, lab, y in (("float16", "f16", 0.3), ("float32", "bf16/f32", 0.45),
-                                   ("float64", "f64", 0.6))]
+                 for t, lab, y, covers in (("float16", "f16", 0.3, ("float16",)),
+                                           ("float32", "bf16/f32", 0.45, ("bfloat16", "float32")),
+                                           ("float64", "f64", 0.6, ("float64",)))
+                 if only is None or only in covers]
         panels.append(Panel(method, curves=curves, markers=marks, x_title="largest logit x",
                             y_title="max |error|  (✕ above 1: NaN)", log_x=True, log_y=True,
                             y_range=(1e-21, 1e6)))

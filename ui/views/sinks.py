@@ -224,6 +224,9 @@ def keys_labels(spec: SinkSpec) -> list[str]:
 
 
 LOG_FLOOR = -4.0  # log10 of the smallest weight the log colour scale tells apart
+MAP_CELL_PX = 10  # width of one key's column in the synthetic map (the sink column included)
+MAP_FRAME_PX = 190  # what the map figure spends beside its cells: query labels, colour bar and its title
+MAP_MAX_WIDTH = 900
 
 
 def sink_map_figure(weights: np.ndarray, spec: SinkSpec, log_color: bool = True) -> go.Figure:
@@ -248,6 +251,8 @@ def sink_map_figure(weights: np.ndarray, spec: SinkSpec, log_color: bool = True)
     else:
         fig.update_traces(colorbar={"title": {"text": "weight", "side": "right"}})
     fig.update_xaxes(side="bottom")  # keeps the key labels clear of the title
+    # its own width: MAP_CELL_PX per key (up to MAP_MAX_WIDTH), whatever the column it is drawn in
+    fig.update_layout(width=min(MAP_MAX_WIDTH, MAP_FRAME_PX + MAP_CELL_PX * w.shape[1]))
     return _tag(fig, "snk-map")
 
 
