@@ -132,7 +132,7 @@ class LensPass:
         ratio: the threshold the flags used.
         scale: the frozen final-norm scale 1 / rms(x_final) at p.
         attribution: the target's :class:`DirectAttribution`.
-        contrast: the second token's, or None.
+        contrast: the second token's (by default the model's runner-up, its second likeliest token).
     """
 
     position: int
@@ -148,7 +148,7 @@ class LensPass:
     ratio: float
     scale: float
     attribution: DirectAttribution
-    contrast: DirectAttribution | None = None
+    contrast: DirectAttribution
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -162,8 +162,6 @@ class LensPass:
 
     def difference(self) -> Tensor:
         """(N, H) float64: each head's direct contribution to logit(target) - logit(contrast)."""
-        if self.contrast is None:
-            raise AttnInputError("no second token was given for a logit difference.")
         return self.attribution.heads - self.contrast.heads
 
     def note(self, position: int | None = None) -> str:
@@ -230,7 +228,8 @@ def logit_lens(model: Any, ids: Tensor, position: int | None = None, *, top: int
     One forward pass of a Llama-family causal LM (torch's fused SDPA attention; no weights are needed)
     with hooks on the embeddings (point 0), every decoder layer's output (points 1..N), every
     ``o_proj``'s input (the heads' outputs) and every MLP's output. ``top`` (1..:data:`MAX_TOP`) tokens
-    per point; ``contrast``: a second token id for a logit difference; ``ratio``: the massive-activation
+    per point; ``contrast``: a second token id for a logit difference (default: the runner-up, the
+    model's second likeliest token at the position); ``ratio``: the massive-activation
     threshold (:func:`massive_positions`). Memory is checked first (:func:`lens_bytes`).
     """
     ids = check_ids(ids, model, max_tokens)
@@ -291,7 +290,8 @@ def logit_lens(model: Any, ids: Tensor, position: int | None = None, *, top: int
             logits = head(norm(x[None]))[0]  # (P, V): the model's own norm and unembedding
             logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
             logp = logits.log_softmax(dim=-1)  # (P, V)
-            target = int(logits[-1].argmax())
+            target, runner_up = (int(t) for t in logits[-1].topk(2).indices)
+            second = runner_up if contrast is None else contrast
             t_logit = logits[:, target]  # (P,)
             rank = (logits > t_logit[:, None]).sum(dim=-1).cpu()  # (P,)
             tp, ti = logp.topk(top, dim=-1)  # (P, K)
@@ -320,7 +320,7 @@ def logit_lens(model: Any, ids: Tensor, position: int | None = None, *, top: int
                 return _attribute(tok, float(final_logits[tok]), u, bias, emb, heads, o_bias, mlps)
 
             target_attr = attrib(target)
-            contrast_attr = None if contrast is None else attrib(contrast)
+            contrast_attr = attrib(second)
     res_norm = torch.stack([n for n in norms if n is not None])  # (P, L)
     nr, peak, flagged = massive_positions(res_norm, ratio)
     return LensPass(position=p, top_ids=top_ids, top_probs=top_probs, target=target, target_rank=rank,
