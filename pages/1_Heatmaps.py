@@ -18,6 +18,7 @@ from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, decoder, realtext, widgets
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
+from ui.lens import lens_section
 from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
@@ -368,6 +369,7 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
                "attention over the text and its q, k, v below; click a thumbnail further down to switch "
                "heads.")
     realtext.token_section(chosen, ctx, key="rt-token")
+    lens_section(chosen, ctx, key="rt-lens")  # decoders only: the logit lens of this query token
 
 
 def overview(att, lm, layer: int) -> None:
