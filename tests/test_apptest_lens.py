@@ -41,6 +41,7 @@ def test_builders_draw_attncore_numbers() -> None:
     np.testing.assert_allclose(decode(rank["data"][0]["x"]), np.arange(-1, 3))
     dla = view.dla_figure(r, head_labels(4, 2)).to_plotly_json()
     np.testing.assert_allclose(decode(dla["data"][0]["z"]), r.attribution.heads.numpy(), rtol=1e-6)
+    assert list(dla["data"][0]["x"]) == head_labels(4, 2) and list(dla["data"][0]["y"]) == ["0", "1", "2"]
     diff = view.dla_figure(r, head_labels(4, 2), difference=True).to_plotly_json()
     np.testing.assert_allclose(decode(diff["data"][0]["z"]), r.difference().numpy(), rtol=1e-6)
     df = view.dla_frame(r)

@@ -14,8 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attncore.decoder.lens import LensPass, point_label
-from ui.figures import PALETTE, SEQUENTIAL, Curve, line_chart, style
-from ui.maps import heatmap
+from ui.figures import DIVERGING, PALETTE, SEQUENTIAL, Curve, line_chart, style
 from ui.text import chart
 
 __all__ = [
@@ -49,7 +48,8 @@ def lens_figure(r: LensPass, top_tokens: Sequence[Sequence[str]]) -> go.Figure:
         colorbar={"thickness": 12, "len": 0.9},
         hovertemplate="after layer %{y}<br>rank %{x}: %{text}<br>p = %{z:.4f}<extra></extra>"),
         layout={"yaxis": {"autorange": "reversed", "title": {"text": "read after layer"}, "type": "category"},
-                "xaxis": {"title": {"text": "rank at that layer (1 = likeliest)"}, "type": "category"}})
+                "xaxis": {"title": {"text": "rank at that layer (1 = likeliest; Ġ marks a leading space, Ċ a "
+                                            "newline)"}, "type": "category"}})
     return _tag(style(fig, height=max(360, 16 * P + 90)), "lens")
 
 
@@ -91,9 +91,14 @@ def dla_figure(r: LensPass, head_labels: Sequence[str], difference: bool = False
     ``difference``, to logit(prediction) - logit(second token)), red-blue centred at 0."""
     z = (r.difference() if difference else r.attribution.heads).numpy()  # (N, H)
     N = z.shape[0]
-    fig = heatmap(z, diverging=True, value_name="logit difference" if difference else "logit contribution",
-                  x_labels=list(head_labels), y_labels=[str(n) for n in range(N)], x_title="head",
-                  y_title="layer", height=max(360, 14 * N + 100))
+    name = "logit difference" if difference else "logit contribution"
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[chart(h) for h in head_labels], y=[str(n) for n in range(N)], colorscale=DIVERGING, zmid=0.0,
+        colorbar={"thickness": 12, "len": 0.9}, hoverongaps=False,
+        hovertemplate=f"layer %{{y}}, head %{{x}}<br>{name} %{{z:+.4f}}<extra></extra>"),
+        layout={"yaxis": {"autorange": "reversed", "title": {"text": "layer"}, "type": "category"},
+                "xaxis": {"title": {"text": "head · key/value group"}, "type": "category", "side": "top"}})
+    fig = style(fig, height=max(360, 14 * N + 100))
     return _tag(fig, "lens-dla-diff" if difference else "lens-dla")
 
 
