@@ -19,6 +19,7 @@ from ui import causal, decoder, realtext, widgets
 from ui import why as why_section
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
+from ui.lens import lens_section
 from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
@@ -370,6 +371,7 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
                "heads.")
     realtext.token_section(chosen, ctx, key="rt-token")
     why_section.section(chosen, ctx, key="rt-why")
+    lens_section(chosen, ctx, key="rt-lens")  # decoders only: the logit lens of this query token
 
 
 def overview(att, lm, layer: int) -> None:

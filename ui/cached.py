@@ -33,6 +33,7 @@ from attncore import training as _training
 from attncore.attention import AttentionStages
 from attncore.decoder import entropy as _dec_entropy
 from attncore.decoder import induction as _dec_induction
+from attncore.decoder import lens as _dec_lens
 from attncore.decoder import position as _dec_position
 from attncore.decoder import probe as _dec_probe
 from attncore.decoder import sinks as _dec_sinks
@@ -291,6 +292,16 @@ def next_logits(source: str, text: str, device: str) -> Timed[torch.Tensor]:
     """(V,) the logits of the token after ``text`` (a bundled or local decoder)."""
     lm = _language_model(_models.canonical_source(source), device)
     return timed(lambda: _generation.next_logits(lm, text))
+
+
+@st.cache_resource(max_entries=8, show_spinner="Reading the residual stream…")
+def logit_lens(source: str, text: str, device: str, position: int,
+               max_tokens: int) -> Timed[_dec_lens.LensPass]:
+    """The logit lens and direct logit attribution of token ``position`` of ``text`` (cut to ``max_tokens``,
+    as the maps beside it were): one hooked pass of the decoder ``source``."""
+    lm = _language_model(_models.canonical_source(source), device)
+    ids = _models.tokenize(lm, text, max_tokens).ids
+    return timed(lambda: _dec_lens.logit_lens(lm.model, ids, position))
 
 
 @st.cache_resource(max_entries=8, show_spinner="Generating…")

@@ -11,6 +11,8 @@ Shape legend as in :mod:`attncore`: ``N`` layers, ``H`` query heads, ``Hkv`` key
   (a sliding window, StreamingLLM, H2O, TOVA): losses and what each cache keeps.
 * :mod:`~attncore.decoder.entropy`: entropy against position per head, head classes.
 * :mod:`~attncore.decoder.induction`: induction heads on repeated random tokens (Olsson et al. 2022).
+* :mod:`~attncore.decoder.lens`: logit lens and direct logit attribution of one position (heads, MLPs,
+  embedding), and the positions whose lens reads massive activations.
 * :mod:`~attncore.decoder.text`: the shipped public-domain text.
 
 Every function takes a transformers causal LM and token ids; none loads a model.
