@@ -5,8 +5,12 @@
 (VmHWM of /proc/self/status) over the resident set before the call, with the peak mark reset just before it
 (``echo 5 > /proc/self/clear_refs``) and the allocator's free memory handed back first (``malloc_trim(0)``
 after a garbage collection), so it counts what the call itself made resident: torch's CPU tensors (which
-tracemalloc does not see), the allocator's own overhead and anything transformers allocates. Each kind runs
-once unmeasured at 16 tokens first (thread pools, lazily made buffers: paid once per process, not per call).
+tracemalloc does not see) and anything transformers allocates. Run it with ``MALLOC_MMAP_THRESHOLD_=65536`` (as
+``tests/test_plan_memory.py`` does, and as :mod:`attncore.kernels.memory` measures kernels): every block of
+64 KiB or more is then its own mapping, returned when freed, so the peak counts the tensors alive together and
+not the order earlier calls left glibc's heap in (with its default, sliding threshold of up to 32 MiB the same
+pass measured 0-35 MB higher after other kinds had run: fragmentation of the heap, not the pass). Each kind
+runs once unmeasured at 16 tokens first (thread pools, lazily made buffers: paid once per process).
 ``kept`` is the resident growth that stays while the result is held (what a cache of it costs).
 """
 

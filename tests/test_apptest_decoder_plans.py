@@ -32,8 +32,8 @@ def test_the_heavy_url_waits_for_run_buttons_and_runs_only_what_is_clicked(
     for key in ("dec_sinks_btn", "dec_abl_btn", "dec_ind_btn"):
         assert key in buttons and buttons[key].startswith("Run (≈ "), buttons
     infos = " ".join(i.value for i in at.info)
-    assert "The sink heads at 1,024 tokens is estimated at about" in infos
-    assert "The ablations (33 passes of 512 tokens)" in infos
+    assert "The sink heads at 1,024 tokens: about" in infos
+    assert "The ablations (33 passes of 512 tokens): about" in infos
     # nothing heavy ran: only the three 64-token variants (the default view's own work)
     assert ran == ["the three variants"]
     for view in ("dec_sink_grid", "dec_ablation", "dec_induction"):

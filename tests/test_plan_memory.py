@@ -2,7 +2,7 @@
 
 One fresh subprocess (``python -m tests.plan_peaks``, whose docstring says how the peak is measured: Linux's
 peak resident set, reset before each call, after the allocator's free memory is handed back) loads the model
-once and runs every kind at 64, 394 (the map limit) and 1,024 tokens (the token limit): the forward pass with
+once (glibc's mmap threshold fixed: see there) and runs every kind at 64, 394 (the map limit) and 1,024 tokens (the token limit): the forward pass with
 maps, the entropy pass, generation (64 new tokens after the rest), the Heatmaps real-text pass, a StreamingLLM
 pass without weights, the q/k/v capture and the next-token logits. The estimate is what the UI admits
 (``ui.cached.Planned``) and what attncore checks against its budget.
@@ -29,7 +29,7 @@ LENGTHS = (64, 394, 1024)
 @pytest.fixture(scope="module")
 def peaks() -> dict[tuple[str, int], dict]:
     pytest.importorskip("transformers")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     out = subprocess.run([sys.executable, "-m", "tests.plan_peaks", *map(str, LENGTHS)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
