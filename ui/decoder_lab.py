@@ -112,8 +112,8 @@ def run_or_wait(key: str, what: str, calls: Sequence[Call], defaults: Sequence[C
     est = _seconds(calls)
     flag = f"{key}__run"
     if est > max(AUTO_RUN_S, _seconds(defaults)) and not st.session_state.pop(flag, False):
-        st.info(f"{what}: about {est:,.0f} s of computing by its plan's estimate (one CPU core's rate), more "
-                "than the default view's, so it waits for you.", icon=":material/hourglass_top:")
+        st.info(f"{what}: about {est:,.0f} s of computing by its plan's estimate (a small server's rate), "
+                "more than the default view's, so it waits for you.", icon=":material/hourglass_top:")
         st.button(f"Run (≈ {est:,.0f} s)", key=f"{key}_btn", type="primary", icon=":material/play_arrow:",
                   on_click=lambda: st.session_state.__setitem__(flag, True))
         return None
