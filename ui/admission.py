@@ -9,7 +9,11 @@ N others". Light work (under ``LIGHT_BYTES`` and ``LIGHT_SECONDS``) never waits.
 
 :func:`admit` is a plain context manager (no Streamlit), for any code: sweeps, theory,
 gradient sweeps, model loads, training runs. :func:`heavy` wraps it for a page: it shows
-the waiting message in place while queued. :func:`sidebar_status` draws the load line.
+the waiting message in place while queued. :func:`run_plan` admits a planned computation
+(:class:`attncore.plan.Plan`, which holds its own estimate) the same way, taking the plan's
+model first: a session waiting for a model another session is running holds no place here,
+so it does not keep light or other work waiting (and no one holds a place while waiting for a
+model, so no two sessions can wait for each other). :func:`sidebar_status` draws the load line.
 
 Configuration (environment): ``ATTNLAB_ADMIT_BYTES`` (default 3 x ``ATTNCORE_MAX_BYTES``,
 i.e. 6 GiB: the sum of estimates allowed to run together) and ``ATTNLAB_ADMIT_SLOTS``
@@ -25,13 +29,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from attncore.budget import fmt_bytes, max_bytes
 
-__all__ = ["LIGHT_BYTES", "LIGHT_SECONDS", "Limiter", "Snapshot", "admit", "heavy", "limiter",
+__all__ = ["LIGHT_BYTES", "LIGHT_SECONDS", "Limiter", "Snapshot", "admit", "heavy", "limiter", "run_plan",
            "sidebar_status"]
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 LIGHT_BYTES = 64 * 1024**2  # below this and LIGHT_SECONDS a job runs at once, uncounted
 LIGHT_SECONDS = 0.5
 BYTES_ENV, SLOTS_ENV = "ATTNLAB_ADMIT_BYTES", "ATTNLAB_ADMIT_SLOTS"
@@ -176,6 +182,23 @@ def heavy(nbytes: float, seconds: float = 1.0, label: str = "this view", where: 
     finally:
         if shown[0]:
             slot.empty()
+
+
+class _Plan(Protocol[T_co]):  # attncore.plan.Plan, read by its fields (no attncore import here)
+    label: str
+    nbytes: int
+    seconds: float
+
+    def holding(self) -> Any: ...
+
+    def run(self) -> T_co: ...
+
+
+def run_plan(plan: _Plan[T], where: Any = None) -> T:
+    """Run ``plan`` once admitted: its model held first (waiting for it takes no place), then a place for
+    its estimated bytes and seconds (:func:`heavy`, the waiting message in ``where``)."""
+    with plan.holding(), heavy(plan.nbytes, plan.seconds, label=plan.label, where=where):
+        return plan.run()
 
 
 def sidebar_status(where: Any) -> None:

@@ -8,12 +8,15 @@ small tables in ``st.cache_data``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -31,9 +34,11 @@ from attncore import qkv as _qkv
 from attncore import sinks as _sinks
 from attncore import training as _training
 from attncore.attention import AttentionStages
+from attncore.budget import env_bytes
 from attncore.decoder import entropy as _dec_entropy
 from attncore.decoder import induction as _dec_induction
 from attncore.decoder import lens as _dec_lens
+from attncore.decoder import plans as _plans
 from attncore.decoder import position as _dec_position
 from attncore.decoder import probe as _dec_probe
 from attncore.decoder import sinks as _dec_sinks
@@ -47,6 +52,7 @@ from attncore.errors import AttnInputError
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
 from attncore.models import generation as _generation
 from attncore.normalizers import peak_weight_sweep
+from attncore.plan import Plan
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms, run_sweep
 from attncore.synthetic import QKV
@@ -55,11 +61,14 @@ from attncore.training import io as _training_io
 from attncore.training import null_attention as _null
 from attncore.training import sink_grid as _sink_grid
 from attncore.training import sink_verdicts as _sink_verdicts
-from ui.admission import admit
+from ui.admission import admit, heavy
 
 __all__ = [
     "SCALE_POINTS",
+    "RESULT_CACHE_BYTES",
     "SWEEP_POINTS",
+    "ByteCache",
+    "Planned",
     "Timed",
     "causal_attention",
     "causal_head_vectors",
@@ -80,6 +89,8 @@ __all__ = [
     "entropy_theory_given_queries",
     "heatmap_dropout",
     "heatmap_stages",
+    "result_cache",
+    "value_bytes",
     "head_vectors",
     "kernel_memory",
     "kernel_probe",
@@ -128,6 +139,144 @@ def timed(fn: Callable[[], T]) -> Timed[T]:
     t0 = time.perf_counter()
     out = fn()
     return Timed(out, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- planned real-model results
+# The real models' results (maps of every head, generated rows, per-head summaries) are large and their sizes
+# vary with the text by 100x, so they are not in st.cache_* (capped by entry count only) but in one
+# process-wide LRU capped in bytes, keyed as st.cache keys (the function's name and its plain arguments; a
+# typed text by its SHA-256). A miss admits the computation's plan (attncore.plan.Plan: its estimate beside
+# its work) through ui.admission, holding the model first: a session waiting for a busy model holds no place.
+
+RESULT_CACHE_ENV = "ATTNLAB_RESULT_CACHE"
+RESULT_CACHE_BYTES = 512 * 1024**2  # the default cap of the real models' results, all sessions together
+
+
+def value_bytes(value: object, _seen: set[int] | None = None, _depth: int = 0) -> int:
+    """Bytes of the tensors, arrays and strings ``value`` holds (dataclasses, tuples, lists, dicts walked; a
+    tensor's storage counted once however many views share it)."""
+    seen = set() if _seen is None else _seen
+    if _depth > 8:
+        return 0
+    if isinstance(value, torch.Tensor):
+        st_ = value.untyped_storage()
+        key = st_.data_ptr()
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(st_.nbytes())
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(value_bytes(getattr(value, f.name), seen, _depth + 1) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return sum(value_bytes(k, seen, _depth + 1) + value_bytes(v, seen, _depth + 1)
+                   for k, v in value.items())
+    if isinstance(value, (tuple, list)):
+        return sum(value_bytes(v, seen, _depth + 1) for v in value)
+    return 0
+
+
+class ByteCache:
+    """Least recently used entries, at most ``capacity`` bytes together (:func:`value_bytes`); an entry
+    larger than the whole cap is returned to its caller and not kept. Thread-safe."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, int(capacity))
+        self._d: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._d)
+
+    def get(self, key: tuple[Any, ...]) -> Any | None:
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is None:
+                return None
+            self._d.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        size = value_bytes(value)
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.capacity:
+                return
+            self._d[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.capacity:
+                _, (_, n) = self._d.popitem(last=False)
+                self._bytes -= n
+
+    def clear(self, kind: str | None = None) -> None:
+        """Drop every entry (``kind``: only the entries whose key starts with it)."""
+        with self._lock:
+            for key in [k for k in self._d if kind is None or k[0] == kind]:
+                self._bytes -= self._d.pop(key)[1]
+
+
+@st.cache_resource(show_spinner=False)
+def result_cache() -> ByteCache:
+    """The process-wide cache of the real models' results (``ATTNLAB_RESULT_CACHE`` bytes, default
+    512 MiB)."""
+    return ByteCache(env_bytes(RESULT_CACHE_ENV, RESULT_CACHE_BYTES))
+
+
+def _key_part(a: object) -> object:
+    return text_key(a) if isinstance(a, str) and len(a) > 64 else a
+
+
+class Planned(Generic[T]):
+    """A cached real-model computation: ``make(*args)`` gives its plan; calling it returns the cached result
+    or admits the plan (its model held first, then its place in ui.admission) and keeps the result in
+    :func:`result_cache`. ``args`` are plain values; a long text is keyed by its digest."""
+
+    def __init__(self, kind: str, make: Callable[..., Plan[T]]) -> None:
+        self.kind = kind
+        self._make = make
+
+    def key(self, *args: Any) -> tuple[Any, ...]:
+        return (self.kind, *(_key_part(a) for a in args))
+
+    def plan(self, *args: Any) -> Plan[T]:
+        """The computation's plan (cheap: nothing runs)."""
+        return self._make(*args)
+
+    def peek(self, *args: Any) -> Timed[T] | None:
+        """The cached result, or None."""
+        return result_cache().get(self.key(*args))
+
+    def __call__(self, *args: Any, where: Any = None) -> Timed[T]:
+        key = self.key(*args)
+        cache = result_cache()
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        plan = self.plan(*args)
+        with plan.holding():  # the model first: waiting for it holds no admission place
+            hit = cache.get(key)  # another session may have computed it meanwhile
+            if hit is None:
+                with heavy(plan.nbytes, plan.seconds, label=plan.label, where=where):
+                    hit = timed(plan.run)
+                cache.put(key, hit)
+        return hit
+
+    def clear(self) -> None:
+        """Forget this computation's cached results."""
+        result_cache().clear(self.kind)
 
 
 # --------------------------------------------------------------------------- synthetic attention (Heatmaps)
@@ -243,8 +392,8 @@ def _language_model(canonical: str, device: str,
     return _models.load_model(canonical, device, progress=_progress)
 
 
-def text_attention(source: str, text: str, device: str,
-                   layer: int | None = None) -> Timed[_models.TextAttention]:
+def text_attention(source: str, text: str, device: str, layer: int | None = None,
+                   where: Any = None) -> Timed[_models.TextAttention]:
     """The attention maps of the model ``source`` on ``text`` (the forward pass is timed), cached by
     (model, text): moving between layers, heads and tokens reuses it.
 
@@ -255,8 +404,8 @@ def text_attention(source: str, text: str, device: str,
     lm = _language_model(canonical, device)
     if layer is None or lm.token_limit <= lm.full_map_limit or \
             token_count(canonical, text, device) <= lm.full_map_limit:
-        return _text_attention(canonical, text, device, None)
-    return _text_attention(canonical, text, device, int(layer))
+        return _text_attention(canonical, text, device, None, where=where)
+    return _text_attention(canonical, text, device, int(layer), where=where)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -265,33 +414,47 @@ def token_count(canonical: str, text: str, device: str) -> int:
     return _models.tokenize(_language_model(canonical, device), text).length
 
 
-@st.cache_resource(max_entries=6, show_spinner="Running the model…")
-def _text_attention(canonical: str, text: str, device: str,
-                    layer: int | None) -> Timed[_models.TextAttention]:
+def _text_plan(canonical: str, text: str, device: str, layer: int | None) -> Plan[_models.TextAttention]:
     lm = _language_model(canonical, device)
     if layer is None:
-        return timed(lambda: _models.run_text(lm, text, max_tokens=lm.full_map_limit))
-    return timed(lambda: _models.run_text(lm, text, layers=(layer,)))
+        return _plans.text_plan(lm, text, max_tokens=lm.full_map_limit)
+    return _plans.text_plan(lm, text, layers=(layer,))
 
 
-def head_vectors(source: str, text: str, device: str,
-                 max_tokens: int | None = None) -> Timed[_qkv.HeadVectors]:
+_text_attention = Planned("text_attention", _text_plan)
+
+
+def head_vectors(source: str, text: str, device: str, max_tokens: int | None = None,
+                 where: Any = None) -> Timed[_qkv.HeadVectors]:
     """Every head's q, k, v and output of the model ``source`` on ``text`` (one hooked forward pass), the
     text cut to ``max_tokens`` as the maps shown beside it were."""
-    return _head_vectors(_models.canonical_source(source), text, device, max_tokens)
+    return _head_vectors(_models.canonical_source(source), text, device, max_tokens, where=where)
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _head_vectors(canonical: str, text: str, device: str, max_tokens: int | None) -> Timed[_qkv.HeadVectors]:
-    lm = _language_model(canonical, device)
-    return timed(lambda: _qkv.capture(lm, text, max_tokens))
+def _head_vectors_plan(canonical: str, text: str, device: str,
+                       max_tokens: int | None) -> Plan[_qkv.HeadVectors]:
+    return _plans.qkv_plan(_language_model(canonical, device), text, max_tokens)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
-def next_logits(source: str, text: str, device: str) -> Timed[torch.Tensor]:
+_head_vectors = Planned("head_vectors", _head_vectors_plan)
+
+
+_next_logits = Planned("next_logits", lambda canonical, text, device: _plans.next_logits_plan(
+    _language_model(canonical, device), text))
+
+
+def next_logits(source: str, text: str, device: str, where: Any = None) -> Timed[torch.Tensor]:
     """(V,) the logits of the token after ``text`` (a bundled or local decoder)."""
-    lm = _language_model(_models.canonical_source(source), device)
-    return timed(lambda: _generation.next_logits(lm, text))
+    return _next_logits(_models.canonical_source(source), text, device, where=where)
+
+
+def _generation_plan(canonical: str, text: str, n_new: int, greedy: bool, temperature: float, seed: int,
+                     device: str) -> Plan[_generation.Generation]:
+    lm = _language_model(canonical, device)
+    return _plans.generation_plan(lm, text, n_new, greedy=greedy, temperature=temperature, seed=seed)
+
+
+_generation_planned = Planned("generation", _generation_plan)
 
 
 @st.cache_resource(max_entries=8, show_spinner="Reading the residual stream…")
@@ -304,14 +467,12 @@ def logit_lens(source: str, text: str, device: str, position: int,
     return timed(lambda: _dec_lens.logit_lens(lm.model, ids, position))
 
 
-@st.cache_resource(max_entries=8, show_spinner="Generating…")
 def generation(source: str, text: str, n_new: int, greedy: bool, temperature: float, seed: int,
-               device: str) -> Timed[_generation.Generation]:
+               device: str, where: Any = None) -> Timed[_generation.Generation]:
     """Up to ``n_new`` tokens after ``text`` and the attention of every step (greedy, or sampled from
-    ``seed``)."""
-    lm = _language_model(_models.canonical_source(source), device)
-    return timed(lambda: _generation.generate(lm, text, n_new, greedy=greedy, temperature=temperature,
-                                              seed=seed))
+    ``seed``); admitted by its plan."""
+    return _generation_planned(_models.canonical_source(source), text, n_new, greedy, temperature, seed,
+                               device, where=where)
 
 
 # --------------------------------------------------------------- the shipped causal model (Heatmaps, Sinks)
@@ -634,45 +795,52 @@ def _decoder_tokens(L: int, device: str, key: str, _text: str | None) -> _dec_te
     return _smollm2_tokens(L, device, _text)[1]
 
 
-def decoder_sinks(L: int, eps: float, device: str, text: str | None = None) -> Timed[_dec_sinks.DecoderSinks]:
+def _sinks_plan(L: int, eps: float, device: str, key: str, text: str | None) -> Plan[_dec_sinks.DecoderSinks]:
+    lm = language_model("smollm2", device)
+    tt = _decoder_tokens(L, device, key, text)
+    return _plans.sinks_plan(lm.model, tt.ids, tt.texts, eps)
+
+
+_decoder_sinks = Planned("decoder_sinks", _sinks_plan)
+
+
+def decoder_sinks(L: int, eps: float, device: str, text: str | None = None,
+                  where: Any = None) -> Timed[_dec_sinks.DecoderSinks]:
     """Sink heads, attractors, value drain and massive activations of SmolLM2 on the first ``L`` tokens of
     ``text`` (None: the shipped text; a text with fewer tokens is read whole)."""
-    return _decoder_sinks(L, eps, device, text_key(text), text)
+    return _decoder_sinks(L, eps, device, text_key(text), text, where=where)
 
 
-@st.cache_resource(max_entries=6, show_spinner="Running SmolLM2…")
-def _decoder_sinks(L: int, eps: float, device: str, key: str,
-                   _text: str | None) -> Timed[_dec_sinks.DecoderSinks]:
+def _variants_plan(shift: int, eps: float, device: str, length: int, key: str,
+                   text: str | None) -> Plan[tuple[_dec_sinks.SinkVariant, ...]]:
     lm = language_model("smollm2", device)
-    tt = _decoder_tokens(L, device, key, _text)
-    return timed(lambda: _dec_sinks.decoder_sinks(lm.model, tt.ids, tt.texts, eps=eps))
+    tt = _decoder_tokens(length + shift, device, key, text)
+    other = int(lm.tokenizer(" the", add_special_tokens=False)["input_ids"][0])
+    return _plans.variants_plan(lm.model, tt.ids, tt.texts, other_first=other, other_text=" the", shift=shift,
+                                length=length, eps=eps)
+
+
+_decoder_variants = Planned("decoder_variants", _variants_plan)
 
 
 def decoder_variants(shift: int, eps: float, device: str, text: str | None = None,
-                     length: int = _dec_sinks.GU_TOKENS) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
+                     length: int = _dec_sinks.GU_TOKENS,
+                     where: Any = None) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
     """First-token scores at ``length`` tokens of ``text`` (None: the shipped text): as written, another
     first token, shifted by ``shift``."""
-    return _decoder_variants(shift, eps, device, length, text_key(text), text)
+    return _decoder_variants(shift, eps, device, length, text_key(text), text, where=where)
 
 
-@st.cache_resource(max_entries=6, show_spinner="Running SmolLM2 on three variants…")
-def _decoder_variants(shift: int, eps: float, device: str, length: int, key: str,
-                      _text: str | None) -> Timed[tuple[_dec_sinks.SinkVariant, ...]]:
-    lm = language_model("smollm2", device)
-    tt = _decoder_tokens(length + shift, device, key, _text)
-    other = int(lm.tokenizer(" the", add_special_tokens=False)["input_ids"][0])
-    return timed(lambda: _dec_sinks.sink_variants(lm.model, tt.ids, tt.texts, other_first=other,
-                                                  other_text=" the", shift=shift, length=length, eps=eps))
+def _ablations_plan(windows: int, L: int, device: str) -> Plan[tuple[_dec_stream.Ablation, ...]]:
+    lm, ids, texts = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
+    return _plans.ablations_plan(lm.model, ids, texts, lambda: _dec_text.text_windows(ids, L, windows), L,
+                                 windows)
 
 
-@st.cache_resource(max_entries=4, show_spinner="Running the ablations…")
-def decoder_ablations(windows: int, L: int, device: str) -> Timed[tuple[_dec_stream.Ablation, ...]]:
-    """The first-token ablations on ``windows`` windows of ``L`` tokens; the massive dims are the first
-    token's 4 largest where its residual norm peaks, edited after the layer where it first passes half."""
-    lm, ids, _ = _smollm2_ids(_dec_probe.MAX_DECODER_TOKENS, device)
-    layer, dims = _dec_stream.massive_point(lm.model, ids[:, :L])
-    wins = _dec_text.text_windows(ids, L, windows)
-    return timed(lambda: _dec_stream.ablations(lm.model, wins, layer, dims))
+decoder_ablations = Planned("decoder_ablations", _ablations_plan)
+"""decoder_ablations(windows, L, device): the first-token ablations on ``windows`` windows of ``L`` tokens;
+the massive dims are the first token's 4 largest where its residual norm peaks, edited after the layer where
+it first passes half (:func:`attncore.decoder.plans.ablations_plan`)."""
 
 
 @st.cache_resource(max_entries=4, show_spinner="Deleting the first token…")
@@ -693,11 +861,24 @@ def decoder_gu_inputs(L: int, seed: int, device: str) -> Timed[tuple[_dec_positi
                                                  prefix_text="\n", exclude=lm.tokenizer.all_special_ids))
 
 
-@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on repeated random tokens…")
-def decoder_induction(T: int, seed: int, device: str) -> Timed[_dec_induction.Induction]:
-    """Induction scores of SmolLM2's heads on T seeded random tokens repeated once."""
+def _induction_plan(T: int, seed: int, device: str) -> Plan[_dec_induction.Induction]:
     lm = language_model("smollm2", device)
-    return timed(lambda: _dec_induction.induction(lm.model, T, seed, exclude=lm.tokenizer.all_special_ids))
+    return _plans.induction_plan(lm.model, T, seed, exclude=tuple(lm.tokenizer.all_special_ids))
+
+
+decoder_induction = Planned("decoder_induction", _induction_plan)
+"""decoder_induction(T, seed, device): induction scores of SmolLM2's heads on T seeded random tokens repeated
+once."""
+
+
+def _entropy_plan(L: int, device: str) -> Plan[_dec_entropy.EntropyProfile]:
+    lm, ids, _ = _smollm2_ids(L, device)
+    return _plans.entropy_plan(lm.model, ids)
+
+
+decoder_entropy = Planned("decoder_entropy", _entropy_plan)
+"""decoder_entropy(L, device): entropy by position of every SmolLM2 head on the shipped text's first L
+tokens."""
 
 
 INDUCTION_SETS = 20  # random head sets per size (issue 40 item 6: at least 20)
@@ -710,13 +891,6 @@ def decoder_induction_ablation(T: int, seed: int, device: str) -> Timed[_dec_ind
     lm = language_model("smollm2", device)
     ind = decoder_induction(T, seed, device).value
     return timed(lambda: _dec_induction.ablate_induction_heads(lm.model, ind, sets=INDUCTION_SETS, seed=seed))
-
-
-@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2…")
-def decoder_entropy(L: int, device: str) -> Timed[_dec_entropy.EntropyProfile]:
-    """Entropy by position of every SmolLM2 head on the shipped text's first L tokens."""
-    lm, ids, _ = _smollm2_ids(L, device)
-    return timed(lambda: _dec_entropy.entropy_profile(_dec_probe.decoder_pass(lm.model, ids)))
 
 
 def head_why(source: str, text: str, device: str, max_tokens: int | None, layer: int, head: int,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,8 @@ import streamlit as st
 import torch
 
 from attncore.decoder.induction import MAX_COPY
-from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape, forward_bytes
+from attncore.decoder.plans import stream_plan
+from attncore.decoder.probe import MAX_DECODER_TOKENS, decoder_shape
 from attncore.decoder.sinks import GU_TOKENS
 from attncore.decoder.stream_run import STREAM_RUN_LENGTH, run_settings
 from attncore.decoder.streaming import StreamResult, StreamSetting, default_settings, stream_losses
@@ -35,6 +35,7 @@ from ui.page import PageContext
 from ui.realtext import MODEL_LOAD_BYTES
 from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the model picker
 from ui.state import Param
+from ui.sweep import AUTO_RUN_S
 from ui.text import plain
 from ui.views import decoder as view
 from ui.views import sink_position as pos_view
@@ -98,12 +99,27 @@ def _model(ctx: PageContext) -> Any:
         return cached.language_model("smollm2", ctx.device, progress=ProgressBar())
 
 
-@contextmanager
-def _passes(ctx: PageContext, L: int, passes: int, label: str) -> Iterator[None]:
-    """Queue ``passes`` forward passes of ``L`` tokens with every head's weights (ui.admission)."""
-    shape = decoder_shape(_model(ctx).model)
-    with heavy(forward_bytes(shape, L), seconds=0.5 * passes * max(1.0, L / 256), label=label):
-        yield
+Call = tuple[cached.Planned[Any], tuple[Any, ...]]
+
+
+def _seconds(calls: Sequence[Call]) -> float:
+    return sum(fn.plan(*args).seconds for fn, args in calls if fn.peek(*args) is None)
+
+
+def run_or_wait(key: str, what: str, calls: Sequence[Call], defaults: Sequence[Call]) -> list[Any] | None:
+    """The results of ``calls`` (planned cached computations and their arguments): at once when cached or
+    when their plans' estimated seconds are within :data:`ui.sweep.AUTO_RUN_S` or the same section's at its
+    defaults (``defaults``); otherwise None, with the estimate and a Run button (as the Entropy sweeps wait),
+    and they run on the click. Each is admitted by its plan (:class:`ui.cached.Planned`)."""
+    est = _seconds(calls)
+    flag = f"{key}__run"
+    if est > max(AUTO_RUN_S, _seconds(defaults)) and not st.session_state.pop(flag, False):
+        st.info(f"{what}: about {est:,.0f} s of computing by its plan's estimate (a small server's rate), "
+                "more than the default view's, so it waits for you.", icon=":material/hourglass_top:")
+        st.button(f"Run (≈ {est:,.0f} s)", key=f"{key}_btn", type="primary", icon=":material/play_arrow:",
+                  on_click=lambda: st.session_state.__setitem__(flag, True))
+        return None
+    return [fn(*args) for fn, args in calls]
 
 
 @dataclass(frozen=True)
@@ -210,9 +226,16 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
         _nothing_yet()
         return
     text = chosen.text
-    with _passes(ctx, min(L, chosen.total), 2, "the sink heads"):
-        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device, text)
-        big = cached.decoder_sinks(L, eps, ctx.device, text)
+    key = cached.text_key(text)
+    sinks = cached._decoder_sinks
+    got = run_or_wait("dec_sinks", f"The sink heads at {min(L, chosen.total):,} tokens",
+                      [(sinks, (GU_TOKENS, eps, ctx.device, key, text)),
+                       (sinks, (L, eps, ctx.device, key, text))],
+                      [(sinks, (GU_TOKENS, eps, ctx.device, key, text)),
+                       (sinks, (P_L.default, eps, ctx.device, key, text))])
+    if got is None:
+        return
+    small, big = got
     s64, sL = small.value, big.value
     st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
     sentence, shares = sink_lengths(s64, sL)
@@ -269,8 +292,7 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
     if short is not None:
         st.info(short, icon=":material/short_text:")
         return
-    with _passes(ctx, n, 3, "the three variants"):
-        res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)
+    res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)  # at most 64 tokens: runs at once
     widgets.table(view.variants_frame(res.value))
     v = res.value
     fewer = "" if n == GU_TOKENS else f" (Gu et al.'s {GU_TOKENS} do not fit in the text shifted by {shift})"
@@ -365,9 +387,9 @@ def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> 
         def progress(done: int, total: int, s: StreamSetting) -> None:
             bar.progress(done / total, text=f"{done} of {total} settings (last: {s.label})")
 
+        plan = stream_plan(lm.model, ids, missing)  # its estimate; the settings run one by one (kept as done)
         try:
-            with heavy(forward_bytes(decoder_shape(lm.model), L, weights=False), seconds=2.0 * len(missing),
-                       label="the StreamingLLM panel", where=slot):
+            with plan.holding(), heavy(plan.nbytes, plan.seconds, label=plan.label, where=slot):
                 for s in missing:
                     t0 = time.perf_counter()
                     r = stream_losses(lm.model, ids, (s,))
@@ -389,8 +411,12 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
     _shipped_note("The ablations run")
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
-    with _passes(ctx, L, 4 * n + 1, "the ablations"):
-        res = cached.decoder_ablations(n, L, ctx.device)
+    got = run_or_wait("dec_abl", f"The ablations ({4 * n + 1} passes of {L:,} tokens)",
+                      [(cached.decoder_ablations, (n, L, ctx.device))],
+                      [(cached.decoder_ablations, (P_AW.default, P_AL.default, ctx.device))])
+    if got is None:
+        return
+    res = got[0]
     abl = res.value
     st.markdown("Hiding the first token from every later query **is** deleting it: no later token reads "
                 "it, and with rotary positions token 1 then computes what a first token computes. So the "
@@ -444,8 +470,12 @@ def gu_section(ctx: PageContext) -> None:
 def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     st.subheader("Induction heads (Olsson et al. 2022)")
     T = widgets.slider(P_T, "Random tokens per copy", where=where)
-    with _passes(ctx, 2 * T, 2, "the induction test"):
-        res = cached.decoder_induction(T, ctx.seed, ctx.device)
+    got = run_or_wait("dec_ind", f"The induction test (two passes of {2 * T:,} tokens)",
+                      [(cached.decoder_induction, (T, ctx.seed, ctx.device))],
+                      [(cached.decoder_induction, (P_T.default, ctx.seed, ctx.device))])
+    if got is None:
+        return
+    res = got[0]
     ind = res.value
     st.plotly_chart(view.induction_figure(ind, kv), key="chart_dec_induction")
     st.caption(view.induction_sentence(ind))
@@ -493,8 +523,12 @@ def entropy_part(ctx: PageContext) -> None:
     first = widgets.radio(P_FIRST, "First token", where=ctx.controls,
                           labels={"with": "with the first token", "without": "without it (renormalised)"})
     _say_what()
-    with _passes(ctx, L, 1, "the entropy pass"):
-        res = cached.decoder_entropy(L, ctx.device)
+    got = run_or_wait("dec_ent", f"The entropy pass at {L:,} tokens",
+                      [(cached.decoder_entropy, (L, ctx.device))],
+                      [(cached.decoder_entropy, (P_EL.default, ctx.device))])
+    if got is None:
+        return
+    res = got[0]
     e = res.value
     st.plotly_chart(view.entropy_figure(e, without_first=first == "without"), key="chart_dec_entropy")
     st.caption(view.entropy_sentence(e))

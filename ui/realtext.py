@@ -194,8 +194,7 @@ def load(source: str, text: str, ctx: PageContext, lm: LoadedModel | None = None
     if source == causal.CAUSAL:
         return causal.load(text, ctx)
     lm = lm or load_model(source, ctx)
-    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="running the model"):
-        res = cached.text_attention(source, text, ctx.device, layer)
+    res = cached.text_attention(source, text, ctx.device, layer)  # admitted by its plan's estimate
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
@@ -424,8 +423,7 @@ def vectors(ch: Chosen, ctx: PageContext) -> Timed[HeadVectors]:
     """The cached q, k, v and outputs of every head for the chosen model and text."""
     if ch.source == causal.CAUSAL:
         return cached.causal_head_vectors(causal.prepare(ch.text, ctx).text, ctx.device)
-    with heavy(MODEL_LOAD_BYTES, seconds=5.0, label="reading q, k and v"):
-        return cached.head_vectors(ch.source, ch.text, ctx.device, len(ch.res.value.tokens))
+    return cached.head_vectors(ch.source, ch.text, ctx.device, len(ch.res.value.tokens))  # admitted by plan
 
 
 def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:

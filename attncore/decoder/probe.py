@@ -27,7 +27,7 @@ from torch import Tensor
 
 from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
-from attncore.models.capture import row_entropy
+from attncore.models.capture import PASS_OVERHEAD_BYTES, row_entropy
 from attncore.models.modules import attention_implementation, exclusive
 
 __all__ = [
@@ -135,16 +135,17 @@ def forward_bytes(shape: DecoderShape, L: int, weights: bool = True, maps: int =
     """Peak bytes of :func:`decoder_pass` at L tokens (float32), beyond the weights of the model.
 
     The logits and their log-softmax (2 L V), the residual stream and the MLP's activations
-    (about 12 L D), the residual kept per layer ((N + 1) L D), the mask (L^2), one layer's weights
-    with the hook's temporary (3 H L^2), the
-    summaries (6 N H L) and the kept maps (``maps`` L^2).
+    (about 12 L D), the residual kept per layer and its stacked copy (2 (N + 1) L D), the mask (L^2), one
+    layer's weights with the hook's temporary (3 H L^2), the summaries (6 N H L), the kept maps
+    (``maps`` L^2) and one pass's fixed overhead (:data:`attncore.models.capture.PASS_OVERHEAD_BYTES`).
+    Held against the measured peak by ``tests/test_plan_memory.py``.
     """
-    cells = (2.0 * L * shape.vocab + (12.0 + shape.layers + 1) * L * shape.hidden + L * L
+    cells = (2.0 * L * shape.vocab + (12.0 + 2 * (shape.layers + 1)) * L * shape.hidden + L * L
              + 6.0 * shape.layers * shape.heads * L)
     if weights:
         cells += 3.0 * shape.heads * L * L
     cells += maps * float(L) * L
-    return 4.0 * cells
+    return 4.0 * cells + PASS_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,9 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
             w0 = w[..., 0]  # (H, L)
             keep["entropy"][i] = ent.cpu()
             keep["entropy_rest"][i] = ent_rest.cpu()
-            keep["first"][i] = w0.cpu()
+            # a copy: w0 is a view of w, and keeping the view would keep every layer's (H, L, L) weights
+            # alive to the end of the pass (N H L^2 more: 1.1 GB at 1,024 tokens, issue 44 F2)
+            keep["first"][i] = w0.clone().cpu()
             loc = torch.zeros_like(w0)
             for d in range(min(LOCAL_KEYS, L)):
                 loc[:, d:] += torch.diagonal(w, offset=-d, dim1=-2, dim2=-1)  # (H, L - d)

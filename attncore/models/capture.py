@@ -24,10 +24,14 @@ from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
 from attncore.models.modules import attention_implementation, attention_modules, exclusive, hooked_run
 
-__all__ = ["THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules", "decoder_pass_bytes",
-           "row_entropy", "run_text", "summary_of",
+__all__ = ["PASS_OVERHEAD_BYTES", "THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules",
+           "decoder_pass_bytes", "row_entropy", "run_text", "summary_of",
            "summarize", "token_kinds", "tokenize"]
 
+# What one forward pass of a model makes resident whatever its length, beyond the tensors the estimates count:
+# the matrix library's per-thread packing buffers and the allocator's arena growth (measured 4-10 MB above the
+# counted tensors at 64 tokens by tests/plan_peaks.py, SmolLM2 on a CPU). Every pass estimate adds it once.
+PASS_OVERHEAD_BYTES = 16 * 1024**2
 THUMB = 24  # side of the block-mean thumbnail of every head kept for the layers x heads overview
 
 
@@ -112,11 +116,11 @@ def decoder_pass_bytes(lm: LoadedModel, L: int, kept_layers: int, copies: int = 
     """Peak bytes of one forward pass that keeps ``kept_layers`` layers' maps: the maps kept
     (N_kept x H x L^2 float32, ``copies`` times: 2 where transformers returns them and they are then
     stacked), one layer's scores, weights and softmax temporary (3 x H x L^2), the activations (about
-    16 x L x width floats) and the model's weights already in memory excluded."""
+    16 x L x width floats) and :data:`PASS_OVERHEAD_BYTES`; the model's weights already in memory excluded."""
     cfg = lm.model.config
     width = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1024)
     per_map = lm.heads * L * L * 4
-    return copies * kept_layers * per_map + 3 * per_map + 16 * L * width * 4
+    return copies * kept_layers * per_map + 3 * per_map + 16 * L * width * 4 + PASS_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from torch import Tensor, nn
 
 from attncore.budget import check_bytes
 from attncore.errors import AttnInputError
-from attncore.models.capture import attention_modules, tokenize
+from attncore.models.capture import PASS_OVERHEAD_BYTES, attention_modules, tokenize
 from attncore.models.loading import LoadedModel, first_line
 from attncore.models.modules import exclusive, hooked_run
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "cache_kwarg", "cache_of",
-           "generate", "next_distribution", "next_logits"]
+           "generate", "generation_bytes", "next_distribution", "next_logits"]
 
 MAX_NEW_TOKENS = 64  # generated tokens at most per request
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 5.0
@@ -117,6 +117,21 @@ class Generation:
         return self.prompt + self.new
 
 
+def generation_bytes(lm: LoadedModel, P: int, n_new: int) -> int:
+    """Peak bytes of :func:`generate` after a ``P``-token prompt, beyond the model's weights (float32).
+
+    The kept rows (T N H S, S = P + T - 1) and their copy into the result, the prompt pass's eager
+    attention (3 H P^2: scores, masked scores, weights), the key/value cache (2 N S Hkv E per key and value,
+    counted at the width D), the prompt pass's activations (about 16 P D) and one pass's fixed overhead
+    (:data:`attncore.models.capture.PASS_OVERHEAD_BYTES`). Held against the measured peak by
+    ``tests/test_plan_memory.py``.
+    """
+    S = P + n_new - 1
+    width = int(getattr(lm.model.config, "hidden_size", 1024))
+    return (2 * n_new * lm.layers * lm.heads * S * 4 + 3 * lm.heads * P * P * 4
+            + 2 * lm.layers * S * width * 4 + 16 * P * width * 4 + PASS_OVERHEAD_BYTES)
+
+
 def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, temperature: float = 1.0,
              seed: int = 0) -> Generation:
     """Generate up to ``n_new`` tokens after ``text`` (1 to :data:`MAX_NEW_TOKENS`), keeping the attention
@@ -134,10 +149,8 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
                              "decoders.")
     enc = tokenize(lm, text, max_tokens=lm.token_limit - n_new)
     P = enc.length
-    S = P + n_new - 1
-    width = int(getattr(lm.model.config, "hidden_size", 1024))
-    need = n_new * lm.layers * lm.heads * S * 4 + 3 * lm.heads * P * P * 4 + 2 * lm.layers * S * width * 4
-    check_bytes(need, f"generating {n_new} tokens after {P}", "Generate fewer tokens or use a shorter text.")
+    check_bytes(generation_bytes(lm, P, n_new), f"generating {n_new} tokens after {P}",
+                "Generate fewer tokens or use a shorter text.")
     dev = torch.device(lm.device)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     rows: list[Tensor] = []  # per step: (N, H, S_t)
@@ -148,7 +161,9 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
             w = out[1]
             if w is None:
                 raise AttnInputError(f"{lm.name} does not return attention weights (eager attention).")
-            current[layer] = w[0, :, -1, :].detach().float().cpu()  # (H, S_t): the last query's row
+            # (H, S_t): the last query's row, copied: a view would keep the prompt pass's whole (H, P, P)
+            # weights of every layer alive (N H P^2: ~1 GB after a 960-token prompt, issue 44 F3)
+            current[layer] = w[0, :, -1, :].detach().float().clone().cpu()
             return (out[0], None)
 
         return fn
