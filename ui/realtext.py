@@ -437,7 +437,8 @@ def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     st.caption(f"**From {plain(tok)}** (row {i}: how it spreads its attention; the row sums to "
                f"{float(w[i].sum()):.3f}, the most, {float(w[i, top]):.3f}, on {top}: "
                f"{plain(att.tokens[top])}). Colour: weight relative to the strip's largest; hover a token "
-               "for its weight.")
+               "for its weight" + (" and its raw form (␣ marks a leading space, ↵ a newline)."
+                                   if att.raw_tokens and att.raw_tokens != att.tokens else "."))
     st.html(rt_views.token_strip_html(att.tokens, w[i].numpy(), i, label="from", raw=att.raw_tokens,
                                       visible=None if allowed is None else allowed[i].numpy()))
     col = w[:, i].numpy()
