@@ -402,7 +402,8 @@ def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, vie
     rs = row_stats(w, att.allowed)
     visible = rs.visible.cpu().numpy().astype(np.float64)
     fig = view_builders.token_head_figure(w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), visible,
-                                          token_labels(att), view, selected=token, raw=att.raw_tokens)
+                                          token_labels(att), view, selected=token,
+                                          raw=att.raw_tokens if att.raw_tokens != att.tokens else ())
     st.markdown(f"##### {lm.name} · layer {layer} · head {head}")
     if mp is None:
         st.plotly_chart(fig, key=f"chart_{key}")

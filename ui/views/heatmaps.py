@@ -310,7 +310,7 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
         cd = [list(t) for t in zip(ii.tolist(), jj.tolist(), weight.tolist(), strict=True)]
         hover = "query %{y}<br>key %{x}<br>weight %{customdata[2]:.6g}"
         if len(raw) == L and tuple(raw) != tuple(labels):
-            raws = [chart(r) for r in raw]
+            raws = [f"{n}:{chart(r)}" for n, r in enumerate(raw)]  # "3:Ġhead", as the axis names it
             cd = [c + [raws[i], raws[j]] for c, i, j in zip(cd, ii.tolist(), jj.tolist(), strict=True)]
             hover += "<br>raw: %{customdata[3]} → %{customdata[4]}"
         fig.add_trace(realtext_views.pick_points(
