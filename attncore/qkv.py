@@ -40,6 +40,7 @@ from attncore.errors import AttnInputError
 from attncore.models import LoadedModel, tokenize
 from attncore.models.capture import attention_modules
 from attncore.models.modules import exclusive, hooked_run
+from attncore.models.tokens import display_tokens, tokenizer_kind
 from attncore.training.inspect import MAX_INSPECT_CHARS, char_label, encode
 from attncore.training.model import CharTransformer, apply_rotary
 
@@ -55,7 +56,7 @@ class HeadVectors:
     """Every head's q, k, v on one text and the output the model computed from them.
 
     Attributes:
-        tokens: (L,) the tokens, as the attention maps label them.
+        tokens: (L,) the tokens for display, as the attention maps label them (``TextAttention.tokens``).
         q: (N, H, L, E) float32 CPU, the queries as the scores see them.
         k: (N, H, S, E) float32 CPU, the keys.
         v: (N, H, S, Ev) float32 CPU, the values.
@@ -179,7 +180,8 @@ def _capture_bert(lm: LoadedModel, text: str, max_tokens: int | None = None) -> 
     stack = {name: torch.stack([store[(i, name)] for i in range(lm.layers)])
              for name in ("query", "key", "value", "output")}  # each (N, H, L, E)
     causal = bool(getattr(lm.model.config, "is_decoder", False))
-    tokens = tuple(lm.tokenizer.convert_ids_to_tokens(enc.ids[0].tolist()))
+    tokens = display_tokens(lm.tokenizer.convert_ids_to_tokens(enc.ids[0].tolist()),
+                            tokenizer_kind(lm.tokenizer))
     return HeadVectors(tokens=tokens, q=stack["query"], k=stack["key"], v=stack["value"],
                        output=stack["output"], scale=1.0 / math.sqrt(E), causal=causal)
 
@@ -291,7 +293,8 @@ def _capture_decoder(lm: LoadedModel, text: str, mods: list[nn.Module],
         qs.append(q[0].float().cpu())
         ks.append(k[0].repeat_interleave(groups, dim=0).float().cpu())  # (H, L, E): head h reads h // groups
         vs.append(store[(i, "v")][0].repeat_interleave(groups, dim=0).float().cpu())
-    tokens = tuple(lm.tokenizer.convert_ids_to_tokens(enc.ids[0].tolist()))
+    tokens = display_tokens(lm.tokenizer.convert_ids_to_tokens(enc.ids[0].tolist()),
+                            tokenizer_kind(lm.tokenizer))
     scale = float(getattr(mods[0], "scaling", 1.0 / math.sqrt(E)))
     return HeadVectors(tokens=tokens, q=torch.stack(qs), k=torch.stack(ks), v=torch.stack(vs),
                        output=torch.stack([store[(i, "o")] for i in range(lm.layers)]), scale=scale,

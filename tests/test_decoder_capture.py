@@ -12,6 +12,7 @@ import torch
 from attncore.errors import AttnInputError, ResourceLimitError
 from attncore.models import LoadedModel, run_text
 from attncore.models.generation import MAX_NEW_TOKENS, generate, next_distribution, next_logits
+from attncore.models.tokens import display_tokens, tokenizer_kind
 from attncore.qkv import capture
 from tests.tiny_decoders import tiny_decoder
 
@@ -116,7 +117,9 @@ def test_next_token_distribution_is_the_softmax_of_the_last_logits(lm: LoadedMod
         p = torch.softmax(logits / t, -1)
         top = next_distribution(lm, got, t, 5)
         want = sorted(range(p.numel()), key=lambda i: (-float(p[i]), i))[:5]
-        assert [name for name, _ in top] == lm.tokenizer.convert_ids_to_tokens(want)
+        kind = tokenizer_kind(lm.tokenizer)
+        assert [name for name, _ in top] == [display_tokens([t], kind)[0]
+                                             for t in lm.tokenizer.convert_ids_to_tokens(want)]
         np.testing.assert_allclose([q for _, q in top], [float(p[i]) for i in want], atol=1e-6)
     assert next_distribution(lm, got, 0.5, 1)[0][1] > next_distribution(lm, got, 2.0, 1)[0][1]
     with pytest.raises(AttnInputError, match="temperature"):
@@ -135,6 +138,9 @@ def test_generation_equals_full_passes_and_is_deterministic_by_seed(lm: LoadedMo
         full_row = torch.stack([a[0, :, P - 1 + t, : P + t] for a in out.attentions])  # (N, H, P + t)
         torch.testing.assert_close(g.attentions[t, :, :, : P + t], full_row, atol=1e-5, rtol=0)
         assert float(g.attentions[t, :, :, P + t:].abs().sum()) == 0.0
+    # the tokens shown are the display form of the tokenizer's own, prompt and continuation read together
+    assert g.raw == tuple(lm.tokenizer.convert_ids_to_tokens(ids))
+    assert g.tokens == display_tokens(g.raw, tokenizer_kind(lm.tokenizer))
     a = generate(lm, "the cat sat on", 8, greedy=False, temperature=2.0, seed=3)
     b = generate(lm, "the cat sat on", 8, greedy=False, temperature=2.0, seed=3)
     c = generate(lm, "the cat sat on", 8, greedy=False, temperature=2.0, seed=4)

@@ -66,7 +66,7 @@ def next_token_section(dp: DecoderParams, ch: Chosen, ctx: PageContext, *, key: 
     dist = next_distribution(ch.lm, res.value, t, k)
     ref = next_distribution(ch.lm, res.value, 1.0, k + 40)
     fig = causal_view.next_char_figure(dist, k, t, view=f"{key}-next", reference=ref)
-    fig.update_xaxes(title="next token (Ġ marks a leading space, Ċ a newline)")
+    fig.update_xaxes(title="next token (␣ marks a leading space, ↵ a newline)")
     st.plotly_chart(fig, key=f"chart_{key}_next")
     shown = sum(q for _, q in dist)
     top_tok, top_p = dist[0]

@@ -407,7 +407,8 @@ def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, vie
     rs = row_stats(w, att.allowed)
     visible = rs.visible.cpu().numpy().astype(np.float64)
     fig = view_builders.token_head_figure(w.numpy(), rs.entropy.numpy(), rs.max_weight.numpy(), visible,
-                                          token_labels(att), view, selected=token)
+                                          token_labels(att), view, selected=token,
+                                          raw=att.raw_tokens if att.raw_tokens != att.tokens else ())
     st.markdown(f"##### {lm.name} · layer {layer} · head {head}")
     if mp is None:
         st.plotly_chart(fig, key=f"chart_{key}")
@@ -441,8 +442,9 @@ def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     st.caption(f"**From {plain(tok)}** (row {i}: how it spreads its attention; the row sums to "
                f"{float(w[i].sum()):.3f}, the most, {float(w[i, top]):.3f}, on {top}: "
                f"{plain(att.tokens[top])}). Colour: weight relative to the strip's largest; hover a token "
-               "for its weight.")
-    st.html(rt_views.token_strip_html(att.tokens, w[i].numpy(), i, label="from",
+               "for its weight" + (" and its raw form (␣ marks a leading space, ↵ a newline)."
+                                   if att.raw_tokens and att.raw_tokens != att.tokens else "."))
+    st.html(rt_views.token_strip_html(att.tokens, w[i].numpy(), i, label="from", raw=att.raw_tokens,
                                       visible=None if allowed is None else allowed[i].numpy()))
     col = w[:, i].numpy()
     seen = None if allowed is None else allowed[:, i].numpy()
@@ -450,7 +452,7 @@ def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
     st.caption(f"**To {plain(tok)}** (column {i}: the weight each query gives it; mean "
                f"{float(col[seen].mean() if seen is not None else col.mean()):.3f} over the {n_seen} queries "
                "that see it).")
-    st.html(rt_views.token_strip_html(att.tokens, col, i, label="to", visible=seen))
+    st.html(rt_views.token_strip_html(att.tokens, col, i, label="to", visible=seen, raw=att.raw_tokens))
     try:
         res = vectors(ch, ctx)
     except AttnInputError as exc:

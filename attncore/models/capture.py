@@ -23,6 +23,7 @@ from attncore.budget import check_bytes, check_limit, fmt_count
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_MODEL_CELLS, MAX_TEXT_CHARS, LoadedModel, first_line
 from attncore.models.modules import attention_implementation, attention_modules, exclusive, hooked_run
+from attncore.models.tokens import display_tokens, tokenizer_kind
 
 __all__ = ["PASS_OVERHEAD_BYTES", "THUMB", "HeadSummary", "TextAttention", "Tokenized", "attention_modules",
            "decoder_pass_bytes", "row_entropy", "run_text", "summary_of",
@@ -128,7 +129,8 @@ class TextAttention:
     """Tokens of one text and every attention map of the model on it.
 
     Attributes:
-        tokens: (L,) token strings as the tokenizer writes them.
+        tokens: (L,) the tokens for display (:func:`attncore.models.tokens.display_tokens`: ``␣head``,
+            ``↵``, split bytes decoded), one per position.
         attentions: (N, H, L, L) float32 on the CPU; rows sum to 1 over the keys a query sees. For a
             decoder text past the model's ``map_limit``: (len(kept), H, L, L), the layers in ``kept``.
         causal: True when every map is lower triangular (a decoder).
@@ -139,6 +141,8 @@ class TextAttention:
         token_limit: the limit that applied.
         kept: None when every layer's maps are kept, else the layers :attr:`attentions` holds.
         summary: per-head numbers and thumbnails of every layer (:class:`HeadSummary`).
+        raw_tokens: (L,) the tokens as the tokenizer writes them (``Ġhead``, ``Ċ``); empty when the
+            display form is the raw form (the character model).
     """
 
     tokens: tuple[str, ...]
@@ -151,6 +155,7 @@ class TextAttention:
     token_limit: int
     kept: tuple[int, ...] | None = None
     summary: HeadSummary | None = None
+    raw_tokens: tuple[str, ...] = ()
 
     @property
     def layers(self) -> int:
@@ -314,12 +319,12 @@ def run_text(lm: LoadedModel, text: str, max_tokens: int | None = None,
         raise AttnInputError(f"{lm.name}: long texts (past {lm.full_map_limit} tokens) are read from "
                              "Llama/Qwen-family decoders only; use a shorter text.")
     id_list = ids[0].tolist()
-    tokens = tuple(tok.convert_ids_to_tokens(id_list))
+    raw = tuple(str(t) for t in tok.convert_ids_to_tokens(id_list))
     structural = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # [UNK] is text the model lacks
-    special, punct = token_kinds(tokens, structural, id_list)
-    return TextAttention(tokens=tokens, attentions=attn, causal=causal, special=special, punctuation=punct,
-                         dropped=enc.dropped, chars_cut=enc.chars_cut, token_limit=enc.limit, kept=kept,
-                         summary=summary)
+    special, punct = token_kinds(raw, structural, id_list)
+    return TextAttention(tokens=display_tokens(raw, tokenizer_kind(tok)), attentions=attn, causal=causal,
+                         special=special, punctuation=punct, dropped=enc.dropped, chars_cut=enc.chars_cut,
+                         token_limit=enc.limit, kept=kept, summary=summary, raw_tokens=raw)
 
 
 def _forward_kwargs(model: nn.Module) -> dict[str, Any]:

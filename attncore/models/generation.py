@@ -25,6 +25,7 @@ from attncore.errors import AttnInputError
 from attncore.models.capture import PASS_OVERHEAD_BYTES, attention_modules, tokenize
 from attncore.models.loading import LoadedModel, first_line
 from attncore.models.modules import exclusive, hooked_run
+from attncore.models.tokens import display_tokens, tokenizer_kind
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "Generation", "cache_kwarg", "cache_of",
            "generate", "generation_bytes", "next_distribution", "next_logits"]
@@ -62,15 +63,17 @@ def next_logits(lm: LoadedModel, text: str) -> Tensor:
 def next_distribution(lm: LoadedModel, logits: Tensor, temperature: float,
                       k: int) -> list[tuple[str, float]]:
     """The ``k`` likeliest next tokens of ``logits`` (V,) at ``temperature``: (token as the tokenizer
-    writes it, probability of softmax(logits / temperature)), likeliest first (ties: lower id)."""
+    writes it, in its display form (:func:`attncore.models.tokens.display_tokens`), probability of
+    softmax(logits / temperature)), likeliest first (ties: lower id)."""
     t = _check_temperature(temperature)
     p = torch.softmax(logits.double() / t, dim=-1)  # (V,)
     k = max(1, min(int(k), p.numel()))
     # stable order: probability descending, then id ascending
     top = torch.topk(p, min(p.numel(), k + 16)).indices.tolist()
     order = sorted(top, key=lambda i: (-float(p[i]), i))[:k]
-    names = lm.tokenizer.convert_ids_to_tokens(order)
-    return [(str(n), float(p[i])) for n, i in zip(names, order, strict=True)]
+    kind = tokenizer_kind(lm.tokenizer)
+    names = [display_tokens([str(n)], kind)[0] for n in lm.tokenizer.convert_ids_to_tokens(order)]
+    return [(n, float(p[i])) for n, i in zip(names, order, strict=True)]
 
 
 def cache_of(out: Any) -> Any:
@@ -91,13 +94,15 @@ class Generation:
     """A continuation and where each of its tokens' predicting query looked.
 
     Attributes:
-        prompt: (P,) the prompt's tokens; new: (T,) the generated tokens, as the tokenizer writes them.
+        prompt: (P,) the prompt's tokens; new: (T,) the generated tokens, in their display form
+            (:func:`attncore.models.tokens.display_tokens` over prompt and continuation together).
         new_ids: (T,) their ids; text: the continuation decoded to text.
         probs: (T,) each chosen token's probability under softmax(logits / temperature).
         attentions: (T, N, H, S) float32 CPU, S = P + T - 1: step t's row over keys 0 .. P + t - 1
             (zero beyond); rows sum to 1.
         greedy, temperature, seed: how the tokens were chosen.
         stopped: True when the model produced its end-of-sequence token (kept as the last token).
+        raw: (P + T,) the tokens as the tokenizer writes them (``Ġhead``).
     """
 
     prompt: tuple[str, ...]
@@ -110,6 +115,7 @@ class Generation:
     temperature: float
     seed: int
     stopped: bool
+    raw: tuple[str, ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -195,7 +201,8 @@ def generate(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, tem
     for step, r in enumerate(rows):
         att[step, :, :, : r.shape[-1]] = r
     tok = lm.tokenizer
-    return Generation(prompt=tuple(tok.convert_ids_to_tokens(enc.ids[0].tolist())),
-                      new=tuple(tok.convert_ids_to_tokens(new_ids)), new_ids=tuple(new_ids),
-                      text=tok.decode(new_ids), probs=tuple(probs), attentions=att, greedy=bool(greedy),
-                      temperature=t, seed=int(seed), stopped=stopped)
+    raw = tuple(str(x) for x in tok.convert_ids_to_tokens(enc.ids[0].tolist() + new_ids))
+    shown = display_tokens(raw, tokenizer_kind(tok))
+    return Generation(prompt=shown[:P], new=shown[P:], new_ids=tuple(new_ids), text=tok.decode(new_ids),
+                      probs=tuple(probs), attentions=att, greedy=bool(greedy), temperature=t, seed=int(seed),
+                      stopped=stopped, raw=raw)

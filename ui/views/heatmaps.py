@@ -280,8 +280,12 @@ def dropout_mean_figure(draws: DropoutDraws) -> go.Figure:
 
 
 def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray, visible: np.ndarray,
-                      labels: Sequence[str], view: str, *, selected: int | None = None) -> go.Figure:
+                      labels: Sequence[str], view: str, *, selected: int | None = None,
+                      raw: Sequence[str] = ()) -> go.Figure:
     """One head of a real model (L, L) with token labels and per-query entropy and max weight.
+
+    ``raw`` (L,), the tokens as the tokenizer writes them, go in the hover (``raw: Ġhead``) where they
+    differ from the labels.
 
     Clickable: pick points (:func:`ui.views.realtext.pick_points`, ``customdata`` = query, key,
     weight) cover the map, every row of it; a click on a row chooses that query token. The
@@ -304,10 +308,14 @@ def token_head_figure(w: np.ndarray, entropy: np.ndarray, max_weight: np.ndarray
         # a fifth of the map's JSON at 23 tokens, on every head and token click that redraws it
         weight = np.asarray(w, dtype=np.float32)[ii, jj].astype(str).astype(np.float64)
         cd = [list(t) for t in zip(ii.tolist(), jj.tolist(), weight.tolist(), strict=True)]
+        hover = "query %{y}<br>key %{x}<br>weight %{customdata[2]:.6g}"
+        if len(raw) == L and tuple(raw) != tuple(labels):
+            raws = [f"{n}:{chart(r)}" for n, r in enumerate(raw)]  # "3:Ġhead", as the axis names it
+            cd = [c + [raws[i], raws[j]] for c, i, j in zip(cd, ii.tolist(), jj.tolist(), strict=True)]
+            hover += "<br>raw: %{customdata[3]} → %{customdata[4]}"
         fig.add_trace(realtext_views.pick_points(
             [names_x[j] for j in jj], [names_y[i] for i in ii], cd,
-            "query %{y}<br>key %{x}<br>weight %{customdata[2]:.6g}<br>click: show this query's row"
-            "<extra></extra>"))
+            hover + "<br>click: show this query's row<extra></extra>"))
         # ranges pinned to the map (the markers would pad an autorange); queries top to bottom
         fig.update_layout(xaxis={"range": [-0.5, S - 0.5]},
                           yaxis={"range": [L - 0.5, -0.5], "autorange": False})

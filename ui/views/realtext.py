@@ -106,8 +106,11 @@ def strip_alpha(weights: np.ndarray) -> np.ndarray:
 
 
 def token_strip_html(tokens: Sequence[str], weights: np.ndarray, selected: int, *, label: str,
-                     visible: np.ndarray | None = None) -> str:
+                     visible: np.ndarray | None = None, raw: Sequence[str] = ()) -> str:
     """The text's tokens as spans coloured by ``weights`` (S,), the ``selected`` token outlined.
+
+    ``raw`` (S,), the tokens as the tokenizer writes them, go in each title (``raw: Ġhead``) where they
+    differ from ``tokens``.
 
     Every token is ``html.escape``d (user text never becomes markup); the hover title gives the
     index, the token and its weight. Tokens in ``visible == False`` (keys a causal query cannot
@@ -129,6 +132,8 @@ def token_strip_html(tokens: Sequence[str], weights: np.ndarray, selected: int, 
         if not seen:
             style_ += ";text-decoration:line-through;opacity:0.45"
         title = (f"{j}: {tok}, weight {w[j]:.4f}" if seen else f"{j}: {tok}, not visible (causal mask)")
+        if len(raw) == len(tokens) and raw[j] != tok:
+            title += f" (raw: {raw[j]})"
         spans.append(f'<span class="attn-tok" data-j="{j}" data-w="{w[j]:.6g}" title="{html.escape(title)}" '
                      f'style="{style_}">{html.escape(tok)}</span>')
     return (f'<div class="attn-strip" data-label="{html.escape(label)}" style="line-height:1.9">'
