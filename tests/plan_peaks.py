@@ -30,7 +30,8 @@ from attncore.kernels.memory import proc_status_kib, reset_peak_rss
 from attncore.models import load_model
 from attncore.plan import Plan
 
-KINDS = ("maps", "entropy", "generation", "text", "stream", "qkv", "next")
+KINDS = ("maps", "entropy", "generation", "text", "stream", "qkv", "next", "deletion", "gu", "lens",
+         "induction_ablation")
 GEN_NEW = 64
 
 
@@ -41,6 +42,8 @@ def _plans(lm: Any, L: int) -> dict[str, Callable[[], Plan[Any]]]:
     prompt = lm.tokenizer.decode(ids[0, : L - n])
     from attncore.decoder.streaming import default_settings
 
+    newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
+
     return {
         "maps": lambda: plans.pass_plan(lm.model, ids, maps=((0, 0), (7, 4), (29, 8))),
         "entropy": lambda: plans.entropy_plan(lm.model, ids),
@@ -49,6 +52,13 @@ def _plans(lm: Any, L: int) -> dict[str, Callable[[], Plan[Any]]]:
         "stream": lambda: plans.stream_plan(lm.model, ids, default_settings(L, (max(1, L // 4),))[:2]),
         "qkv": lambda: plans.qkv_plan(lm, text),
         "next": lambda: plans.next_logits_plan(lm, text),
+        "deletion": lambda: plans.deletion_plan(lm.model, ids),
+        # Gu et al.'s inputs are read at up to 256 tokens (attncore.decoder.position.gu_inputs)
+        "gu": lambda: plans.gu_plan(lm.model, ids[:, :256], seed=0, prefix_id=newline, prefix_text="\n"),
+        "lens": lambda: plans.lens_plan(lm.model, ids),
+        # one random set per size: the passes run one at a time, so the peak does not depend on the count
+        "induction_ablation": lambda: plans.induction_ablation_plan(
+            lm.model, plans.induction_plan(lm.model, max(2, L // 2), 0).run(), sets=1, seed=0),
     }
 
 

@@ -4,7 +4,8 @@ One fresh subprocess (``python -m tests.plan_peaks``, whose docstring says how t
 peak resident set, reset before each call, after the allocator's free memory is handed back) loads the model
 once (glibc's mmap threshold fixed: see there) and runs every kind at 64, 394 (the map limit) and 1,024 tokens (the token limit): the forward pass with
 maps, the entropy pass, generation (64 new tokens after the rest), the Heatmaps real-text pass, a StreamingLLM
-pass without weights, the q/k/v capture and the next-token logits. The estimate is what the UI admits
+pass without weights, the q/k/v capture, the next-token logits, deleting the first token, Gu et al.'s inputs
+(at up to 256 tokens), the logit lens and the induction heads' ablation (one random set per size). The estimate is what the UI admits
 (``ui.cached.Planned``) and what attncore checks against its budget.
 """
 

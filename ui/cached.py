@@ -457,14 +457,20 @@ def _generation_plan(canonical: str, text: str, n_new: int, greedy: bool, temper
 _generation_planned = Planned("generation", _generation_plan)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Reading the residual stream…")
+def _lens_plan(canonical: str, text: str, device: str, position: int,
+               max_tokens: int) -> Plan[_dec_lens.LensPass]:
+    lm = _language_model(canonical, device)
+    return _plans.lens_plan(lm.model, _models.tokenize(lm, text, max_tokens).ids, position)
+
+
+_logit_lens = Planned("logit_lens", _lens_plan)
+
+
 def logit_lens(source: str, text: str, device: str, position: int,
                max_tokens: int) -> Timed[_dec_lens.LensPass]:
     """The logit lens and direct logit attribution of token ``position`` of ``text`` (cut to ``max_tokens``,
-    as the maps beside it were): one hooked pass of the decoder ``source``."""
-    lm = _language_model(_models.canonical_source(source), device)
-    ids = _models.tokenize(lm, text, max_tokens).ids
-    return timed(lambda: _dec_lens.logit_lens(lm.model, ids, position))
+    as the maps beside it were): one hooked pass of the decoder ``source``, admitted by its plan."""
+    return _logit_lens(_models.canonical_source(source), text, device, position, max_tokens)
 
 
 def generation(source: str, text: str, n_new: int, greedy: bool, temperature: float, seed: int,
@@ -843,22 +849,26 @@ the massive dims are the first token's 4 largest where its residual norm peaks, 
 it first passes half (:func:`attncore.decoder.plans.ablations_plan`)."""
 
 
-@st.cache_resource(max_entries=4, show_spinner="Deleting the first token…")
-def decoder_deletion(L: int, device: str) -> Timed[_dec_position.FirstTokenDeletion]:
-    """The shipped text's first ``L`` tokens with the first masked from every later query and deleted;
-    the residual read after the layer where the first token's norm peaks."""
+def _deletion_plan(L: int, device: str) -> Plan[_dec_position.FirstTokenDeletion]:
     lm, ids, _ = _smollm2_ids(L, device)
-    return timed(lambda: _dec_position.delete_first_token(lm.model, ids))
+    return _plans.deletion_plan(lm.model, ids)
 
 
-@st.cache_resource(max_entries=4, show_spinner="Running SmolLM2 on Gu et al.'s inputs…")
-def decoder_gu_inputs(L: int, seed: int, device: str) -> Timed[tuple[_dec_position.GuRow, ...]]:
-    """Gu et al.'s three inputs of ``L`` tokens (the shipped text, seeded random tokens, one token
-    repeated), each as is and with a newline put first."""
+decoder_deletion = Planned("decoder_deletion", _deletion_plan)
+"""decoder_deletion(L, device): the shipped text's first ``L`` tokens with the first masked from every later
+query and deleted; the residual read after the layer where the first token's norm peaks."""
+
+
+def _gu_plan(L: int, seed: int, device: str) -> Plan[tuple[_dec_position.GuRow, ...]]:
     lm, ids, _ = _smollm2_ids(L, device)
     newline = int(lm.tokenizer("\n", add_special_tokens=False)["input_ids"][0])
-    return timed(lambda: _dec_position.gu_inputs(lm.model, ids, seed=seed, prefix_id=newline,
-                                                 prefix_text="\n", exclude=lm.tokenizer.all_special_ids))
+    return _plans.gu_plan(lm.model, ids, seed=seed, prefix_id=newline, prefix_text="\n",
+                          exclude=tuple(lm.tokenizer.all_special_ids))
+
+
+decoder_gu_inputs = Planned("decoder_gu_inputs", _gu_plan)
+"""decoder_gu_inputs(L, seed, device): Gu et al.'s three inputs of ``L`` tokens (the shipped text, seeded
+random tokens, one token repeated), each as is and with a newline put first."""
 
 
 def _induction_plan(T: int, seed: int, device: str) -> Plan[_dec_induction.Induction]:
@@ -884,13 +894,16 @@ tokens."""
 INDUCTION_SETS = 20  # random head sets per size (issue 40 item 6: at least 20)
 
 
-@st.cache_resource(max_entries=4, show_spinner="Zeroing the top induction heads and random sets…")
-def decoder_induction_ablation(T: int, seed: int, device: str) -> Timed[_dec_induction.InductionAblation]:
-    """The top 1% and 3% of SmolLM2's heads by induction score zeroed, against 20 random sets of each size,
-    on the T seeded random tokens repeated once (the loss on the second copy)."""
+def _induction_ablation_plan(T: int, seed: int, device: str) -> Plan[_dec_induction.InductionAblation]:
     lm = language_model("smollm2", device)
-    ind = decoder_induction(T, seed, device).value
-    return timed(lambda: _dec_induction.ablate_induction_heads(lm.model, ind, sets=INDUCTION_SETS, seed=seed))
+    ind = decoder_induction(T, seed, device).value  # its own plan, admitted first
+    return _plans.induction_ablation_plan(lm.model, ind, sets=INDUCTION_SETS, seed=seed)
+
+
+decoder_induction_ablation = Planned("decoder_induction_ablation", _induction_ablation_plan)
+"""decoder_induction_ablation(T, seed, device): the top 1% and 3% of SmolLM2's heads by induction score
+zeroed, against 20 random sets of each size, on the T seeded random tokens repeated once (the loss on the
+second copy)."""
 
 
 def head_why(source: str, text: str, device: str, max_tokens: int | None, layer: int, head: int,

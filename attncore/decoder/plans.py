@@ -26,7 +26,16 @@ from torch import Tensor
 from attncore import models as _models
 from attncore import qkv as _qkv
 from attncore.decoder.entropy import EntropyProfile, entropy_profile
-from attncore.decoder.induction import Induction, induction, repeated_tokens
+from attncore.decoder.induction import (
+    ABLATION_SHARES,
+    Induction,
+    InductionAblation,
+    ablate_induction_heads,
+    induction,
+    repeated_tokens,
+)
+from attncore.decoder.lens import LensPass, lens_bytes, logit_lens
+from attncore.decoder.position import FirstTokenDeletion, GuRow, delete_first_token, gu_inputs
 from attncore.decoder.probe import (
     DecoderPass,
     DecoderShape,
@@ -53,9 +62,13 @@ from attncore.plan import Plan
 __all__ = [
     "FLOPS_PER_SECOND",
     "ablations_plan",
+    "deletion_plan",
     "entropy_plan",
     "generation_plan",
+    "gu_plan",
+    "induction_ablation_plan",
     "induction_plan",
+    "lens_plan",
     "next_logits_plan",
     "pass_plan",
     "pass_seconds",
@@ -127,8 +140,8 @@ def variants_plan(model: Any, ids: Tensor, texts: Sequence[str], *, other_first:
 def ablations_plan(model: Any, ids: Tensor, texts: Sequence[str], windows: Callable[[], Sequence[Tensor]],
                    L: int, count: int) -> Plan[tuple[Ablation, ...]]:
     """The first-token ablations on ``count`` windows of ``L`` tokens (``windows()`` makes them), after a
-    probe pass (no weights kept) on the first ``L`` tokens of ``ids`` that finds the edited layer and dims (the
-    first token's 4 largest where its residual norm peaks, edited after the layer where it first passes
+    probe pass (no weights kept) on the first ``L`` tokens of ``ids`` that finds the edited layer and dims
+    (the first token's 4 largest where its residual norm peaks, edited after the layer where it first passes
     half). 4 passes without weights per window; the dense passes' results are kept until the end
     ((N + 1) L D each, beside the running pass)."""
     shape = decoder_shape(model)
@@ -224,3 +237,61 @@ def qkv_plan(lm: LoadedModel, text: str, max_tokens: int | None = None) -> Plan[
     nbytes = max(_qkv.capture_bytes(lm.layers, H, L, E, E), vectors) + decoder_pass_bytes(lm, L, 0)
     return Plan(label="reading q, k and v", nbytes=int(nbytes), seconds=_seconds(lm, L),
                 work=lambda: _qkv.capture(lm, text, max_tokens), model=lm.model)
+
+
+def deletion_plan(model: Any, ids: Tensor) -> Plan[FirstTokenDeletion]:
+    """The first token of ``ids`` (1, L) masked from every later query and deleted
+    (:func:`~attncore.decoder.position.delete_first_token`): three passes in a row (dense with weights, the
+    mask without, the cut text with weights); the dense pass's summaries are kept while the cut text's pass
+    runs, so the peak is bounded by two passes with weights."""
+    ids = check_ids(ids, model)
+    shape = decoder_shape(model)
+    L = int(ids.shape[1])
+    return Plan(label="deleting the first token", nbytes=int(2 * forward_bytes(shape, L)),
+                seconds=2 * pass_seconds(model, shape, L) + pass_seconds(model, shape, L, False),
+                work=lambda: delete_first_token(model, ids), model=model)
+
+
+def gu_plan(model: Any, ids: Tensor, *, seed: int, prefix_id: int | None, prefix_text: str,
+            exclude: Sequence[int] = ()) -> Plan[tuple[GuRow, ...]]:
+    """Gu et al.'s inputs of L = ``ids.shape[-1]`` tokens (:func:`~attncore.decoder.position.gu_inputs`):
+    three passes, six with ``prefix_id``, in a row, each keeping every head's map (N H L^2) until its row is
+    summarised."""
+    ids = check_ids(ids, model)
+    shape = decoder_shape(model)
+    L = int(ids.shape[1])
+    passes = 6 if prefix_id is not None else 3
+    every_map = shape.layers * shape.heads
+    return Plan(label="Gu et al.'s inputs", nbytes=int(forward_bytes(shape, L, maps=every_map)),
+                seconds=passes * pass_seconds(model, shape, L),
+                work=lambda: gu_inputs(model, ids, seed=seed, prefix_id=prefix_id, prefix_text=prefix_text,
+                                       exclude=exclude),
+                model=model)
+
+
+def induction_ablation_plan(model: Any, ind: Induction, *, sets: int, seed: int,
+                            shares: Sequence[float] = ABLATION_SHARES) -> Plan[InductionAblation]:
+    """The top induction heads and ``sets`` random sets of each size zeroed
+    (:func:`~attncore.decoder.induction.ablate_induction_heads`): 1 + sizes x (1 + sets) passes of 2 T tokens
+    without weights, one at a time (each keeps only its (2 T - 1,) losses)."""
+    shape = decoder_shape(model)
+    L = int(ind.ids.shape[-1])
+    n = shape.layers * shape.heads
+    sizes = dict.fromkeys(max(1, round(float(s) * n)) for s in shares)
+    passes = 1 + len(sizes) * (1 + int(sets))
+    return Plan(label="the induction heads' ablation", nbytes=int(forward_bytes(shape, L, weights=False)),
+                seconds=passes * pass_seconds(model, shape, L, False),
+                work=lambda: ablate_induction_heads(model, ind, sets=sets, seed=seed, shares=shares),
+                model=model)
+
+
+def lens_plan(model: Any, ids: Tensor, position: int | None = None) -> Plan[LensPass]:
+    """The logit lens and direct logit attribution of ``position`` of ``ids`` (1, L)
+    (:func:`~attncore.decoder.lens.logit_lens`): one hooked pass, estimated by
+    :func:`~attncore.decoder.lens.lens_bytes`."""
+    ids = check_ids(ids, model)
+    shape = decoder_shape(model)
+    L = int(ids.shape[1])
+    return Plan(label="the logit lens", nbytes=int(lens_bytes(shape, L)),
+                seconds=pass_seconds(model, shape, L, False),
+                work=lambda: logit_lens(model, ids, position), model=model)
