@@ -29,7 +29,7 @@ from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TE
 from attncore.errors import AttnInputError
 from attncore.evidence.decoder import MODEL_LABEL
 from attncore.models import load_bytes
-from ui import cached, realtext, widgets
+from ui import cached_decoder, cached_models, realtext, widgets
 from ui.admission import heavy
 from ui.page import PageContext
 from ui.realtext import MODEL_LOAD_BYTES
@@ -95,7 +95,7 @@ def stream_store() -> _StreamStore:
 
 def _model(ctx: PageContext) -> Any:
     with heavy(max(MODEL_LOAD_BYTES, load_bytes("smollm2")), seconds=5.0, label="loading the model"):
-        return cached.language_model("smollm2", ctx.device, progress=ProgressBar())
+        return cached_models.language_model("smollm2", ctx.device, progress=ProgressBar())
 
 
 @contextmanager
@@ -159,7 +159,7 @@ def choose_text(ctx: PageContext, src: str, L: int) -> ChosenText | None:
     """The shipped text, or the user's own from the text box (None, with a plain message, while it is
     empty or gives fewer than :data:`MIN_TEXT_TOKENS` tokens). Says when it has fewer tokens than asked."""
     if src == "shipped":
-        return ChosenText(None, cached.decoder_tokens(L, ctx.device).total)
+        return ChosenText(None, cached_decoder.decoder_tokens(L, ctx.device).total)
     text = realtext.long_text_box(
         P_TEXT, "Your text", height=120,
         help=f"Any text; SmolLM2's tokenizer reads it. The sink heads read its first {GU_TOKENS} tokens "
@@ -171,7 +171,7 @@ def choose_text(ctx: PageContext, src: str, L: int) -> ChosenText | None:
                 icon=":material/edit_note:")
         return None
     try:
-        total = cached.decoder_tokens(L, ctx.device, text).total
+        total = cached_decoder.decoder_tokens(L, ctx.device, text).total
     except AttnInputError as e:  # too short (the message holds numbers only, never the text)
         st.warning(f"Your text cannot be measured: {e}", icon=":material/short_text:")
         return None
@@ -211,8 +211,8 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
         return
     text = chosen.text
     with _passes(ctx, min(L, chosen.total), 2, "the sink heads"):
-        small = cached.decoder_sinks(GU_TOKENS, eps, ctx.device, text)
-        big = cached.decoder_sinks(L, eps, ctx.device, text)
+        small = cached_decoder.decoder_sinks(GU_TOKENS, eps, ctx.device, text)
+        big = cached_decoder.decoder_sinks(L, eps, ctx.device, text)
     s64, sL = small.value, big.value
     st.plotly_chart(view.sink_grid_figure(sL, kv), key="chart_dec_sink_grid")
     sentence, shares = sink_lengths(s64, sL)
@@ -270,7 +270,7 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
         st.info(short, icon=":material/short_text:")
         return
     with _passes(ctx, n, 3, "the three variants"):
-        res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)
+        res = cached_decoder.decoder_variants(shift, eps, ctx.device, chosen.text, n)
     widgets.table(view.variants_frame(res.value))
     v = res.value
     fewer = "" if n == GU_TOKENS else f" (Gu et al.'s {GU_TOKENS} do not fit in the text shifted by {shift})"
@@ -318,7 +318,7 @@ def shipped_run_section() -> None:
         return
     with box:
         try:
-            run = cached.shipped_stream_run()
+            run = cached_decoder.shipped_stream_run()
         except AttnInputError as exc:
             st.info(plain(f"The shipped run cannot be shown: {exc}"), icon=":material/draft:")
             return
@@ -356,7 +356,7 @@ def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> 
                     on_click=lambda: st.session_state.__setitem__(flag_run, True))
     elif missing:
         lm = _model(ctx)
-        ids = cached.shipped_ids(L, ctx.device)
+        ids = cached_decoder.shipped_ids(L, ctx.device)
         bar = slot.progress(0.0, text=f"0 of {len(missing)} settings")
         stop = slot.empty()
         stop.button("Stop", key=f"{key}_btn", icon=":material/stop:",
@@ -390,7 +390,7 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
     with _passes(ctx, L, 4 * n + 1, "the ablations"):
-        res = cached.decoder_ablations(n, L, ctx.device)
+        res = cached_decoder.decoder_ablations(n, L, ctx.device)
     abl = res.value
     st.markdown("Hiding the first token from every later query **is** deleting it: no later token reads "
                 "it, and with rotary positions token 1 then computes what a first token computes. So the "
@@ -408,13 +408,13 @@ def position_section(ctx: PageContext) -> None:
     st.markdown(f"**Where the sink goes** (the shipped text's first {GU_TOKENS} tokens, sink heads above "
                 f"{POSITION_EPS:g}):")
     with _passes(ctx, GU_TOKENS, 3, "deleting the first token"):
-        res = cached.decoder_deletion(GU_TOKENS, ctx.device)
+        res = cached_decoder.decoder_deletion(GU_TOKENS, ctx.device)
     d = res.value
     st.plotly_chart(pos_view.deletion_figure(d, POSITION_EPS), key="chart_dec_deletion")
     widgets.table(pos_view.deletion_frame(d, POSITION_EPS))
     st.caption(pos_view.deletion_sentence(d, POSITION_EPS))
     try:
-        st.caption(pos_view.eviction_sentence(pos_view.eviction(cached.shipped_stream_run().result)))
+        st.caption(pos_view.eviction_sentence(pos_view.eviction(cached_decoder.shipped_stream_run().result)))
     except AttnInputError as exc:
         st.caption(plain(f"The eviction test reads the shipped StreamingLLM run, which cannot be read: "
                          f"{exc}"))
@@ -434,7 +434,7 @@ def gu_section(ctx: PageContext) -> None:
         return
     with box:
         with _passes(ctx, GU_TOKENS, 6, "Gu et al.'s inputs"):
-            gu = cached.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
+            gu = cached_decoder.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
         widgets.table(pos_view.gu_frame(gu.value))
         st.caption(pos_view.gu_sentence(gu.value))
         st.caption(pos_view.gu_caption(MODEL_LABEL, GU_TOKENS, ctx.seed))
@@ -445,7 +445,7 @@ def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     st.subheader("Induction heads (Olsson et al. 2022)")
     T = widgets.slider(P_T, "Random tokens per copy", where=where)
     with _passes(ctx, 2 * T, 2, "the induction test"):
-        res = cached.decoder_induction(T, ctx.seed, ctx.device)
+        res = cached_decoder.decoder_induction(T, ctx.seed, ctx.device)
     ind = res.value
     st.plotly_chart(view.induction_figure(ind, kv), key="chart_dec_induction")
     st.caption(view.induction_sentence(ind))
@@ -461,7 +461,7 @@ INDUCTION_ABLATION_OPEN = "dec_ind_abl_open"  # the expander's open state (a vie
 
 def induction_ablation_section(ctx: PageContext, T: int) -> None:
     """The top induction heads zeroed against random sets of the same size, in an expander run when opened."""
-    sets = cached.INDUCTION_SETS
+    sets = cached_decoder.INDUCTION_SETS
     box = st.expander(f"Zero the top induction heads against {sets} random sets (Crosbie & Shutova 2025)",
                       key=INDUCTION_ABLATION_OPEN, on_change="rerun", icon=":material/content_cut:")
     if not box.open:
@@ -469,7 +469,7 @@ def induction_ablation_section(ctx: PageContext, T: int) -> None:
     with box:
         shape = decoder_shape(_model(ctx).model)
         with _passes(ctx, 2 * T, 1 + 2 * (1 + sets), "the induction ablations"):
-            res = cached.decoder_induction_ablation(T, ctx.seed, ctx.device)
+            res = cached_decoder.decoder_induction_ablation(T, ctx.seed, ctx.device)
         a = res.value
         widgets.table(view.induction_ablation_frame(a))
         st.caption(view.induction_ablation_sentence(a, shape.layers * shape.heads, shape.vocab))
@@ -494,7 +494,7 @@ def entropy_part(ctx: PageContext) -> None:
                           labels={"with": "with the first token", "without": "without it (renormalised)"})
     _say_what()
     with _passes(ctx, L, 1, "the entropy pass"):
-        res = cached.decoder_entropy(L, ctx.device)
+        res = cached_decoder.decoder_entropy(L, ctx.device)
     e = res.value
     st.plotly_chart(view.entropy_figure(e, without_first=first == "without"), key="chart_dec_entropy")
     st.caption(view.entropy_sentence(e))
