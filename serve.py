@@ -8,7 +8,7 @@ for importing torch, pandas and attncore (about 2 s on a 2-core machine) and the
 real-text visitor for transformers' model code (about 3 s) inside their page loads. It also
 starts the Kernels page's memory-measuring helper
 (:func:`attncore.kernels.warm_memory_measurement`). Nothing here touches Streamlit's caches:
-modules that define cached functions (``ui.cached``) are imported by the first script run,
+modules that define cached functions (``ui.cached`` and its siblings) are imported by the first script run,
 inside the server's runtime. When the server stops, the training queue's worker is stopped and
 joined (:func:`stop_workers`) before the interpreter exits: a daemon thread still inside torch at
 exit can abort the process ("terminate called without an active exception").

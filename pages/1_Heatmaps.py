@@ -7,14 +7,12 @@ from dataclasses import replace
 import streamlit as st
 
 from attncore.attention import estimate_attention_bytes
-from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES
 from attncore.explore import RowStats, SyntheticSpec, float16_overflow, parse_row_lengths, row_stats
 from attncore.masks import MASK_KINDS
 from attncore.models import summary_of
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
-from attncore.theory import scaled_logit_std, uniform_entropy
 from ui import causal, decoder, realtext, widgets
 from ui import why as why_section
 from ui.admission import heavy
@@ -24,6 +22,7 @@ from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import heatmaps as view
+from ui.views import heatmaps_text as text
 from ui.views import realtext as rt_views
 
 D_K_OPTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -57,12 +56,6 @@ P_LOG = Param("hm_log", False)
 P_CMP_SCORING = Param("b_scoring", "dot", options=SCORING_NAMES)
 P_CMP_TEMP = Param("b_temp", 1.0, lo=0.05, hi=10.0)
 P_CMP_NORM = Param("b_norm", "softmax", options=NORMALIZER_NAMES)
-FULLY_MASKED_NOTE = (
-    "Valid length 0 hides every key: each row is fully masked, so attncore gives it zero weights and a "
-    "zero output (not NaN), as torch's SDPA does on the CPU (math and memory-efficient kernels). Two "
-    "others differ: torch's fused cuDNN kernel on CUDA (float16/bfloat16) returns a non-zero output "
-    "for such a row, and d2l's masked_softmax, which masks with −1e6 instead of −∞, spreads the row "
-    "uniformly (1/S on every key).")
 P_SOURCE = Param("rt_src", "synthetic", options=("synthetic", "real"))
 RT = realtext.model_params("rt_")
 RT_NEXT = causal.next_params("rt_")
@@ -127,68 +120,24 @@ def controls(where) -> SyntheticSpec:
 
 def explain() -> None:
     """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
-    st.markdown("Every query scores every key; the scores are scaled, masked and normalised into weights "
-                "that mix the values. Move a control and watch which stage changes.")
-    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}\,\tau}"
-             r"+M\right)V,\qquad \operatorname{Var}(q\cdot k)=d_k\,\sigma^4")
+    st.markdown(text.EXPLAIN)
+    st.latex(text.EXPLAIN_LATEX)
 
 
 def explain_more() -> None:
     with st.expander("Why divide by √d", icon=":material/menu_book:"):
-        st.markdown(
-            "With unscaled dot products the scores grow like √d, so at large d the rows collapse onto "
-            "one key; dividing by √d keeps their spread near σ² whatever the dimension. With the default "
-            "shared colour range the stage row shows this directly: the scaled map is the raw one, faded "
-            "by 1/√d."
-        )
+        st.markdown(text.WHY_SQRT_D)
 
 
 def head_metrics(stages, spec: SyntheticSpec, head: int, rs: RowStats) -> None:
-    scaled = stages.scaled[head]
-    measured = float(scaled.std()) if scaled.numel() > 1 else 0.0
-    c = st.columns(4)
-    c[0].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
-                help="Uniform over S keys would be log S = "
-                     f"{uniform_entropy(spec.S):.3f}.")
-    c[1].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}",
-                help=f"Uniform would be 1/S = {1 / spec.S:.4f}.")
-    if spec.scoring == "additive":
-        c[2].metric("std of scaled scores", f"{measured:.3f}")
-    else:
-        theory = scaled_logit_std(spec.d_k, spec.input_std**2, spec.input_std**2, scale=spec.scale(),
-                                  temperature=spec.temperature)
-        c[2].metric("std of scaled scores", f"{measured:.3f}", f"theory {theory:.3f}",
-                    delta_color="off", delta_arrow="off",
-                    help="Theory: √d·σ²·scale/τ for independent Gaussian entries.")
-    c[3].metric("Mean row sum", f"{float(rs.row_sum.mean()):.3f}",
-                help="1 for softmax and SSMax; softmax1 and sigmoid may spend less (or more).")
-
-
-def stages_caption(spec: SyntheticSpec, own: bool) -> str:
-    """What the colours of the stage row mean (its range rule, masked cells, the downsampling rule)."""
-    parts = ["Scores: red positive, blue negative, white 0; "
-             + ("each map is stretched to the ± range in its title." if own else
-                "raw, scaled and masked scores share one colour range (the bar under map 1), so "
-                "scaling shows as faded colour.")]
-    if spec.mask != "none":
-        parts.append("Grey cells are masked (−∞).")
-    if max(spec.L, spec.S) > view.STAGE_SIDE:
-        parts.append(f"Shown at ≤{view.STAGE_SIDE}×{view.STAGE_SIDE} cells: each score cell keeps the "
-                     "largest-magnitude score of its block, with its sign (a mean would cancel to 0); "
-                     "each weight cell is its block's mean.")
-    parts.append("Hover any cell for its query, key and exact value.")
-    return " ".join(parts)
+    for col, cell in zip(st.columns(4), text.head_metric_cells(stages, spec, head, rs), strict=True):
+        col.metric(**cell)
 
 
 def main_view(stages, spec: SyntheticSpec, head: int, rs: RowStats, log_color: bool) -> None:
     st.plotly_chart(view.head_figure(stages, spec, head, rs, log_color=log_color), key="chart_weights")
-    if log_color:
-        st.caption(f"Colour is log10 of the weight from 1e{view.LOG_FLOOR:.0f} (weights below it, and masked "
-                   "zeros, at the floor) to 1.")
-    if max(spec.L, spec.S) > view.MAIN_SIDE:
-        side = view.MAIN_SIDE
-        st.caption(f"Shown at ≤{side}×{side} cells: each cell averages a block of weights; the CSV has every "
-                   "value.")
+    for caption in text.main_captions(spec, log_color):
+        st.caption(caption)
     w = stages.weights[head].cpu().numpy()
     widgets.csv_download(lambda: view.weights_frame(w), f"attention_weights_head{head}.csv",
                          label="Download weights (CSV)", key="dl_weights")
@@ -210,9 +159,7 @@ def heads_grid(stages, spec: SyntheticSpec, head: int) -> None:
         st.plotly_chart(view.heads_figure(stages, spec, head), key="chart_heads",
                         on_select=realtext.on_pick("chart_heads", {"head": P_HEAD}), selection_mode="points")
         if spec.kv_heads < spec.heads:
-            group = spec.heads // spec.kv_heads
-            st.caption(f"Grouped-query attention: {spec.kv_heads} key/value heads, each shared by {group} "
-                       "query heads. Heads in a group see the same keys but differ in their queries.")
+            st.caption(text.gqa_caption(spec))
 
 
 def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
@@ -231,36 +178,20 @@ def compare(spec: SyntheticSpec, ctx: PageContext, head: int, where) -> None:
         rs = row_stats(w, None if res.value.allowed is None else res.value.allowed[head])
         title = f"{name}: {SCORING_LABELS[s.scoring].split('  ')[0]}, τ={s.temperature:g}, {s.normalizer}"
         col.plotly_chart(view.compare_figure(w.cpu().numpy(), name, title), key=f"chart_compare{name}")
-        col.caption(f"mean entropy {float(rs.entropy.mean()):.3f} nats · mean max weight "
-                    f"{float(rs.max_weight.mean()):.3f} · computed in {res.seconds * 1e3:.0f} ms")
+        col.caption(text.compare_caption(rs, res.seconds))
 
 
 def dropout_section(stages, spec: SyntheticSpec, ctx: PageContext, head: int, p: float) -> None:
     """Training-mode dropout on the selected head: the weights before and after, and the mean output."""
     st.markdown("##### Dropout (training mode)")
-    st.markdown(
-        f"Dropout zeroes each weight with probability p = {p:g} and divides the survivors by 1 − p, so "
-        "every weight keeps its expectation and so does the output. SDPA applies dropout whenever "
-        "`dropout_p > 0`: `F.scaled_dot_product_attention` has no training flag of its own, so pass "
-        "`dropout_p=0` at inference (`nn.MultiheadAttention` does this in eval mode)."
-    )
-    st.latex(r"\tilde w_{ij}=\frac{m_{ij}}{1-p}\,w_{ij},\ m_{ij}\sim\mathrm{Bernoulli}(1-p):\quad "
-             r"\mathbb E[\tilde o_i]=o_i,\quad "
-             r"\operatorname{Var}[\tilde o_{ie}]=\frac{p}{1-p}\sum_j w_{ij}^2 v_{je}^2")
+    st.markdown(text.dropout_text(p))
+    st.latex(text.DROPOUT_LATEX)
     res = heatmap_dropout(spec, p, head, ctx.device)
     d = res.value
     before = stages.weights[head].cpu().numpy()
     st.plotly_chart(view.dropout_figure(before, d.first_weights.cpu().numpy(), p), key="chart_dropout")
     st.plotly_chart(view.dropout_mean_figure(d), key="chart_dropout_mean")
-    st.caption(dropout_sentence(d) + f" Computed in {res.seconds * 1e3:.0f} ms.")
-
-
-def dropout_sentence(d: DropoutDraws) -> str:
-    """What the mean-output chart shows, in numbers (tested against the draws)."""
-    count = d.exact.numel()
-    return (f"Head output without dropout against the mean of {d.n} seeded dropout draws: all {count} "
-            f"entries lie within {d.max_z():.2f} standard errors of it, {d.within(2.0):.0%} within 2 "
-            "(about 95% for a normal mean).")
+    st.caption(text.dropout_sentence(d) + f" Computed in {res.seconds * 1e3:.0f} ms.")
 
 
 def source(ctx: PageContext) -> str:
@@ -273,14 +204,8 @@ def source(ctx: PageContext) -> str:
 
 def real_text(ctx: PageContext) -> None:
     """The \"real text\" source: a transformer's attention on the text the user types."""
-    st.markdown(
-        "Each head of a trained transformer turns its queries and keys into one map per layer: row "
-        "*i* says how token *i* spreads its attention over the text. The dashed line beside the map is "
-        "log *n*, the entropy of a query that spreads evenly over the *n* keys it sees."
-    )
-    st.latex(r"A^{(\ell,h)} = \mathrm{softmax}\!\left(\frac{Q^{(\ell,h)} K^{(\ell,h)\top}}"
-             r"{\sqrt{d_h}}\right),"
-             r"\qquad H_i = -\sum_j A_{ij}\log A_{ij} \le \log n")
+    st.markdown(text.REAL_TEXT_INTRO)
+    st.latex(text.REAL_TEXT_LATEX)
     picked = realtext.choose_model(RT, ctx)
     if picked is not None:
         selection(ctx, picked)
@@ -325,15 +250,8 @@ def head_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
     w = att.maps(layer)[head]
     rs = row_stats(w, att.allowed)
     L = len(att.tokens)
-    c = st.columns(4)
-    c[0].metric("Tokens", f"{L}", help="Including the special tokens the tokenizer adds.")
-    c[1].metric("Mean entropy (nats)", f"{float(rs.entropy.mean()):.3f}",
-                f"uniform log n = {float(rs.visible.double().log().mean()):.3f}", delta_color="off",
-                delta_arrow="off")
-    c[2].metric("Mean max weight", f"{float(rs.max_weight.mean()):.3f}", f"uniform 1/n = {1 / L:.3f}",
-                delta_color="off", delta_arrow="off")
-    c[3].metric(f"Mass on {plain(att.tokens[0])}", f"{float(w[:, 0].mean()):.3f}",
-                help="Mean weight the queries of this head put on the first token.")
+    for col, cell in zip(st.columns(4), text.real_metric_cells(att, w, rs), strict=True):
+        col.metric(**cell)
     token_views(ctx, chosen)
     widgets.caption_compute(ctx.device_label, res.seconds,
                             f"One forward pass of {lm.name} ({lm.layers} layers × {lm.heads} heads, float32) "
@@ -366,9 +284,7 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
         raise ValueError("token_part needs a chosen head (realtext.with_head)")
     realtext.head_view(chosen.res.value, chosen.lm, chosen.layer, chosen.head, view="rt-weights",
                        key="rt_weights", mp=RT, token=chosen.token)
-    st.caption("Click a row of the map (or pick the query token in the sidebar) to see that token's "
-               "attention over the text and its q, k, v below; click a thumbnail further down to switch "
-               "heads.")
+    st.caption(text.ROW_CLICK_CAPTION)
     realtext.token_section(chosen, ctx, key="rt-token")
     why_section.section(chosen, ctx, key="rt-why")
     lens_section(chosen, ctx, key="rt-lens")  # decoders only: the logit lens of this query token
@@ -384,21 +300,7 @@ def overview(att, lm, layer: int) -> None:
                                name=lm.name)
     st.plotly_chart(fig, key="chart_rt_overview", selection_mode="points",
                     on_select=realtext.on_pick("chart_rt_overview", {"layer": RT.layer, "head": RT.head}))
-    st.caption(plain(overview_sentence(att, lm)))
-
-
-def overview_sentence(att, lm) -> str:
-    """The overview's caption: what a tile is and the three heads that park the most weight on token 0."""
-    s = summary_of(att)
-    T = int(s.thumbs.shape[-1])
-    flat = s.first.double().flatten()
-    top = sorted(range(flat.numel()), key=lambda i: (-float(flat[i]), i))[:3]
-    names = ", ".join(f"layer {i // lm.heads} head {i % lm.heads} ({float(flat[i]):.2f})" for i in top)
-    groups = (f" Columns are grouped by the {lm.kv_heads} key/value heads that {lm.groups} query heads each "
-              "share (dotted boxes)." if lm.kv_heads and lm.kv_heads < lm.heads else "")
-    return (f"Each tile is one head's map averaged into {T} × {T} blocks (rows: queries, columns: keys); the "
-            f"outlined row is the layer whose heads are shown above.{groups} Most weight on the first token, "
-            f"{att.tokens[0]}: {names}.")
+    st.caption(plain(text.overview_sentence(att, lm)))
 
 
 def body(ctx: PageContext) -> None:
@@ -428,22 +330,17 @@ def body(ctx: PageContext) -> None:
     if spec.dtype == "float16":
         over = float16_overflow(stages.raw)
         if over:
-            st.warning(f"{over} raw scores exceed float16's largest value 65504 and would be ±inf if "
-                       "stored in float16. attncore scores half inputs in float32 (as fused kernels "
-                       "accumulate), so the weights below stay finite.")
+            st.warning(text.float16_warning(over))
     if (spec.mask == "padding" and spec.valid_len == 0) or (
             spec.mask == "padding2d" and 0 in spec.valid_lens_rows[: spec.L]):
-        st.info(FULLY_MASKED_NOTE if spec.mask == "padding" else FULLY_MASKED_NOTE.replace(
-            "Valid length 0 hides every key: each row is fully masked",
-            "A valid length of 0 hides every key from its query: that row is fully masked"))
+        st.info(text.fully_masked_note(spec.mask))
     if spec.mask == "window" and spec.window >= spec.L:
-        st.info(f"The window ({spec.window}) covers every query's whole past (L = {spec.L}): "
-                "it equals the causal mask.")
+        st.info(text.window_note(spec))
     rs = row_stats(stages.weights[head], None if stages.allowed is None else stages.allowed[head])
     if cmp_on:
         compare(spec, ctx, head, ctx.controls)
     st.plotly_chart(view.stages_figure(stages, head, shared=not own), key="chart_stages")
-    st.caption(stages_caption(spec, own))
+    st.caption(text.stages_caption(spec, own))
     head_metrics(stages, spec, head, rs)
     main_view(stages, spec, head, rs, log_color)
     widgets.caption_compute(ctx.device_label, res.seconds,

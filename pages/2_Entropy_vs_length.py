@@ -13,7 +13,7 @@ from attncore.sweeps import METHODS, SCALE_RULES, SWEEP_NORMALIZERS, engine_choi
 from ui import decoder_lab, state, widgets
 from ui.admission import heavy
 from ui.cached import check_entropy_theory, entropy_theory, entropy_theory_given_queries, peak_weights
-from ui.cached import training_result as training_result_file
+from ui.cached_results import training_result as training_result_file
 from ui.page import GLOBAL_PARAMS, PageContext, run_page
 from ui.state import Param
 from ui.sweep import run_sweeps

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import streamlit as st
 
-from attncore.citations import quoted
 from attncore.sinks import (
     CONTENT_RANGE,
     GATE_KINDS,
@@ -16,15 +14,14 @@ from attncore.sinks import (
     SWEEP_QUERIES,
     SinkSpec,
     sink_report,
-    uniform_sink_scores,
     zoo_theory,
 )
-from attncore.theory import gate_bias_for_mean, gate_mean_theory, gate_rms_theory
 from ui import cached, causal, decoder_lab, learned, realtext, widgets
 from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
 from ui.views import sinks as view
+from ui.views import sinks_text as text
 
 P_VIEW = Param("snk_view", "lab", options=("lab", "model", "learned", "decoder"))
 P_N = Param("snk_n", 32, lo=1, hi=MAX_TOKENS)
@@ -40,10 +37,6 @@ P_GATE = Param("snk_gate", "elementwise", options=GATE_KINDS)
 MP = realtext.model_params("snk_", layer=2)
 MP_NEXT = causal.next_params("snk_")
 P_EPS = Param("snk_eps", 0.3, lo=0.05, hi=0.95)
-GATE_HELP = (
-    "Output gate σ(x W_g + b_g) with unit-Gaussian pre-activations x W_g, so its mean is E σ(b_g + Z). "
-    f"Trained gates are mostly nearly closed, with a mean gate of about 0.1: that takes b_g ≈ "
-    f"{gate_bias_for_mean(0.1):.1f}; b_g = −2 gives a mean of {float(gate_mean_theory(-2.0)):.3f}.")
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
           *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder_lab.DECODER_PARAMS)
 
@@ -54,10 +47,8 @@ PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *M
 
 def explain() -> None:
     """One sentence and the key formula above the first chart (the rest: :func:`explain_more`)."""
-    st.markdown("Softmax must spend exactly 1 on the keys a query sees; a head with nothing to read pours it "
-                "onto a token whose value is near zero, an **attention sink**.")
-    st.latex(r"p_j=\frac{e^{x_j}}{\sum_k e^{x_k}}\quad\text{vs. a sink logit } b\text{: }"
-             r"p_j=\frac{e^{x_j}}{e^{b}+\sum_k e^{x_k}}")
+    st.markdown(text.EXPLAIN)
+    st.latex(text.EXPLAIN_LATEX)
 
 
 MORE_OPEN = "snk_more_open"  # the expander's open state (a view, not a setting: not in the URL)
@@ -76,33 +67,14 @@ def explain_more(spec: SinkSpec | None = None) -> None:
 
 
 def explain_text() -> None:
-    st.markdown(
-        "Softmax has a fixed budget: every query must spend a total weight of exactly 1 on the keys it "
-        "sees. A head that finds nothing worth reading cannot spend *less*; what it can do is pour the "
-        "weight onto a token whose value is close to zero, so that the mix it writes is close to zero "
-        "too. That token is an **attention sink**: `[CLS]`, `[SEP]`, the first token of a decoder, "
-        "often punctuation. The fixes either give the denominator a term that no value stands behind "
-        "(softmax1, a learned sink logit *b*), drop the budget altogether (sigmoid, ReLU), or let the head "
-        "scale what it writes (an output gate)."
-    )
-    st.latex(r"\text{softmax: } p_j=\frac{e^{x_j}}{\sum_k e^{x_k}}\qquad"
-             r"\text{sink logit } b\text{: } p_j=\frac{e^{x_j}}{e^{b}+\sum_k e^{x_k}}\ \ "
-             r"(b=0:\ \text{softmax1})")
-    st.latex(r"\text{sigmoid: } p_j=\sigma(x_j-\log n)\qquad\text{ReLU: } p_j=\frac{\max(x_j,0)}{n}\qquad"
-             r"\text{gated: } o_i=\sigma(x_i W_g+b_g)\odot\sum_j p_{ij}\,v_j")
+    st.markdown(text.FULL_TEXT)
+    for latex in text.FULL_LATEX:
+        st.latex(latex)
 
 
 def explain_lab(spec: SinkSpec) -> None:
-    st.markdown(
-        f"**The synthetic head.** {spec.n} real tokens query {spec.n + 1 if spec.sink else spec.n} keys. "
-        "Key 0 is the sink (when it is on): its key points along the direction every query shares, so "
-        "each query gives it the same logit *s* (the strength); its value has RMS *ν*. The real keys get "
-        "logits *c* + noise of spread *σ*, their values are standard Gaussian. Replacing the sum of the "
-        "*n* exponentials by its mean gives the dashed curves:"
-    )
-    st.latex(r"p_{\text{sink}}\approx\frac{1}{1+n\,e^{\,c+\sigma^2/2-s}},\qquad"
-             r"\operatorname{RMS}(o)\approx\sqrt{(1-p_{\text{sink}})^2\,\frac{e^{\sigma^2}}{n}"
-             r"+p_{\text{sink}}^2\,\nu^2}")
+    st.markdown(text.lab_text(spec))
+    st.latex(text.LAB_LATEX)
 
 
 # ---------------------------------------------------------------------------- synthetic lab
@@ -130,7 +102,7 @@ def lab_controls(where) -> SinkSpec:
     b = widgets.slider(P_B, "Sink logit b (learned, per head)", step=0.25, where=where,
                        help="The extra denominator logit of the gpt-oss form; b = 0 is softmax1.")
     gb = widgets.slider(P_GB, "Gate bias b_g", step=0.25, where=where,
-                        help=GATE_HELP)
+                        help=text.GATE_HELP)
     gate = widgets.radio(P_GATE, "Gate shape", where=where,
                          labels={"elementwise": "elementwise", "headwise": "headwise"},
                          help="Elementwise: one gate per output dimension; headwise: one per query.")
@@ -183,12 +155,7 @@ def sink_section(spec: SinkSpec, zoo, theory, sweep) -> None:
                 help="The same queries over the real tokens only: softmax must mix real values.")
     widgets.csv_download(lambda: view.strength_frame(sweep, spec), "sink_strength_sweep.csv",
                          label="Download the strength sweep (CSV)", key="dl_snk_strength")
-    cc, n, sd = spec.content, spec.n, spec.spread
-    half = cc + np.log(n) + sd**2 / 2
-    st.caption(f"The sink takes half the weight at s ≈ c + log n + σ²/2 = {half:.2f}. With ν = 0 every "
-               "bit of weight the sink absorbs is weight that mixes nothing, so the output shrinks towards "
-               "zero: a head can switch itself off, at the price of a token that exists only to be "
-               "stared at.")
+    st.caption(text.half_caption(spec))
 
 
 def charts_row(spec: SinkSpec, soft, sweep) -> None:
@@ -214,21 +181,12 @@ NOTHING_OPEN, ZOO_OPEN = "snk_nothing_open", "snk_zoo_open"  # expanders' open s
 
 
 def nothing_section(spec: SinkSpec, sweep) -> None:
-    st.markdown(
-        "Here there is no sink token. As every real logit sinks ($c \\to -\\infty$), softmax renormalises "
-        "and still hands out a total of 1, so the head keeps writing a full-sized mix of irrelevant values. "
-        "softmax1 and a sink logit spend $R/(e^b+R)$ with $R=n\\,e^{c+\\sigma^2/2}$, which falls to 0; "
-        "sigmoid spends $n\\,\\mathbb{E}[\\sigma(x-\\log n)]$, which has no ceiling; ReLU attention (Guo et "
-        "al. 2024) spends $\\mathbb{E}[\\max(x,0)]$, exactly 0 once every logit is negative; the gate leaves "
-        "the weights alone and scales the output instead."
-    )
+    st.markdown(text.NOTHING_TEXT)
     mass_fig, rms_fig = view.nothing_figures(sweep, spec)
     left, right = st.columns(2)
     left.plotly_chart(mass_fig, key="chart_snk_nothing_mass")
     right.plotly_chart(rms_fig, key="chart_snk_nothing_rms")
-    st.caption("Solid: measured; dashed: mean-field theory. Gated softmax spends exactly 1 (not drawn on "
-               "the left); its output is scaled by the gate, whose RMS is "
-               f"{float(gate_rms_theory(spec.gate_bias)):.3f} at b_g = {spec.gate_bias:g}.")
+    st.caption(text.nothing_caption(spec))
     widgets.csv_download(lambda: view.content_frame(sweep), "sink_nothing_relevant.csv",
                          label="Download the content sweep (CSV)", key="dl_snk_nothing")
 
@@ -237,11 +195,7 @@ def zoo_section(spec: SinkSpec, zoo, theory) -> None:
     st.plotly_chart(view.zoo_maps_figure(zoo), key="chart_snk_zoo")
     for col, (field, label, log_y) in zip(st.columns(3), view.ZOO_FIELDS, strict=True):
         col.plotly_chart(view.zoo_bars_figure(zoo, theory, field, label, log_y), key=f"chart_snk_zoo_{field}")
-    st.caption(f"Bars: mean over the {spec.n} queries (error bar: spread over queries); grey ticks: "
-               "mean-field theory. softmax1 and the sink logit spend less than 1 only when the real logits "
-               "are low; sigmoid can spend far more than 1; ReLU spends max(x, 0)/n, nothing on a key scored "
-               "below 0; the gate (mean "
-               f"{float(zoo['gated'].gate_mean.mean()):.3f}) shrinks the output whatever the weights do.")
+    st.caption(text.zoo_caption(spec, zoo))
     widgets.csv_download(lambda: view.zoo_table(spec, zoo, theory), "sink_normaliser_zoo.csv",
                          label="Download the comparison (CSV)", key="dl_snk_zoo")
 
@@ -333,7 +287,7 @@ def head_part(ctx: PageContext, chosen: realtext.Chosen, pickers) -> None:
     fig.update_layout(meta={"view": "snk-grid", **fig.layout.meta})
     st.plotly_chart(fig, key="chart_snk_grid", selection_mode="points",
                     on_select=realtext.on_pick("chart_snk_grid", {"layer": MP.layer, "head": MP.head}))
-    st.caption(grid_caption(att, layer, head))
+    st.caption(text.grid_caption(att, layer, head))
     realtext.head_view(att, lm, layer, head, view="snk-head", key="snk_head", mp=MP, token=chosen.token)
     st.caption("Click a row of the map (or pick the query token in the sidebar) for that token's attention "
                "over the text and its q, k, v.")
@@ -350,40 +304,7 @@ def glance(att, rep, labels: dict[str, str], n_layers: int) -> None:
     st.markdown("##### Where the attention goes, layer by layer")
     fig = view.glance_figure(rep, present(att, labels), n_layers)
     st.plotly_chart(fig, key="chart_snk_glance")
-    st.caption(glance_caption(att, rep, labels))
-
-
-def grid_caption(att, layer: int, head: int) -> str:
-    """What the head grid shows, for an encoder or a causal model."""
-    out = (f"Each tile is one head; the outlined one is layer {layer}, head {head}, shown below (click "
-           "another tile to show it). ")
-    if not att.causal:
-        return out + "A bright left column is a head parking its weight on the first token."
-    return out + ("The causal mask leaves every tile 0 above its diagonal. The first query sees only the "
-                  "first token, so every head gives it that query's whole weight whatever it has learned; "
-                  "a head parks its weight on the first token when the left column stays bright all the "
-                  "way down.")
-
-
-_CLARK = quoted("clark2019.sep")
-
-
-def glance_caption(att, rep, labels: dict[str, str]) -> str:
-    """The dashed baselines, and for a causal model where its first-token curve stands against them."""
-    if not att.causal:
-        return ("Dashed: what each key set would get if every query spread its weight evenly over the keys "
-                "it sees (1/L per token). In a trained encoder the middle layers put several times that on "
-                f"[CLS]; {_CLARK.reference.short} ({_CLARK.where}, {_CLARK.model}): {_CLARK.label}.")
-    L, uni = len(att.tokens), rep.uniform["first"]
-    per_layer = rep.mass["first"].double().mean(dim=1)  # (layers,): the curve, mean over heads
-    top = int(per_layer.argmax())
-    return (f"Dashed: what each key set would get if every query spread its weight evenly over the keys it "
-            f"sees. Under the causal mask query i sees only the i + 1 tokens up to itself, so the first "
-            f"token's even share is the mean of 1/(i + 1): {uni:.3f} for these {L} tokens, not 1/L = "
-            f"{1 / L:.3f}. This model puts the most on {plain(labels['first'])} in layer {top}: "
-            f"{float(per_layer[top]):.3f}, {float(per_layer[top]) / uni:.1f}× the even share. A decoder "
-            "that parks its spare weight on its first token (the sink StreamingLLM keeps in its cache) "
-            "draws that curve far above the dashed line.")
+    st.caption(text.glance_caption(att, rep, labels))
 
 
 def mass_section(att, rep, labels: dict[str, str], lm) -> None:
@@ -399,32 +320,13 @@ def mass_section(att, rep, labels: dict[str, str], lm) -> None:
 
 def metric_section(att, rep, labels: dict[str, str], lm) -> None:
     st.markdown(f"##### Sink metric: share of heads with α_k > ε = {rep.eps:g}")
-    st.latex(r"\alpha_k^{(\ell,h)}=\frac{1}{|\{i: i\text{ sees }k\}|}\sum_{i\text{ sees }k}A^{(\ell,h)}_{ik},"
-             r"\qquad \text{sink rate}_\ell(k)=\frac{1}{H}\#\{h:\alpha_k^{(\ell,h)}>\varepsilon\}")
+    st.latex(text.METRIC_LATEX)
     tokens = realtext.token_labels(att, 10)
     fig = view.metric_figure(rep, tokens, lm.layers)
     st.plotly_chart(fig, key="chart_snk_metric")
-    st.caption("Gu et al. 2024 (\"When Attention Sink Emerges in Language Models\") call a head a sink head "
-               "for key k when α_k > ε. " + uniform_metric_sentence(len(att.tokens), att.causal, rep.eps))
+    st.caption(text.metric_caption(len(att.tokens), att.causal, rep.eps))
     widgets.csv_download(lambda: view.alpha_frame(rep, att.tokens), "sink_metric_alpha.csv",
                          label="Download α for every head and key (CSV)", key="dl_snk_metric")
-
-
-def uniform_metric_sentence(L: int, causal: bool, eps: float) -> str:
-    """What uniform attention would score (attncore.sinks.uniform_sink_scores), against ε."""
-    if not causal:
-        return (f"Under uniform attention every α_k would be 1/L = {1 / L:.3f} here, so any cell above 0 at "
-                f"ε = {eps:g} is a head that singles a token out." if eps >= 1 / L else
-                f"Under uniform attention every α_k would be 1/L = {1 / L:.3f} here, above ε = {eps:g}: with "
-                "this few tokens even a head with no preference counts as a sink head.")
-    u = uniform_sink_scores(L, True).numpy()
-    above = int((u > eps).sum())  # a prefix: u falls with k
-    head = (f"Under uniform causal attention α_k would be the mean of 1/(i + 1) over the queries i ≥ k that "
-            f"see key k: from {u[-1]:.3f} (the last token) to {u[0]:.3f} (the first)")
-    if above == 0:
-        return head + f", all at most ε = {eps:g}, so any cell above 0 is a head that singles a token out."
-    return head + (f"; for the first {above} token{'s' if above != 1 else ''} that is above ε = {eps:g}, so "
-                   "their columns count heads with no preference too.")
 
 
 # ---------------------------------------------------------------------------- page

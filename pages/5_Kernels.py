@@ -22,7 +22,7 @@ from attncore.kernels import (
     default_budget_bytes,
     fully_masked_rows,
 )
-from ui import cached, widgets
+from ui import cached_kernels, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import kernels as view
@@ -178,15 +178,16 @@ def run_probes(spec: KernelSpec, lengths: tuple[int, ...], device: str,
     for i, t in enumerate(lengths):
         bar.progress(sum(weights[:i]) / sum(weights), text=f"T = {t}: trying every backend…")
         t0 = time.perf_counter()
-        res = cached.kernel_probe(spec, t, device)
+        res = cached_kernels.kernel_probe(spec, t, device)
         seconds += res.seconds
         sizes.append(res.value)
-        if i + 1 < len(lengths) and time.perf_counter() - t0 >= cached.KERNEL_PARTIAL_AFTER_S:
+        if i + 1 < len(lengths) and time.perf_counter() - t0 >= cached_kernels.KERNEL_PARTIAL_AFTER_S:
             time_slot, _, caption_slot = place.slots()
             time_slot.plotly_chart(view.mark_partial(view.time_figure(view.backend_frame(sizes))),
                                    width="stretch")
             caption_slot.caption(view.partial_note(lengths[: i + 1], lengths[i + 1:]))
-            time.sleep(cached.KERNEL_DRAW_PAUSE_S)  # the browser draws it before the next size is timed
+            # the browser draws it before the next size is timed
+            time.sleep(cached_kernels.KERNEL_DRAW_PAUSE_S)
     bar.empty()
     return sizes, seconds
 
@@ -209,7 +210,7 @@ def charts_section(df: pd.DataFrame, spec: KernelSpec, lengths: tuple[int, ...],
         if not in_process:
             mem_slot.info("Measuring peak memory: every call again, each in a fresh process…",
                           icon=":material/memory:")
-        m = cached.kernel_memory(spec, lengths, device)
+        m = cached_kernels.kernel_memory(spec, lengths, device)
         sizes, note, seconds = list(m.value[0]), m.value[1], m.seconds
         df = view.backend_frame(sizes)
     mfig = view.memory_figure(df)
@@ -276,7 +277,7 @@ def body(ctx: PageContext) -> None:
     st.title("Kernels")
     spec, lengths, mem = spec_from_controls(ctx)
     budget = default_budget_bytes(ctx.device)
-    check_sweep(spec, lengths, ctx.device, cached.KERNEL_REPEATS, budget)
+    check_sweep(spec, lengths, ctx.device, cached_kernels.KERNEL_REPEATS, budget)
     explain(spec, ctx.device, lengths)
     place = ChartsPlace()
     sizes, seconds = run_probes(spec, lengths, ctx.device, place)

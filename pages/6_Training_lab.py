@@ -11,7 +11,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
-from ui import cached, learned, sink_grid, widgets
+from ui import cached_results, learned, sink_grid, widgets
 from ui import corpus as corpora
 from ui.job_cost import SIZES, job_tokens, make_configs
 from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
@@ -202,7 +202,7 @@ def shipped(ctx: PageContext) -> Any:
             continue
         with tab:
             try:
-                d = cached.training_result(name)
+                d = cached_results.training_result(name)
             except AttnInputError as exc:
                 st.warning(plain(exc), icon=":material/draft:")
                 continue

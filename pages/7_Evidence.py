@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attncore.evidence import CLAIMS, EXACT, LIVE, SHIPPED, SOURCES, Claim, Row, judge
-from ui import cached, widgets
+from ui import cached_results, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param
 from ui.views import evidence as view
@@ -50,7 +50,7 @@ def measure(ctx: PageContext, claims: list[Claim], stamp: float, note: str) -> l
         bar.progress(
             i / max(1, len(claims)), text=f"{note} {i + 1} of {len(claims)}: {c.key.replace('_', ' ')}"
         )
-        res = cached.evidence_measurement(c.key, ctx.device, ctx.seed, ctx.dtype, stamp)
+        res = cached_results.evidence_measurement(c.key, ctx.device, ctx.seed, ctx.dtype, stamp)
         measured, j = judge(c, res.value)
         rows.append(Row(c, res.value, measured, j, res.seconds))
     bar.empty()
@@ -139,13 +139,13 @@ def body(ctx: PageContext) -> None:
         "to the view that shows it."
     )
     sources, verdicts = controls(ctx.controls)
-    stamp = cached.results_stamp()
+    stamp = cached_results.results_stamp()
     fast, slow = [c for c in CLAIMS if not c.slow], [c for c in CLAIMS if c.slow]
     rows = measure(ctx, fast, stamp, "Measuring claim")
     slots = [st.empty(), st.empty(), st.empty()]
     # The fast rows are drawn first only while the slower ones are still to be measured on this server
     setting = (ctx.device, ctx.seed, ctx.dtype, stamp)
-    measured = cached.evidence_slow_measured()
+    measured = cached_results.evidence_slow_measured()
     if setting not in measured:
         draw(slots, ctx, rows, slow, sources, verdicts, final=False)
     rows += measure(ctx, slow, stamp, "Measuring the slower claims:")

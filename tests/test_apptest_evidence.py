@@ -231,7 +231,7 @@ def test_a_new_tab_draws_the_chart_and_table_once_when_the_slow_rows_are_measure
     """Issue 34: the fast rows are drawn before the slower claims only while this server has not measured
     them yet; a new session (tab) at a measured setting draws the chart and the table once (every new tab
     drew both twice: the first time without the slower rows)."""
-    from ui import cached
+    from ui import cached_results
 
     calls: list[int] = []
     real = view.verdict_figure
@@ -241,6 +241,6 @@ def test_a_new_tab_draws_the_chart_and_table_once_when_the_slow_rows_are_measure
     assert calls == [len(CLAIMS)]
     assert len(table(at)) == len(CLAIMS)
     calls.clear()
-    cached.evidence_slow_measured().clear()  # as on a fresh server: the fast rows first, then every row
+    cached_results.evidence_slow_measured().clear()  # as on a fresh server: the fast rows first, then every row
     no_errors(run_app(PAGE, timeout=900))
     assert calls == [len([c for c in CLAIMS if not c.slow]), len(CLAIMS)]

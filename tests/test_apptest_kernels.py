@@ -25,7 +25,7 @@ from attncore.kernels import (
 )
 from attncore.kernels.claims import FIT_SIZES
 from tests.chart_data import decode, figure, no_errors, page_device, run_app
-from ui import cached
+from ui import cached_kernels
 from ui.views import kernels as view
 
 PAGE = "pages/5_Kernels.py"
@@ -95,8 +95,8 @@ def assert_table_matches_attncore(at, spec: KernelSpec, lengths: list[int]) -> p
 def page_sizes(spec: KernelSpec, lengths: list[int], mem: bool):
     """The results the page drew (the same cached entries it read)."""
     if mem or not ON_CPU:
-        return list(cached.kernel_memory(spec, tuple(lengths), DEVICE).value[0])
-    return [cached.kernel_probe(spec, T, DEVICE).value for T in lengths]
+        return list(cached_kernels.kernel_memory(spec, tuple(lengths), DEVICE).value[0])
+    return [cached_kernels.kernel_probe(spec, T, DEVICE).value for T in lengths]
 
 
 def chart_matches_table(at, df: pd.DataFrame, view_name: str, column: str) -> None:
@@ -454,7 +454,7 @@ def test_range_columns_help_says_what_the_cells_are_the_medians_interval() -> No
     assert "fastest and slowest" not in helps["time_range"].split(":")[0]
     spec = KernelSpec(heads=4)
     shown = table(at).set_index(["T", "backend"])
-    sizes = [cached.kernel_probe(spec, T, DEVICE).value for T in (32, 64)]  # the page's own run (cached)
+    sizes = [cached_kernels.kernel_probe(spec, T, DEVICE).value for T in (32, 64)]  # the page's own run (cached)
     nine = 0
     for s in sizes:
         for r in s.rows:
@@ -526,8 +526,8 @@ def test_a_new_head_dim_draws_each_size_as_it_is_timed_and_a_seen_one_times_noth
 
     monkeypatch.setattr(kernels_pkg, "probe", counting_probe)
     monkeypatch.setattr(view, "mark_partial", recording_mark)
-    monkeypatch.setattr(cached, "KERNEL_PARTIAL_AFTER_S", 0.0)  # every size counts as measured now
-    monkeypatch.setattr(cached, "KERNEL_DRAW_PAUSE_S", 0.0123)
+    monkeypatch.setattr(cached_kernels, "KERNEL_PARTIAL_AFTER_S", 0.0)  # every size counts as measured now
+    monkeypatch.setattr(cached_kernels, "KERNEL_DRAW_PAUSE_S", 0.0123)
     monkeypatch.setattr(time, "sleep", recording_sleep)
     query = {**SMALL, "k_tmin": "16", "k_tmax": "64", "k_dim": "32", "seed": "7341"}
     at = run_app(PAGE, **query)
@@ -552,7 +552,7 @@ def test_a_new_head_dim_draws_each_size_as_it_is_timed_and_a_seen_one_times_noth
     assert_table_matches_attncore(at, KernelSpec(heads=4, head_dim=16, seed=7341), [16, 32, 64])
     chart_matches_table(at, table(at), "kernels_time", "time_ms")
 
-    monkeypatch.setattr(cached, "KERNEL_PARTIAL_AFTER_S", 0.05)  # the page's own rule again
+    monkeypatch.setattr(cached_kernels, "KERNEL_PARTIAL_AFTER_S", 0.05)  # the page's own rule again
     probed.clear()
     partials.clear()
     events.clear()

@@ -16,7 +16,7 @@ from attncore.qkv import capture
 from tests.chart_data import decode, figure, no_errors, page_device, run_app, trace
 from tests.chart_data import set_widget as _set
 from tests.test_apptest_realtext_select import click, strip_weights, strips
-from ui import cached
+from ui import cached_models
 
 HEATMAPS = "pages/1_Heatmaps.py"
 TEXT = "The cat sat on the mat. The dog slept."
@@ -55,7 +55,7 @@ def test_smollm2_views_equal_attncore_and_moving_never_reruns_the_forward(
         return real(*a, **k)
 
     monkeypatch.setattr(models, "run_text", counting)
-    cached._text_attention.clear()
+    cached_models._text_attention.clear()
     at = run_app(HEATMAPS, timeout=900, rt_src="real", rt_model="smollm2", rt_text=TEXT, rt_layer="3",
                  rt_head="4", rt_tok="2")
     no_errors(at)

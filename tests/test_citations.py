@@ -137,7 +137,7 @@ def test_guo_claim_quotes_the_registry() -> None:
 
 def test_clark_is_quoted_from_the_registry() -> None:
     """The Attention sinks page quoted Clark et al. as 'some middle layers'; the paper says layers 6-10."""
-    page = (ROOT / "pages" / "4_Attention_sinks.py").read_text(encoding="utf-8")
+    page = (ROOT / "ui" / "views" / "sinks_text.py").read_text(encoding="utf-8")
     assert 'quoted("clark2019.sep")' in page and "some middle layers" not in page
     assert "layers 6-10" in quoted("clark2019.sep").label
 

@@ -24,7 +24,7 @@ import pytest
 from attncore.errors import AttnInputError
 from attncore.training import TrainConfig
 from tests.chart_data import figures, run_app
-from ui import admission, cached, job_cost, job_panel, jobs, widgets
+from ui import admission, cached_results, job_cost, job_panel, jobs, widgets
 from ui.state import MAX_FREE_ITEMS, QUOTE_CHARS, Param, quote
 from ui.widgets import FORMULA_START, safe_csv_frame
 
@@ -383,12 +383,12 @@ def test_a_slow_evidence_measurement_runs_inside_admission(fresh_limiter: admiss
     monkeypatch.setattr(evidence, "evaluate", evaluate)
     slow = next(c for c in evidence.CLAIMS if c.slow)
     fast = next(c for c in evidence.CLAIMS if not c.slow)
-    cached.evidence_measurement.clear()
+    cached_results.evidence_measurement.clear()
     try:
         for c in (slow, fast):
-            assert cached.evidence_measurement(c.key, "cpu", 12345, "float32", 0.0).value == c.key
+            assert cached_results.evidence_measurement(c.key, "cpu", 12345, "float32", 0.0).value == c.key
     finally:
-        cached.evidence_measurement.clear()
+        cached_results.evidence_measurement.clear()
     assert seen == [(slow.key, 1), (fast.key, 0)]  # light work does not queue
 
 

@@ -233,7 +233,7 @@ def test_a_file_that_links_outside_the_allowed_directories_is_refused(model_root
 
 def test_ten_spellings_of_one_folder_load_the_model_once(model_root: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from ui import cached
+    from ui import cached_models
 
     folder = _link_bundled(model_root / "sub" / "mini")
     (model_root / "alias").symlink_to(folder, target_is_directory=True)
@@ -249,11 +249,11 @@ def test_ten_spellings_of_one_folder_load_the_model_once(model_root: Path,
         return real(source, device)
 
     monkeypatch.setattr(models, "load_model", counting)
-    cached._language_model.clear()
+    cached_models._language_model.clear()
     try:
-        got = {id(cached.language_model(s, "cpu")) for s in spellings}
+        got = {id(cached_models.language_model(s, "cpu")) for s in spellings}
     finally:
-        cached._language_model.clear()
+        cached_models._language_model.clear()
     assert loads == [str(folder)] and len(got) == 1
 
 

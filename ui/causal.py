@@ -19,7 +19,7 @@ import streamlit as st
 
 from attncore.models import LoadedModel, TextAttention
 from attncore.training import MAX_VIEW_CHARS, CharTransformer, KnownText, known_text, shipped_model_path
-from ui import cached, widgets
+from ui import cached_models, widgets
 from ui.cached import Timed
 from ui.page import PageContext
 from ui.state import Param, value
@@ -68,7 +68,7 @@ def is_causal(lm: LoadedModel) -> bool:
 
 
 def _model(ctx: PageContext) -> Timed[CharTransformer]:
-    return cached.causal_model(ctx.device)
+    return cached_models.causal_model(ctx.device)
 
 
 def prepare(text: str, ctx: PageContext) -> KnownText:
@@ -95,7 +95,7 @@ def load(text: str, ctx: PageContext) -> tuple[LoadedModel, Timed[TextAttention]
     model = m.value
     kt = known_text(model, text, MAX_VIEW_CHARS)
     _notes(kt)
-    res = cached.causal_attention(kt.text, ctx.device)
+    res = cached_models.causal_attention(kt.text, ctx.device)
     c = model.config
     lm = LoadedModel(name=NAME, path=str(shipped_model_path()), model=model, tokenizer=None,
                      layers=c.n_layer, heads=c.n_head, token_limit=MAX_VIEW_CHARS, device=ctx.device,
@@ -129,9 +129,9 @@ def next_char_section(np_: NextParams, text: Param, ctx: PageContext, *, view: s
                              help="The logits are divided by τ before the softmax: τ < 1 sharpens the "
                                   "distribution towards the likeliest character, τ > 1 flattens it."))
     k = min(int(widgets.slider(np_.top_k, "Characters shown (top k)", where=right)), len(model.vocab))
-    res = cached.causal_next_chars(kt.text, t, ctx.device)
+    res = cached_models.causal_next_chars(kt.text, t, ctx.device)
     dist = res.value
-    ref = cached.causal_next_chars(kt.text, 1.0, ctx.device).value
+    ref = cached_models.causal_next_chars(kt.text, 1.0, ctx.device).value
     st.plotly_chart(causal_view.next_char_figure(dist, k, t, view=view, reference=ref), key=f"chart_{key}")
     shown = sum(q for _, q in dist[:k])
     ctx_note = (f"the model reads the last {model.config.context} of the {len(kt.text)} characters (its "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from attncore.models.generation import MAX_NEW_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, next_distribution
-from ui import cached, widgets
+from ui import cached_models, widgets
 from ui.page import PageContext
 from ui.realtext import Chosen
 from ui.state import Param
@@ -62,7 +62,7 @@ def next_token_section(dp: DecoderParams, ch: Chosen, ctx: PageContext, *, key: 
                              help="The logits are divided by τ before the softmax: τ < 1 sharpens the "
                                   "distribution towards the likeliest token, τ > 1 flattens it."))
     k = int(widgets.slider(dp.top_k, "Tokens shown (top k)", where=right))
-    res = cached.next_logits(ch.source, ch.text, ctx.device)  # admitted by its plan
+    res = cached_models.next_logits(ch.source, ch.text, ctx.device)  # admitted by its plan
     dist = next_distribution(ch.lm, res.value, t, k)
     ref = next_distribution(ch.lm, res.value, 1.0, k + 40)
     fig = causal_view.next_char_figure(dist, k, t, view=f"{key}-next", reference=ref)
@@ -92,7 +92,7 @@ def generation_section(dp: DecoderParams, ch: Chosen, ctx: PageContext, *, key: 
         return
     t = float(st.session_state.get(dp.temperature.key, dp.temperature.default))
     greedy = mode == "greedy"
-    res = cached.generation(ch.source, ch.text, n, greedy, 1.0 if greedy else t,
+    res = cached_models.generation(ch.source, ch.text, n, greedy, 1.0 if greedy else t,
                             0 if greedy else int(ctx.seed), ctx.device)  # admitted by its plan's estimate
     g = res.value
     how = "greedy: the likeliest token each step" if greedy else f"sampled at τ = {t:g} from seed {ctx.seed}"

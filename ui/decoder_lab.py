@@ -29,8 +29,9 @@ from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TE
 from attncore.errors import AttnInputError
 from attncore.evidence.decoder import MODEL_LABEL
 from attncore.models import load_bytes
-from ui import cached, realtext, widgets
+from ui import cached_decoder, cached_models, realtext, widgets
 from ui.admission import heavy
+from ui.cached import Planned, text_key
 from ui.page import PageContext
 from ui.realtext import MODEL_LOAD_BYTES
 from ui.realtext import _ProgressBar as ProgressBar  # the first-load bar of the model picker
@@ -96,10 +97,10 @@ def stream_store() -> _StreamStore:
 
 def _model(ctx: PageContext) -> Any:
     with heavy(max(MODEL_LOAD_BYTES, load_bytes("smollm2")), seconds=5.0, label="loading the model"):
-        return cached.language_model("smollm2", ctx.device, progress=ProgressBar())
+        return cached_models.language_model("smollm2", ctx.device, progress=ProgressBar())
 
 
-Call = tuple[cached.Planned[Any], tuple[Any, ...]]
+Call = tuple[Planned[Any], tuple[Any, ...]]
 
 
 def _seconds(calls: Sequence[Call]) -> float:
@@ -175,7 +176,7 @@ def choose_text(ctx: PageContext, src: str, L: int) -> ChosenText | None:
     """The shipped text, or the user's own from the text box (None, with a plain message, while it is
     empty or gives fewer than :data:`MIN_TEXT_TOKENS` tokens). Says when it has fewer tokens than asked."""
     if src == "shipped":
-        return ChosenText(None, cached.decoder_tokens(L, ctx.device).total)
+        return ChosenText(None, cached_decoder.decoder_tokens(L, ctx.device).total)
     text = realtext.long_text_box(
         P_TEXT, "Your text", height=120,
         help=f"Any text; SmolLM2's tokenizer reads it. The sink heads read its first {GU_TOKENS} tokens "
@@ -187,7 +188,7 @@ def choose_text(ctx: PageContext, src: str, L: int) -> ChosenText | None:
                 icon=":material/edit_note:")
         return None
     try:
-        total = cached.decoder_tokens(L, ctx.device, text).total
+        total = cached_decoder.decoder_tokens(L, ctx.device, text).total
     except AttnInputError as e:  # too short (the message holds numbers only, never the text)
         st.warning(f"Your text cannot be measured: {e}", icon=":material/short_text:")
         return None
@@ -226,8 +227,8 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
         _nothing_yet()
         return
     text = chosen.text
-    key = cached.text_key(text)
-    sinks = cached._decoder_sinks
+    key = text_key(text)
+    sinks = cached_decoder._decoder_sinks
     got = run_or_wait("dec_sinks", f"The sink heads at {min(L, chosen.total):,} tokens",
                       [(sinks, (GU_TOKENS, eps, ctx.device, key, text)),
                        (sinks, (L, eps, ctx.device, key, text))],
@@ -292,7 +293,8 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
     if short is not None:
         st.info(short, icon=":material/short_text:")
         return
-    res = cached.decoder_variants(shift, eps, ctx.device, chosen.text, n)  # at most 64 tokens: runs at once
+    # at most 64 tokens: runs at once
+    res = cached_decoder.decoder_variants(shift, eps, ctx.device, chosen.text, n)
     widgets.table(view.variants_frame(res.value))
     v = res.value
     fewer = "" if n == GU_TOKENS else f" (Gu et al.'s {GU_TOKENS} do not fit in the text shifted by {shift})"
@@ -340,7 +342,7 @@ def shipped_run_section() -> None:
         return
     with box:
         try:
-            run = cached.shipped_stream_run()
+            run = cached_decoder.shipped_stream_run()
         except AttnInputError as exc:
             st.info(plain(f"The shipped run cannot be shown: {exc}"), icon=":material/draft:")
             return
@@ -378,7 +380,7 @@ def run_panel(ctx: PageContext, L: int, settings: tuple[StreamSetting, ...]) -> 
                     on_click=lambda: st.session_state.__setitem__(flag_run, True))
     elif missing:
         lm = _model(ctx)
-        ids = cached.shipped_ids(L, ctx.device)
+        ids = cached_decoder.shipped_ids(L, ctx.device)
         bar = slot.progress(0.0, text=f"0 of {len(missing)} settings")
         stop = slot.empty()
         stop.button("Stop", key=f"{key}_btn", icon=":material/stop:",
@@ -412,8 +414,8 @@ def ablation_section(ctx: PageContext, where: Any) -> None:
     n = widgets.slider(P_AW, "Text windows", where=where)
     L = widgets.slider(P_AL, "Window length (tokens)", where=where)
     got = run_or_wait("dec_abl", f"The ablations ({4 * n + 1} passes of {L:,} tokens)",
-                      [(cached.decoder_ablations, (n, L, ctx.device))],
-                      [(cached.decoder_ablations, (P_AW.default, P_AL.default, ctx.device))])
+                      [(cached_decoder.decoder_ablations, (n, L, ctx.device))],
+                      [(cached_decoder.decoder_ablations, (P_AW.default, P_AL.default, ctx.device))])
     if got is None:
         return
     res = got[0]
@@ -433,14 +435,13 @@ def position_section(ctx: PageContext) -> None:
     """Where the sink goes when the first token is deleted; the eviction test; Gu et al.'s inputs."""
     st.markdown(f"**Where the sink goes** (the shipped text's first {GU_TOKENS} tokens, sink heads above "
                 f"{POSITION_EPS:g}):")
-    with _passes(ctx, GU_TOKENS, 3, "deleting the first token"):
-        res = cached.decoder_deletion(GU_TOKENS, ctx.device)
+    res = cached_decoder.decoder_deletion(GU_TOKENS, ctx.device)  # admitted by its plan
     d = res.value
     st.plotly_chart(pos_view.deletion_figure(d, POSITION_EPS), key="chart_dec_deletion")
     widgets.table(pos_view.deletion_frame(d, POSITION_EPS))
     st.caption(pos_view.deletion_sentence(d, POSITION_EPS))
     try:
-        st.caption(pos_view.eviction_sentence(pos_view.eviction(cached.shipped_stream_run().result)))
+        st.caption(pos_view.eviction_sentence(pos_view.eviction(cached_decoder.shipped_stream_run().result)))
     except AttnInputError as exc:
         st.caption(plain(f"The eviction test reads the shipped StreamingLLM run, which cannot be read: "
                          f"{exc}"))
@@ -459,8 +460,7 @@ def gu_section(ctx: PageContext) -> None:
     if not box.open:
         return
     with box:
-        with _passes(ctx, GU_TOKENS, 6, "Gu et al.'s inputs"):
-            gu = cached.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)
+        gu = cached_decoder.decoder_gu_inputs(GU_TOKENS, ctx.seed, ctx.device)  # admitted by its plan
         widgets.table(pos_view.gu_frame(gu.value))
         st.caption(pos_view.gu_sentence(gu.value))
         st.caption(pos_view.gu_caption(MODEL_LABEL, GU_TOKENS, ctx.seed))
@@ -471,8 +471,8 @@ def induction_section(ctx: PageContext, where: Any, kv: int) -> None:
     st.subheader("Induction heads (Olsson et al. 2022)")
     T = widgets.slider(P_T, "Random tokens per copy", where=where)
     got = run_or_wait("dec_ind", f"The induction test (two passes of {2 * T:,} tokens)",
-                      [(cached.decoder_induction, (T, ctx.seed, ctx.device))],
-                      [(cached.decoder_induction, (P_T.default, ctx.seed, ctx.device))])
+                      [(cached_decoder.decoder_induction, (T, ctx.seed, ctx.device))],
+                      [(cached_decoder.decoder_induction, (P_T.default, ctx.seed, ctx.device))])
     if got is None:
         return
     res = got[0]
@@ -491,15 +491,14 @@ INDUCTION_ABLATION_OPEN = "dec_ind_abl_open"  # the expander's open state (a vie
 
 def induction_ablation_section(ctx: PageContext, T: int) -> None:
     """The top induction heads zeroed against random sets of the same size, in an expander run when opened."""
-    sets = cached.INDUCTION_SETS
+    sets = cached_decoder.INDUCTION_SETS
     box = st.expander(f"Zero the top induction heads against {sets} random sets (Crosbie & Shutova 2025)",
                       key=INDUCTION_ABLATION_OPEN, on_change="rerun", icon=":material/content_cut:")
     if not box.open:
         return
     with box:
         shape = decoder_shape(_model(ctx).model)
-        with _passes(ctx, 2 * T, 1 + 2 * (1 + sets), "the induction ablations"):
-            res = cached.decoder_induction_ablation(T, ctx.seed, ctx.device)
+        res = cached_decoder.decoder_induction_ablation(T, ctx.seed, ctx.device)  # admitted by its plan
         a = res.value
         widgets.table(view.induction_ablation_frame(a))
         st.caption(view.induction_ablation_sentence(a, shape.layers * shape.heads, shape.vocab))
@@ -524,8 +523,8 @@ def entropy_part(ctx: PageContext) -> None:
                           labels={"with": "with the first token", "without": "without it (renormalised)"})
     _say_what()
     got = run_or_wait("dec_ent", f"The entropy pass at {L:,} tokens",
-                      [(cached.decoder_entropy, (L, ctx.device))],
-                      [(cached.decoder_entropy, (P_EL.default, ctx.device))])
+                      [(cached_decoder.decoder_entropy, (L, ctx.device))],
+                      [(cached_decoder.decoder_entropy, (P_EL.default, ctx.device))])
     if got is None:
         return
     res = got[0]

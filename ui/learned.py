@@ -42,7 +42,7 @@ from attncore.training.null_attention import (
 from attncore.training.null_verdicts import Z
 from attncore.training.sink_stats import LAST_POINTS, t_level
 from attncore.training.sink_verdicts import SinkClaims, streaming_claim_sentence
-from ui import cached, sink_grid, widgets
+from ui import cached_results, sink_grid, widgets
 from ui.corpus import Corpus
 from ui.job_cost import MAX_JOB_TOKENS, SIZES, flops_per_token
 from ui.job_panel import job_panel, run_button, time_estimate
@@ -187,9 +187,9 @@ def maps_section(d: dict[str, Any]) -> None:
 
 def _maps(d: dict[str, Any]) -> None:
     try:
-        task = cached.learned_task()
+        task = cached_results.learned_task()
         ids = _first_held_out(task, int((d.get("sizes") or {}).get("config", {}).get("context", CONTEXT)))
-        views = [(SHIPPED[name], cached.learned_view(name, ids, "cpu").value) for name in SHIPPED]
+        views = [(SHIPPED[name], cached_results.learned_view(name, ids, "cpu").value) for name in SHIPPED]
     except AttnInputError as exc:
         st.info(plain(f"The shipped models cannot be shown: {exc}"), icon=":material/draft:")
         return
@@ -291,7 +291,7 @@ def live_section(ctx: Any, corpus: Corpus | None) -> None:
 def _shipped_time() -> str:
     """' The shipped runs of this size took a–b s each ...' from the shipped file ('' without one)."""
     try:
-        d = cached.training_result("null_attention")
+        d = cached_results.training_result("null_attention")
     except AttnInputError:
         return ""
     took = [float(r.get("wall_s") or 0) + float(r.get("test_s") or 0) for r in d.get("runs") or []]
@@ -401,7 +401,7 @@ def learned_part(ctx: Any) -> None:
     """The shipped softmax model and one fixed variant on one sequence, side by side."""
     c = learned_controls(ctx.controls)
     try:
-        task = cached.learned_task()
+        task = cached_results.learned_task()
     except AttnInputError as exc:
         st.warning(plain(exc), icon=":material/draft:")
         return
@@ -411,7 +411,7 @@ def learned_part(ctx: Any) -> None:
                 "elsewhere it has nothing to read, yet softmax must still spend a weight of 1 on some token. "
                 "The variant beside it has another way out: a slot that no value stands behind, weights that "
                 "need not sum to 1, or a gate on what the head writes.")
-    st.markdown(settings_note(cached.sink_claims()[0]))
+    st.markdown(settings_note(cached_results.sink_claims()[0]))
     if c["src"] == "text" and not c["text"]:
         st.info("Type characters in the sidebar's box (Characters after BOS): both models' maps are drawn on "
                 "them.", icon=":material/edit_note:")
@@ -419,8 +419,8 @@ def learned_part(ctx: Any) -> None:
     ids, note = _sequence(c, task, ctx.seed)
     if note:
         st.caption(plain(note))
-    soft = cached.learned_view("softmax", ids, ctx.device)
-    fix = cached.learned_view(c["fix"], ids, ctx.device)
+    soft = cached_results.learned_view("softmax", ids, ctx.device)
+    fix = cached_results.learned_view(c["fix"], ids, ctx.device)
     names = ("softmax", SHIPPED[c["fix"]])
     roles = soft.value.roles.numpy()
     chars = soft.value.chars

@@ -2,7 +2,8 @@
 after every layer predicts at the selected query token, the final prediction's rank per layer, and each
 head's direct contribution to the prediction's logit.
 
-Data flow as everywhere: ``ui.cached.logit_lens`` -> ``attncore.decoder.lens`` -> ``ui.views.lens`` -> ``st``.
+Data flow as everywhere: ``ui.cached_models.logit_lens`` -> ``attncore.decoder.lens`` -> ``ui.views.lens``
+-> ``st``.
 The section is a lazy expander: nothing runs until it is opened.
 """
 
@@ -14,7 +15,7 @@ from attncore.budget import fmt_bytes
 from attncore.decoder.lens import lens_bytes
 from attncore.decoder.probe import decoder_shape
 from attncore.errors import AttnInputError
-from ui import cached, widgets
+from ui import cached_models, widgets
 from ui.admission import heavy
 from ui.page import PageContext
 from ui.realtext import Chosen
@@ -66,7 +67,7 @@ def _draw(ch: Chosen, ctx: PageContext, key: str) -> None:
     try:
         need = lens_bytes(decoder_shape(lm.model), L)
         with heavy(need, seconds=2.0, label="the logit lens"):
-            res = cached.logit_lens(ch.source, ch.text, ctx.device, i, L)
+            res = cached_models.logit_lens(ch.source, ch.text, ctx.device, i, L)
     except AttnInputError as exc:
         st.info(f"The logit lens is not shown: {plain(exc)}", icon=":material/info:")
         return

@@ -29,7 +29,7 @@ from attncore.models import (
     load_bytes,
 )
 from attncore.qkv import HeadVectors, top_keys
-from ui import cached, causal, widgets
+from ui import cached_models, causal, widgets
 from ui.admission import heavy
 from ui.cached import Timed
 from ui.page import PageContext
@@ -178,7 +178,7 @@ def load_model(source: str, ctx: PageContext) -> LoadedModel:
     canonical = canonical_source(source)
     with heavy(max(MODEL_LOAD_BYTES, load_bytes(canonical)), seconds=5.0,
                label="loading the model"):  # queue (ui.admission)
-        lm = cached.language_model(source, ctx.device, progress=_ProgressBar())
+        lm = cached_models.language_model(source, ctx.device, progress=_ProgressBar())
     if lm.converted and not st.session_state.get(_CONVERTED_SEEN):
         st.session_state[_CONVERTED_SEEN] = True  # said once per session
         st.success(f"First start: {lm.description} was converted from its 4-bit file in {lm.seconds:.0f} s "
@@ -190,11 +190,11 @@ def load_model(source: str, ctx: PageContext) -> LoadedModel:
 def load(source: str, text: str, ctx: PageContext, lm: LoadedModel | None = None,
          layer: int | None = None) -> tuple[LoadedModel, Timed[TextAttention]]:
     """The cached model and its attentions on ``text``, with a note when the text was truncated.
-    ``layer``: see :func:`ui.cached.text_attention` (a long text keeps only that layer's maps)."""
+    ``layer``: see :func:`ui.cached_models.text_attention` (a long text keeps only that layer's maps)."""
     if source == causal.CAUSAL:
         return causal.load(text, ctx)
     lm = lm or load_model(source, ctx)
-    res = cached.text_attention(source, text, ctx.device, layer)  # admitted by its plan's estimate
+    res = cached_models.text_attention(source, text, ctx.device, layer)  # admitted by its plan's estimate
     att = res.value
     if att.dropped or att.chars_cut:
         total = len(att.tokens) + att.dropped
@@ -423,8 +423,9 @@ def head_view(att: TextAttention, lm: LoadedModel, layer: int, head: int, *, vie
 def vectors(ch: Chosen, ctx: PageContext) -> Timed[HeadVectors]:
     """The cached q, k, v and outputs of every head for the chosen model and text."""
     if ch.source == causal.CAUSAL:
-        return cached.causal_head_vectors(causal.prepare(ch.text, ctx).text, ctx.device)
-    return cached.head_vectors(ch.source, ch.text, ctx.device, len(ch.res.value.tokens))  # admitted by plan
+        return cached_models.causal_head_vectors(causal.prepare(ch.text, ctx).text, ctx.device)
+    # admitted by its plan
+    return cached_models.head_vectors(ch.source, ch.text, ctx.device, len(ch.res.value.tokens))
 
 
 def token_section(ch: Chosen, ctx: PageContext, *, key: str) -> None:

@@ -1,8 +1,8 @@
 """The sink experiment over settings, in the Training lab's tab "A sink forms": the verdict on both sink
 claims, the grid (variant x setting) as a clickable map, and the picked cell's curves over its seeds.
 
-Widgets (the picked cell, also set by a click on the map) -> cached call (:func:`ui.cached.sink_claims`)
--> view (:mod:`ui.views.sink_grid`) -> text. Every sentence comes from
+Widgets (the picked cell, also set by a click on the map) -> cached call
+(:func:`ui.cached_results.sink_claims`) -> view (:mod:`ui.views.sink_grid`) -> text. Every sentence comes from
 :mod:`attncore.training.sink_verdicts`.
 """
 
@@ -16,7 +16,7 @@ from attncore.training.null_attention import SHIPPED, slug
 from attncore.training.null_attention import SIZES as NULL_SIZES
 from attncore.training.sink_grid import GRID
 from attncore.training.sink_verdicts import RULE_TEXT, Cell, Setting, SinkClaims
-from ui import cached, widgets
+from ui import cached_results, widgets
 from ui.state import Param
 from ui.text import plain
 from ui.views import sink_grid as view
@@ -56,7 +56,7 @@ def _on_pick() -> None:
     pick = picked(points, ("row", "col"))
     if pick is None:
         return
-    claims, _ = cached.sink_claims()
+    claims, _ = cached_results.sink_claims()
     rows, cols = view.axes(claims.cells)
     if 0 <= pick["row"] < len(rows) and 0 <= pick["col"] < len(cols):
         var, key = slug(rows[pick["row"]]), cols[pick["col"]].key()
@@ -89,7 +89,7 @@ def _provenance(header: dict[str, Any], claims: SinkClaims) -> str:
 def grid_section(ctx: Any) -> None:
     """The verdict over settings, the map of cells and the picked cell's curves."""
     var, key = grid_controls(ctx.controls)
-    claims, header = cached.sink_claims()
+    claims, header = cached_results.sink_claims()
     st.markdown("##### The same experiment over settings")
     st.markdown("Whether a fix removes the sink can depend on where it is trained. The same model and task "
                 "over learning rate × position encoding (rotary, or learned absolute positions as in Guo et "

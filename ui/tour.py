@@ -35,7 +35,7 @@ from attncore.overflow import OVERFLOW_DTYPES
 from attncore.sinks import SinkSpec, zoo_theory
 from attncore.sweeps import SweepSpec
 from attncore.training.bbm import SINK_THRESHOLD
-from ui import cached, widgets
+from ui import cached, cached_decoder, cached_models, cached_results, widgets
 from ui.state import Param
 from ui.views import decoder as dec_view
 from ui.views import evidence as ev_view
@@ -252,11 +252,12 @@ def show_sink(ctx: Any, where: Any) -> Shown:
 
 
 def show_learned(ctx: Any, where: Any) -> Shown:
-    d = cached.training_result("null_attention")
+    d = cached_results.training_result("null_attention")
     summary = ls_view.summary_of(d["runs"])
     rows = [(label, int(s["n_sink"]), int(s["n_usable"]), s["bos_end"]["mean"])
             for label, s in summary.items()]
-    headline = cached.sink_claims()[0].fixes.headline  # 'A denominator bias (…) removes …' / 'No setting …'
+    # 'A denominator bias (…) removes …' / 'No setting …'
+    headline = cached_results.sink_claims()[0].fixes.headline
     over = "Over the Training lab's grid of settings, " + headline[:1].lower() + headline[1:]
     return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD, over),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
@@ -273,14 +274,14 @@ REAL_EPS = 0.3  # the Attention sinks page's default sink threshold (snk_eps)
 
 
 def show_real_sink(ctx: Any, where: Any) -> Shown:
-    lm = cached.language_model("smollm2", ctx.device)
+    lm = cached_models.language_model("smollm2", ctx.device)
     kv = decoder_shape(lm.model).kv_heads
-    s = cached.decoder_sinks(GU_TOKENS, REAL_EPS, ctx.device).value
-    d = cached.decoder_deletion(GU_TOKENS, ctx.device).value
-    abl = cached.decoder_ablations(REAL_WINDOWS, REAL_WINDOW, ctx.device).value
+    s = cached_decoder.decoder_sinks(GU_TOKENS, REAL_EPS, ctx.device).value
+    d = cached_decoder.decoder_deletion(GU_TOKENS, ctx.device).value
+    abl = cached_decoder.decoder_ablations(REAL_WINDOWS, REAL_WINDOW, ctx.device).value
     deleted = next(a for a in abl if a.name == ABLATIONS[0])
     try:
-        evict = pos_view.eviction(cached.shipped_stream_run().result)
+        evict = pos_view.eviction(cached_decoder.shipped_stream_run().result)
     except AttnInputError:  # the shipped run's file is missing: the lesson says the rest
         evict = None
     moved = d.sink_heads(REAL_EPS)
@@ -328,7 +329,8 @@ def show_evidence(ctx: Any, where: Any) -> Shown:
     fast = [c for c in claims if not c.slow]
     rows = []
     for c in fast:
-        res = cached.evidence_measurement(c.key, ctx.device, ctx.seed, ctx.dtype, cached.results_stamp())
+        res = cached_results.evidence_measurement(c.key, ctx.device, ctx.seed, ctx.dtype,
+                                                  cached_results.results_stamp())
         measured, j = judge(c, res.value)
         rows.append(Row(c, res.value, measured, j, res.seconds))
     fig = ev_view.verdict_figure(rows, only=(src,))

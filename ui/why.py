@@ -8,7 +8,7 @@ import streamlit as st
 
 from attncore.decoder.why import sink_sentence
 from attncore.errors import AttnInputError
-from ui import cached, causal, realtext, widgets
+from ui import cached_models, causal, realtext, widgets
 from ui.page import PageContext
 from ui.text import plain
 from ui.views import why as why_views
@@ -55,8 +55,8 @@ def section(ch: realtext.Chosen, ctx: PageContext, *, key: str) -> None:
             if hv.tokens != ch.res.value.tokens:
                 st.info("Not shown: the captured tokens differ from the map's.", icon=":material/info:")
                 return
-            res = cached.head_why(ch.source, ch.text, ctx.device, len(ch.res.value.tokens), ch.layer, ch.head,
-                                  ch.token)
+            res = cached_models.head_why(ch.source, ch.text, ctx.device, len(ch.res.value.tokens), ch.layer,
+                                         ch.head, ch.token)
         except AttnInputError as exc:
             st.info(f"Not shown for this model: {plain(exc)}", icon=":material/info:")
             return
