@@ -37,6 +37,7 @@ from torch import Tensor
 from attncore.budget import check_bytes
 from attncore.decoder.probe import MAX_DECODER_TOKENS, DecoderShape, _layers, check_ids, decoder_shape
 from attncore.errors import AttnInputError
+from attncore.models.capture import PASS_OVERHEAD_BYTES
 from attncore.models.modules import attention_implementation, hooked_run
 
 __all__ = [
@@ -192,13 +193,15 @@ def lens_bytes(shape: DecoderShape, L: int, top: int = 10) -> float:
     The pass (the residual stream and the MLP's activations, about 12 L D floats; one layer's scores
     and weights in eager attention, 3 H L^2; the residual norms (N + 1) L), the lens logits and their
     softmax at the P = N + 1 points (2 P V floats, plus the rank comparison P V bytes), what is kept at
-    the position in float64 (the residual at P points, every head's output N H D, the MLPs N D) and the
-    unembedding rows scaled for two tokens (4 D).
+    the position in float64 (the residual at P points, every head's output N H D, the MLPs N D), the
+    unembedding rows scaled for two tokens (4 D) and one pass's fixed overhead
+    (:data:`attncore.models.capture.PASS_OVERHEAD_BYTES`; without it the estimate at 64 tokens, 16 MiB, was
+    under the 28 MiB measured by ``tests/plan_peaks.py``).
     """
     P = shape.layers + 1
     floats = (12.0 * L * shape.hidden + 3.0 * shape.heads * L * L + P * L + 2.0 * P * shape.vocab)
     doubles = (P + shape.layers * shape.heads + shape.layers + 4) * shape.hidden + 2.0 * P * top
-    return 4.0 * floats + P * shape.vocab + 8.0 * doubles
+    return 4.0 * floats + P * shape.vocab + 8.0 * doubles + PASS_OVERHEAD_BYTES
 
 
 def _first(out: Any) -> Tensor:
