@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "file_record", "portable_command", "portable_path"]
+__all__ = ["REPO", "file_record", "git_commit", "portable_command", "portable_path"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,3 +58,16 @@ def file_record(path: Path, text: str | None = None) -> dict[str, Any]:
     if text is not None:
         rec |= {"chars": len(text), "vocab": len(set(text))}
     return rec
+
+
+def git_commit(root: Path = REPO) -> str:
+    """The commit of the checkout at ``root``, with " (with uncommitted changes)" when tracked files differ
+    from it; "unknown" outside a git checkout (an installed package)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + (" (with uncommitted changes)" if dirty else "")

@@ -219,3 +219,12 @@ def test_a_bundled_model_that_fails_to_load_names_no_folder(monkeypatch: pytest.
     m = message(lambda: models.load_model(models.BUNDLED, "cpu"))
     assert not leaks(m, server_paths()), m
     assert os.sep in str(ROOT)
+
+
+def test_git_commit_names_the_checkout_or_says_unknown(tmp_path: Path) -> None:
+    """attncore.provenance.git_commit, the one home of a result header's commit: this checkout's HEAD (40 hex
+    digits, perhaps with the uncommitted-changes note), and "unknown" outside a git checkout."""
+    from attncore.provenance import git_commit
+
+    assert re.fullmatch(r"[0-9a-f]{40}( \(with uncommitted changes\))?", git_commit())
+    assert git_commit(tmp_path) == "unknown"

@@ -38,11 +38,12 @@ from torch import Tensor
 
 from attncore.decoder.eviction import SINKS, EvictionSetting, evict_decode
 from attncore.decoder.probe import MAX_DECODER_TOKENS
-from attncore.decoder.stream_run import RESULTS_DIR, _git_commit, _load, machine_label
+from attncore.decoder.stream_run import RESULTS_DIR, _load, machine_label
 from attncore.decoder.streaming import mean_se
 from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text, text_tokens
 from attncore.errors import AttnInputError
 from attncore.models.loading import MAX_TEXT_CHARS
+from attncore.provenance import git_commit
 
 __all__ = [
     "CODE_MODULE",
@@ -276,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "command": "python -m attncore.decoder.eviction_run " + shlex.join(
                   [f"--tokens={L}"] + ([f"--threads={args.threads}"] if args.threads > 0 else [])),
               **machine_label(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "commit": _git_commit(), "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+              "commit": git_commit(), "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
               "load_average": _load(), "model": MODEL_LABEL, "device": "cpu", "length": L,
               "budgets": list(run_budgets(L)), "policies": list(RUN_POLICIES), "sinks": SINKS,
               "texts": {k: {"name": n, "sha256": _sha(t), "chars": len(t)} for k, (n, t) in texts.items()}}

@@ -23,7 +23,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +39,7 @@ from attncore.decoder.text import SHIPPED_TEXT_NAME, shipped_text, text_tokens
 from attncore.device import cpu_model
 from attncore.errors import AttnInputError
 from attncore.models.bundled import SMOLLM2
-from attncore.provenance import portable_command
+from attncore.provenance import git_commit, portable_command
 
 __all__ = [
     "RESULTS_DIR",
@@ -93,18 +92,6 @@ class StreamRun:
 def machine_label() -> dict[str, Any]:
     """The CPU model (from /proc/cpuinfo, else :func:`platform.processor`), its logical cores, the OS."""
     return {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "platform": platform.platform()}
-
-
-def _git_commit() -> str:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def _load() -> float:
@@ -192,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(done: int, total: int, s: StreamSetting, secs: float) -> None:
         print(f"{done}/{total} {s.label}: {secs:.1f} s", flush=True)
 
-    started, commit = _dt.datetime.now(_dt.UTC), _git_commit()  # the code that runs, not the tree at the end
+    started, commit = _dt.datetime.now(_dt.UTC), git_commit()  # the code that runs, not the tree at the end
     load_before = _load()
     result = stream_run(lm.model, ids, settings, progress)
     header = {"command": portable_command("python -m attncore.decoder.stream_run",

@@ -39,12 +39,13 @@ import torch
 from torch import Tensor
 
 from attncore.errors import AttnInputError
+from attncore.provenance import git_commit
 from attncore.training.bbm import SINK_THRESHOLD, BigramBackcopy, bbm_label, eval_sequences
 from attncore.training.bbm_train import BBMResult, train_bbm
 from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer
 from attncore.training.record import default_corpus
-from attncore.training.sink_grid import _git_commit, _machine
+from attncore.training.sink_grid import machine
 from attncore.training.sink_stats import LAST_POINTS, end_weight, t_interval
 
 __all__ = [
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         header = {"kind": "header", "experiment": "league", "league": league,
                   "command": _command(args, corpus),
                   "corpus": {"name": corpus.name, "sha256": _sha256(corpus), "chars": len(text)},
-                  "task": task.to_dict(), "machine": _machine(), "git_commit": _git_commit(),
+                  "task": task.to_dict(), "machine": machine(), "git_commit": git_commit(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                   "measures": {"sink_threshold": SINK_THRESHOLD, "end_points": LAST_POINTS}}
         _append(path, header)

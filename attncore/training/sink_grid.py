@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import torch
 
 from attncore.device import cpu_model
 from attncore.errors import AttnInputError
-from attncore.provenance import file_record, portable_command
+from attncore.provenance import file_record, git_commit, portable_command
 from attncore.training import io as _io
 from attncore.training.bbm import BigramBackcopy
 from attncore.training.config import TrainConfig
@@ -35,7 +34,7 @@ from attncore.training.null_attention import SIZES as NULL_SIZES
 from attncore.training.null_attention import held_out_sets, run_record, train_and_test
 from attncore.training.record import default_corpus
 
-__all__ = ["FILE", "GRID", "grid_configs", "load_grid", "main", "run_key"]
+__all__ = ["FILE", "GRID", "grid_configs", "load_grid", "machine", "main", "run_key"]
 
 FILE = "sink_grid.jsonl"
 
@@ -89,15 +88,8 @@ def load_grid(path: str | Path | None = None) -> tuple[dict[str, Any], list[dict
     return header, runs
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def _machine() -> str:
+def machine() -> str:
+    """The CPU, its logical CPUs, torch and its threads, for a result file's header."""
     return (f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
             f"{torch.get_num_threads()} thread(s)")
 
@@ -139,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         header = {"kind": "header", "experiment": "sink_grid", "grid": GRID,
                   "command": portable_command("python -m attncore.training.sink_grid",
                                               argv if argv is not None else sys.argv[1:]),
-                  "corpus": file_record(corpus), "machine": _machine(), "git_commit": _git_commit(),
+                  "corpus": file_record(corpus), "machine": machine(), "git_commit": git_commit(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                   "tests": {k: sizes[k] for k in ("ablation_seqs", "stream_seqs", "stream_len", "window")}}
         with path.open("a", encoding="utf-8") as f:
