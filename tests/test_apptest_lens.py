@@ -13,6 +13,7 @@ import torch
 
 from attncore.decoder.lens import logit_lens
 from attncore.models import LoadedModel, load_model, tokenize
+from attncore.models.tokens import display_tokens
 from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, trace
 from tests.tiny_decoders import tiny_decoder
 from ui.lens import LENS_OPEN
@@ -80,11 +81,13 @@ def test_the_lens_expander_equals_attncore(lm: LoadedModel) -> None:
     tok = lm.tokenizer
     z = decode(trace(figure(at, "lens"))["z"])
     np.testing.assert_allclose(z, r.top_probs.numpy(), rtol=1e-4, atol=1e-6)
-    assert trace(figure(at, "lens"))["text"][-1][0] == "ĠParis"
+    assert trace(figure(at, "lens"))["text"][-1][0] == "␣Paris"  # the display form, as on every axis
+    shown = " ".join(str(t) for row in trace(figure(at, "lens"))["text"] for t in row)
+    assert not {"Ġ", "Ċ", "▁"} & set(shown)  # issue 41 item 1: no raw byte-level marks
     np.testing.assert_allclose(decode(trace(figure(at, "lens-rank"))["y"]), r.target_rank.numpy() + 1.0)
     np.testing.assert_allclose(decode(trace(figure(at, "lens-dla"))["z"]), r.attribution.heads.numpy(),
                                rtol=1e-4, atol=1e-5)
-    target, second = tok.convert_ids_to_tokens([r.target, r.contrast.token])
+    target = display_tokens(tok.convert_ids_to_tokens([r.target]))[0]
     caps = " ".join(c.value for c in at.caption)
     assert f"the model predicts {target} (p = {float(r.target_prob[-1]):.1%})" in caps.replace("\\", "")
     assert f"all heads {float(r.attribution.heads.sum()):+.2f}" in caps

@@ -15,8 +15,8 @@ from attncore.budget import fmt_bytes
 from attncore.decoder.lens import lens_bytes
 from attncore.decoder.probe import decoder_shape
 from attncore.errors import AttnInputError
+from attncore.models.tokens import display_tokens, tokenizer_kind
 from ui import cached_models, widgets
-from ui.admission import heavy
 from ui.page import PageContext
 from ui.realtext import Chosen
 from ui.text import plain
@@ -66,15 +66,19 @@ def _draw(ch: Chosen, ctx: PageContext, key: str) -> None:
         return
     try:
         need = lens_bytes(decoder_shape(lm.model), L)
-        with heavy(need, seconds=2.0, label="the logit lens"):
-            res = cached_models.logit_lens(ch.source, ch.text, ctx.device, i, L)
+        res = cached_models.logit_lens(ch.source, ch.text, ctx.device, i, L)  # admitted by its plan
     except AttnInputError as exc:
         st.info(f"The logit lens is not shown: {plain(exc)}", icon=":material/info:")
         return
     r = res.value
     tok = lm.tokenizer
-    top_tokens = [tok.convert_ids_to_tokens(row) for row in r.top_ids.tolist()]
-    target, second = tok.convert_ids_to_tokens([r.target, r.contrast.token])
+    kind = tokenizer_kind(tok)
+
+    def shown(ids: list[int]) -> list[str]:  # each token alone, as every other axis shows tokens
+        return [display_tokens([t], kind)[0] for t in tok.convert_ids_to_tokens(ids)]
+
+    top_tokens = [shown(row) for row in r.top_ids.tolist()]
+    target, second = shown([r.target, r.contrast.token])
     note = r.note()
     if r.meaningful:
         st.caption(plain(note))

@@ -1,8 +1,8 @@
 """Logit lens and direct logit attribution (Heatmaps' real text, decoders): figures, tables, sentences.
 
 A :class:`attncore.decoder.lens.LensPass` in, ``go.Figure`` / ``DataFrame`` / plain sentences out; no
-streamlit. Token strings are passed in as the tokenizer writes them (``Ġ`` a leading space, ``Ċ`` a
-newline) and escaped for Plotly here. Every figure sets ``layout.meta.view``.
+streamlit. Token strings are passed in as :func:`attncore.models.tokens.display_tokens` shows them (``␣`` a
+leading space, ``↵`` a newline) and escaped for Plotly here. Every figure sets ``layout.meta.view``.
 """
 
 from __future__ import annotations
