@@ -73,8 +73,9 @@ def test_present_restyles_a_figure_without_changing_its_data() -> None:
     import numpy as np
 
     from ui import figures as F
+    from ui.maps import heatmap
 
-    fig = F.heatmap(np.eye(3), diverging=True)
+    fig = heatmap(np.eye(3), diverging=True)
     before = fig.data[0].z.copy()
     F.present(fig)
     assert fig.layout.font.size == F.PRESENT_TICK_PX and fig.layout.xaxis.tickfont.size == 16

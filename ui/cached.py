@@ -224,15 +224,20 @@ class Planned(Generic[T]):
         key = self.key(*args)
         cache = result_cache()
         hit = cache.get(key)
-        if hit is not None:
-            return hit
-        plan = self.plan(*args)
-        with plan.holding():  # the model first: waiting for it holds no admission place
-            hit = cache.get(key)  # another session may have computed it meanwhile
-            if hit is None:
-                with heavy(plan.nbytes, plan.seconds, label=plan.label, where=where):
-                    hit = timed(plan.run)
-                cache.put(key, hit)
+        if hit is None:
+            plan = self.plan(*args)
+            with plan.holding():  # the model first: waiting for it holds no admission place
+                hit = cache.get(key)  # another session may have computed it meanwhile
+                if hit is None:
+                    with heavy(plan.nbytes, plan.seconds, label=plan.label, where=where):
+                        hit = timed(plan.run)
+                    cache.put(key, hit)
+                    return hit
+        # A cached result draws the one empty element heavy() draws for its waiting message, so the page
+        # has the same elements whether it was computed or cached: a nested fragment's identity follows the
+        # elements before it, and a fragment rerun after a computing full run (Heatmaps' head views after
+        # the first pass) otherwise lost the sidebar slot its Head slider writes to.
+        (where or st).empty()
         return hit
 
     def clear(self) -> None:
