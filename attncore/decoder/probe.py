@@ -42,6 +42,7 @@ __all__ = [
     "decoder_pass",
     "decoder_shape",
     "forward_bytes",
+    "layer_attention",
     "layer_qkv",
 ]
 
@@ -389,13 +390,11 @@ def decoder_pass(model: Any, ids: Tensor, *, allowed: Tensor | None = None, weig
     )
 
 
-def layer_qkv(model: Any, ids: Tensor, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Queries, keys (after rotary) and values of one layer as the model computes them, and its output.
-
-    Returns ``q`` (1, H, L, E), ``k`` (1, Hkv, L, E), ``v`` (1, Hkv, L, E) and the attention's output
-    before ``o_proj`` (1, L, H E), all float32 on the model's device, from one causal pass. The rotary
-    embedding is the model's own ``apply_rotary_pos_emb``.
-    """
+def layer_attention(model: Any, ids: Tensor,
+                    layer: int) -> tuple[Tensor, DecoderShape, Any, Callable[..., Any]]:
+    """``ids`` (1, L) checked, the model's shape, ``layer``'s attention module and its family's own
+    ``apply_rotary_pos_emb`` (what a hook on that layer rebuilds q and k with); a plain error for a layer out
+    of range or a family without one."""
     ids = check_ids(ids, model)
     shape = decoder_shape(model)
     if not 0 <= layer < shape.layers:
@@ -404,6 +403,17 @@ def layer_qkv(model: Any, ids: Tensor, layer: int) -> tuple[Tensor, Tensor, Tens
     rotary = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
     if rotary is None:
         raise AttnInputError("this model's attention has no apply_rotary_pos_emb to rebuild q and k with.")
+    return ids, shape, attn, rotary
+
+
+def layer_qkv(model: Any, ids: Tensor, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Queries, keys (after rotary) and values of one layer as the model computes them, and its output.
+
+    Returns ``q`` (1, H, L, E), ``k`` (1, Hkv, L, E), ``v`` (1, Hkv, L, E) and the attention's output
+    before ``o_proj`` (1, L, H E), all float32 on the model's device, from one causal pass. The rotary
+    embedding is the model's own ``apply_rotary_pos_emb``.
+    """
+    ids, shape, attn, rotary = layer_attention(model, ids, layer)
     got: dict[str, Tensor] = {}
     L = int(ids.shape[1])
 

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attncore.decoder.probe import _layers, check_ids, decoder_shape
+from attncore.decoder.probe import _layers, decoder_shape, layer_attention
 from attncore.errors import AttnInputError
 from attncore.models.modules import exclusive
 
@@ -379,14 +379,7 @@ class _Stop(Exception):
 def capture_layer(model: Any, ids: Tensor, layer: int) -> LayerQK:
     """q and k of ``layer`` before and after the family's own ``apply_rotary_pos_emb``, from a pass that
     stops at that layer's attention (layers after it never run). ``ids`` (1, L)."""
-    ids = check_ids(ids, model)
-    shape = decoder_shape(model)
-    if not 0 <= layer < shape.layers:
-        raise AttnInputError(f"layer must lie in [0, {shape.layers}); got {layer}.")
-    attn = _layers(model)[layer].self_attn
-    rotary = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
-    if rotary is None:
-        raise AttnInputError("this model's attention has no apply_rotary_pos_emb to rebuild q and k with.")
+    ids, shape, attn, rotary = layer_attention(model, ids, layer)
     got: dict[str, Tensor] = {}
     L, E = int(ids.shape[1]), shape.head_dim
 
