@@ -171,3 +171,19 @@ def test_league_table_means_and_t_intervals_per_cell() -> None:
     assert a["sink_rate"]["half"] == pytest.approx(4.303 * se, rel=1e-3)  # t(0.975, 2) = 4.303
     assert table[1]["diverged"] == [1] and table[1]["sink_rate"]["n"] == 1 and table[1]["sink_rate"]["half"] is None
     assert table[2]["loss"]["mean"] == pytest.approx(1.125) and table[2]["kurtosis"]["n"] == 0
+
+
+def test_shard_and_corpus_read_or_say_why(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The sink grid's and the league's shared reading of --shard and --corpus: a bad shard or an unreadable
+    file is a plain message naming the file by its name only (no folder of this machine), and None."""
+    from attncore.training.record import shard_and_corpus
+
+    f = tmp_path / "corpus.txt"
+    f.write_text("abc", encoding="utf-8")
+    assert shard_and_corpus("1/2", f) == (1, 2, "abc")
+    for bad in ("2/2", "x", "1/0", "-1/3"):
+        assert shard_and_corpus(bad, f) is None
+        assert "--shard takes I/N" in capsys.readouterr().err
+    assert shard_and_corpus("0/1", tmp_path / "missing.txt") is None
+    err = capsys.readouterr().err
+    assert "cannot read the corpus missing.txt" in err and str(tmp_path) not in err

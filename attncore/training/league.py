@@ -44,7 +44,7 @@ from attncore.training.bbm import SINK_THRESHOLD, BigramBackcopy, bbm_label, eva
 from attncore.training.bbm_train import BBMResult, train_bbm
 from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer
-from attncore.training.record import default_corpus
+from attncore.training.record import default_corpus, shard_and_corpus
 from attncore.training.sink_grid import machine
 from attncore.training.sink_stats import LAST_POINTS, end_weight, t_interval
 
@@ -297,19 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                         "one file; each line is one append)")
     args = p.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
-    try:
-        shard, shards = (int(x) for x in args.shard.split("/"))
-        if not 0 <= shard < shards:
-            raise ValueError
-    except ValueError:
-        print(f"--shard takes I/N with 0 <= I < N; got {args.shard!r}", file=sys.stderr)
+    got = shard_and_corpus(args.shard, args.corpus)
+    if got is None:
         return 2
+    shard, shards, text = got
     corpus = args.corpus or default_corpus()
-    try:
-        text = corpus.read_text(encoding="utf-8")
-    except OSError as exc:
-        print(f"cannot read the corpus {corpus.name}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
-        return 2
     league = json.loads(json.dumps(LEAGUE))
     if args.steps:
         b = league["base"]

@@ -26,6 +26,7 @@ from attncore.training.config import TrainConfig
 from attncore.training.train import TrainResult, best_val, train
 
 __all__ = [
+    "shard_and_corpus",
     "REPO",
     "Recorder",
     "ReuseError",
@@ -91,6 +92,25 @@ def default_corpus() -> Path:
         if c.is_file():
             return c
     return candidates[0]
+
+
+def shard_and_corpus(shard: str, corpus: Path | None) -> tuple[int, int, str] | None:
+    """What a sharded training command (the sink grid, the league) reads from ``--shard I/N`` and ``--corpus``
+    (default :func:`default_corpus`): (I, N, the corpus text), or None after a plain message on stderr (a
+    malformed shard; an unreadable file, named by its file name only)."""
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        if not 0 <= i < n:
+            raise ValueError
+    except ValueError:
+        print(f"--shard takes I/N with 0 <= I < N; got {shard!r}", file=sys.stderr)
+        return None
+    path = corpus or default_corpus()
+    try:
+        return i, n, path.read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot read the corpus {path.name}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+        return None
 
 
 def sig(x: float | None, digits: int = 5) -> float | None:

@@ -32,7 +32,7 @@ from attncore.training.bbm import BigramBackcopy
 from attncore.training.config import TrainConfig
 from attncore.training.null_attention import SIZES as NULL_SIZES
 from attncore.training.null_attention import held_out_sets, run_record, train_and_test
-from attncore.training.record import default_corpus
+from attncore.training.record import default_corpus, shard_and_corpus
 
 __all__ = ["FILE", "GRID", "grid_configs", "load_grid", "machine", "main", "run_key"]
 
@@ -108,19 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                         "one file; each line is one append)")
     args = p.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
-    try:
-        shard, shards = (int(x) for x in args.shard.split("/"))
-        if not 0 <= shard < shards:
-            raise ValueError
-    except ValueError:
-        print(f"--shard takes I/N with 0 <= I < N; got {args.shard!r}", file=sys.stderr)
+    got = shard_and_corpus(args.shard, args.corpus)
+    if got is None:
         return 2
+    shard, shards, text = got
     corpus = args.corpus or default_corpus()
-    try:
-        text = corpus.read_text(encoding="utf-8")
-    except OSError as exc:
-        print(f"cannot read the corpus {corpus}: {exc}", file=sys.stderr)
-        return 2
     sizes = NULL_SIZES["cpu"]
     task = BigramBackcopy.from_text(text)
     path = args.out / FILE
