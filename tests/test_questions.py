@@ -48,7 +48,9 @@ def test_histograms_the_law_nearest_the_measured_spread_is_correct() -> None:
     assert correct("histograms", {"std_raw": 16.1}, tour_d=256) == 1  # √256 = 16
     assert correct("histograms", {"std_raw": 250.0}, tour_d=256) == 0  # counterfactual: grows like d
     assert correct("histograms", {"std_raw": 1.02}, tour_d=256) == 3  # counterfactual: does not grow
-    assert correct("histograms", {"std_raw": 6.4}, tour_d=256) == 2  # 1 + log 256 = 6.55
+    assert correct("histograms", {"std_raw": 4.1}, tour_d=256) == 2  # ∜256 = 4
+    for d in (4, 16, 64, 1024):  # asked at every d but 1
+        assert ask("histograms", {**DEFAULTS, "tour_d": d}) is not None
     assert "≈ 8.00 at d = 64" in asked("histograms", tour_d=64).options[1]  # the control moves the options
 
 

@@ -101,7 +101,7 @@ def _key_stages(q: Question, v: Mapping[str, Any], n: Mapping[str, Any]) -> Key:
 # ------------------------------------------------------------------------------ 2 · q·k spreads like √d
 
 LAWS = (("like d", lambda d: float(d)), ("like √d", lambda d: math.sqrt(d)),
-        ("like log d", lambda d: 1.0 + math.log(d)), ("it does not grow", lambda d: 1.0))
+        ("like ∜d", lambda d: d**0.25), ("it does not grow", lambda d: 1.0))  # distinct at every d > 1
 
 
 def _ask_histograms(v: Mapping[str, Any]) -> Question | None:
