@@ -66,6 +66,8 @@ def download(page: Page, locator, folder: Path, name: str) -> Path:  # noqa: ANN
 def test_predict_then_reveal_and_the_class_counts(page: Page, app_url: str, context: BrowserContext) -> None:
     page.set_viewport_size(VIEWPORT)
     open_page(page, f"{app_url}/Tour?tour=2&tour_predict=1", charts=False, timeout_s=180)
+    page.get_by_role("button", name="Reveal").wait_for(timeout=180_000)  # a first load may look idle early
+    wait_idle(page)
     assert_clean(page)
     assert page.locator(".js-plotly-plot").count() == 0  # the chart waits for the reveal
     expect(page.get_by_text("How does the spread (std) of q·k grow with d?")).to_be_visible()
@@ -80,9 +82,11 @@ def test_predict_then_reveal_and_the_class_counts(page: Page, app_url: str, cont
     lecturer = context.new_page()
     lecturer.set_viewport_size(VIEWPORT)
     open_page(lecturer, f"{app_url}/Tour?tour=2&tour_predict=1&present=1", charts=False, timeout_s=180)
+    lecturer.get_by_text("How the class answered: 1 answer").wait_for(timeout=180_000)
     assert_clean(lecturer)
-    expect(lecturer.get_by_text("How the class answered: 1 answer")).to_be_visible()
-    cells = lecturer.locator("[data-testid=stTable] td").all_inner_texts()
+    expect(lecturer.locator("[data-testid=stTable] td").first).to_be_visible()
+    wait_idle(lecturer)
+    cells = [c.strip() for c in lecturer.locator("[data-testid=stTable] td").all_inner_texts()]
     assert "1" in cells and "like √d: std ≈ 16.0 at d = 256" in cells, cells
     screenshot(lecturer, "reveal-3-lecturer")
 

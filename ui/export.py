@@ -25,10 +25,11 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from ui import figures
 from ui.questions import Question
 
 __all__ = ["FORMATS", "PRESENTER_SIZE", "Slide", "Sheet", "chart_config", "charts_html", "deck_html",
-           "figure_html", "filename", "worksheet_html"]
+           "figure_html", "filename", "slide_figure", "worksheet_html"]
 
 PRESENTER_SIZE = (1920, 1080)  # a 1080p projector: the camera button's PNG / SVG, in pixels
 FORMATS = ("png", "svg")
@@ -125,16 +126,27 @@ show(0);
 """
 
 
+def slide_figure(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` styled for a projector (:func:`ui.figures.present`) that fills its slide: no fixed
+    width or height (the slide's chart box sizes it)."""
+    out = figures.present(go.Figure(fig))
+    out.layout.height = None
+    out.layout.width = None
+    out.layout.autosize = True
+    return out
+
+
 def deck_html(slides: Sequence[Slide], title: str = "Attention Lab · Tour") -> str:
-    """Tour steps as an offline slide deck: one slide per step (its lesson escaped, its figures), one inline
-    plotly.js, arrow keys to move. A slide's charts are drawn when it is first shown (a hidden div has no
-    size to draw at)."""
+    """Tour steps as an offline slide deck: one slide per step (its lesson escaped, its figures in presenter
+    style filling the slide), one inline plotly.js, arrow keys to move. A slide's charts are drawn when it is
+    first shown (a hidden div has no size to draw at)."""
     body, k = [], 0
     for i, s in enumerate(slides, start=1):
         charts = []
         for fig in s.figures:
+            data = _json(slide_figure(fig))
             charts.append(f'<div class="chart" id="chart-{k}"></div>'
-                          f'<script type="application/json" id="fig-{k}">{_json(fig)}</script>')
+                          f'<script type="application/json" id="fig-{k}">{data}</script>')
             k += 1
         body.append(f'<section class="slide" data-step="{i}"><h1>{html.escape(s.title)}</h1>'
                     f'<p class="lesson">{html.escape(s.lesson)}</p><div class="figs">{"".join(charts)}</div>'
