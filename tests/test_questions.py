@@ -179,3 +179,14 @@ def test_decks_and_chart_files_hold_escaped_text_and_unbreakable_json() -> None:
     assert (cfg["format"], cfg["width"], cfg["height"], cfg["scale"]) == ("svg", 1920, 1080, 1)
     assert export.chart_config("gif")["toImageButtonOptions"]["format"] == "png"
     assert math.isclose(export.PRESENTER_SIZE[0] / export.PRESENTER_SIZE[1], 16 / 9)
+
+
+def test_the_readme_says_what_the_code_does() -> None:
+    from pathlib import Path
+
+    from ui.poll import MAX_QUESTIONS
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    words = {8: "eight", 9: "nine", 10: "ten", 11: "eleven"}
+    assert f"{words[len(questions.QUESTIONS)]} steps ask a question first" in text
+    assert f"at most {MAX_QUESTIONS} questions" in text
+    assert "saves the chart at {}×{} as PNG or SVG".format(*export.PRESENTER_SIZE) in text
