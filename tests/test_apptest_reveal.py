@@ -17,12 +17,14 @@ from attncore.sinks import SinkSpec, normaliser_zoo
 from tests.chart_data import figures, no_errors, page_device, run_app
 from ui import questions, tour
 from ui.poll import POLL
+from ui.text import plain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PAGE = "pages/0_Tour.py"
 KEYS = [s.key for s in tour.STEPS]
-FAST_QUESTIONS = [k for k in questions.QUESTIONS if k != "real_sink"]  # real_sink loads SmolLM2
+QUESTION_STEPS = [pytest.param(k, marks=pytest.mark.slow) if k == "real_sink" else k  # loads SmolLM2
+                  for k in questions.QUESTIONS]
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +64,7 @@ def test_predict_first_is_off_by_default_and_its_toggle_hides_the_chart() -> Non
     assert at.button(key="tour_reveal").label == "Reveal"
 
 
-@pytest.mark.parametrize("key", FAST_QUESTIONS)
+@pytest.mark.parametrize("key", QUESTION_STEPS)
 def test_every_question_hides_the_step_until_reveal(key: str) -> None:
     at = run(tour=str(number(key)))
     shown = len(figures(at))
@@ -111,7 +113,7 @@ def test_the_lecturer_sees_the_class_counts_and_a_changed_answer_moves_its_count
     lecturer = run(tour="2", tour_predict="1", present="1")
     no_errors(lecturer)
     table = lecturer.table[0].value if lecturer.table else lecturer.dataframe[0].value
-    assert [int(c) for c in table["Students"]] == [1, 2, 0, 0] and list(table["Answer"]) == list(q.options)
+    assert [int(c) for c in table["Students"]] == [1, 2, 0, 0] and list(table["Answer"]) == [plain(o) for o in q.options]
     assert "3 answers" in texts(lecturer)
     # the same student answers again: their one count moves
     again = students[2]

@@ -132,7 +132,8 @@ def test_exported_files_open_offline_with_their_charts(page: Page, app_url: str,
         f.screenshot(path=str(ARTIFACTS / f"reveal-file-{path.stem}.png"))
         f.close()
     text = sheet.read_text()
-    assert text.count('class="q"') >= 8 and "tour_predict=1" in text and "<script" not in text
+    assert text.count('class="q"') >= 8 and "<script" not in text
+    assert f'href="{app_url}/Tour?tour=2&amp;tour_predict=1"' in text  # absolute links, in the step's state
 
     # a two-slide deck: arrow keys move, each slide's chart drawn when shown
     figs = (tour_view.memory_figure((256, 1024, 4096), [1e6, 1.6e7, 2.6e8], [1e5, 4e5, 1.6e6], 1024),

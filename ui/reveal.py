@@ -106,8 +106,8 @@ def _class_counts(q: Question, where: Any) -> None:
         return
     where.caption(f"How the class answered: {t.total} answer{'s' if t.total != 1 else ''} "
                   "(counts only, on this server since it started).")
-    widgets.table(pd.DataFrame({"Answer": list(t.labels), "Students": list(t.counts)}), key="tour_class",
-                  where=where)
+    frame = pd.DataFrame({"Answer": [plain(x) for x in t.labels], "Students": list(t.counts)})
+    widgets.table(frame, key="tour_class", where=where)
 
 
 def gate(step: Any, shown: Any, ctx: Any, where: Any) -> bool:
@@ -164,7 +164,8 @@ def downloads(steps: Sequence[Any], number: int, shown: Any, ctx: Any, where: An
     row.download_button("Step as slide (HTML)", data=lambda: export.deck_html([slide]),
                         file_name=f"tour-{number:02d}-{step.key}.html", mime="text/html", on_click="ignore",
                         icon=":material/slideshow:", key="tour_dl_step")
-    row.download_button("Worksheet (HTML)", data=lambda: export.worksheet_html(worksheet_items(steps)),
+    sheet = worksheet_items(steps)  # in the script run: the server's URL is known here, not at the click
+    row.download_button("Worksheet (HTML)", data=lambda: export.worksheet_html(sheet),
                         file_name="tour-worksheet.html", mime="text/html", on_click="ignore",
                         icon=":material/assignment:", key="tour_dl_sheet",
                         help="The Tour's questions with links and space for answers; the browser's Print → "
