@@ -64,6 +64,13 @@ def download(page: Page, locator, folder: Path, name: str) -> Path:  # noqa: ANN
 
 
 def test_predict_then_reveal_and_the_class_counts(page: Page, app_url: str, context: BrowserContext) -> None:
+    """A lecturer presents the step; a student predicts and reveals; the lecturer's counts redraw by themselves."""
+    lecturer = context.new_page()
+    lecturer.set_viewport_size(VIEWPORT)
+    open_page(lecturer, f"{app_url}/Tour?tour=2&tour_predict=1&present=1", charts=False, timeout_s=180)
+    lecturer.get_by_text("How the class answered: no answers yet").wait_for(timeout=180_000)
+    assert_clean(lecturer)
+
     page.set_viewport_size(VIEWPORT)
     open_page(page, f"{app_url}/Tour?tour=2&tour_predict=1", charts=False, timeout_s=180)
     page.get_by_role("button", name="Reveal").wait_for(timeout=180_000)  # a first load may look idle early
@@ -71,6 +78,7 @@ def test_predict_then_reveal_and_the_class_counts(page: Page, app_url: str, cont
     assert_clean(page)
     assert page.locator(".js-plotly-plot").count() == 0  # the chart waits for the reveal
     expect(page.get_by_text("How does the spread (std) of q·k grow with d?")).to_be_visible()
+    assert page.get_by_text("How the class answered").count() == 0  # students see no counts
     screenshot(page, "reveal-1-question")
     page.get_by_text("like √d: std ≈ 16.0 at d = 256").click()
     page.get_by_role("button", name="Reveal").click()
@@ -79,13 +87,11 @@ def test_predict_then_reveal_and_the_class_counts(page: Page, app_url: str, cont
     assert_clean(page)
     expect(page.locator("[data-testid=stAlertContentSuccess]")).to_contain_text("Answer: like √d")
     screenshot(page, "reveal-2-revealed")
-    lecturer = context.new_page()
-    lecturer.set_viewport_size(VIEWPORT)
-    open_page(lecturer, f"{app_url}/Tour?tour=2&tour_predict=1&present=1", charts=False, timeout_s=180)
-    lecturer.get_by_text("How the class answered: 1 answer").wait_for(timeout=180_000)
-    assert_clean(lecturer)
+
+    lecturer.get_by_text("How the class answered: 1 answer").wait_for(timeout=60_000)  # no reload
     expect(lecturer.locator("[data-testid=stTable] td").first).to_be_visible()
     wait_idle(lecturer)
+    assert_clean(lecturer)
     cells = [c.strip() for c in lecturer.locator("[data-testid=stTable] td").all_inner_texts()]
     assert "1" in cells and "like √d: std ≈ 16.0 at d = 256" in cells, cells
     screenshot(lecturer, "reveal-3-lecturer")

@@ -98,16 +98,24 @@ def _verdict(q: Question, k: Key, where: Any) -> None:
         where.warning(text, icon=":material/close:")
 
 
-def _class_counts(q: Question, where: Any) -> None:
-    """Presenter mode: how the class answered this question (counts only)."""
+COUNTS_EVERY_S = 5.0  # the lecturer's counts redraw themselves this often (a fragment: nothing else reruns)
+
+
+def _counts(q: Question) -> None:
     t = POLL.tally(q.qid)
     if t is None:
-        where.caption("How the class answered: no answers yet (press R or move a control to refresh).")
+        st.caption(f"How the class answered: no answers yet (updated every {COUNTS_EVERY_S:g} s).")
         return
-    where.caption(f"How the class answered: {t.total} answer{'s' if t.total != 1 else ''} "
-                  "(counts only, on this server since it started).")
+    st.caption(f"How the class answered: {t.total} answer{'s' if t.total != 1 else ''} (counts only, on this "
+               f"server since it started; updated every {COUNTS_EVERY_S:g} s).")
     frame = pd.DataFrame({"Answer": [plain(x) for x in t.labels], "Students": list(t.counts)})
-    widgets.table(frame, key="tour_class", where=where)
+    widgets.table(frame, key="tour_class")
+
+
+def _class_counts(q: Question, where: Any) -> None:
+    """Presenter mode: how the class answered this question (counts only), redrawn every few seconds."""
+    with where:
+        st.fragment(run_every=COUNTS_EVERY_S)(_counts)(q)
 
 
 def gate(step: Any, shown: Any, ctx: Any, where: Any) -> bool:
