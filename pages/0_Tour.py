@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ui import reveal, widgets
 from ui.page import PageContext, run_page
 from ui.state import Param, value
 from ui.tour import STEPS, Shown, Step, step_params
 
 P_STEP = Param("tour", 1, lo=1, hi=len(STEPS))
-PARAMS = (P_STEP, *step_params())
+PARAMS = (P_STEP, reveal.P_PREDICT, *step_params())
 
 
 def _move(delta: int) -> None:
@@ -47,14 +48,19 @@ def body(ctx: PageContext) -> None:
     navigation(i)
     lesson, controls = st.columns([3, 1]) if step.params else (st.container(), None)
     shown = step.show(ctx, controls if controls is not None else st.container())
-    lesson.markdown(shown.lesson)
-    slots = st.columns([3, 2]) if len(shown.figures) == 2 else [st.container() for _ in shown.figures]
-    for k, (slot, fig) in enumerate(zip(slots, shown.figures, strict=True)):  # side by side: one screen
-        slot.plotly_chart(fig, key=f"chart_tour_{step.key}_{k}")
+    if reveal.gate(step, shown, ctx, lesson):  # "Predict first": the question until Reveal is pressed
+        lesson.markdown(shown.lesson)
+        slots = st.columns([3, 2]) if len(shown.figures) == 2 else [st.container() for _ in shown.figures]
+        for k, (slot, fig) in enumerate(zip(slots, shown.figures, strict=True)):  # side by side: one screen
+            slot.plotly_chart(fig, key=f"chart_tour_{step.key}_{k}")
     left, right = st.columns([3, 1], vertical_alignment="center")
     left.caption(shown.caption)
     right.page_link(step.page, label="Open this in full", icon=":material/open_in_new:",
                     query_params=full_query(step, shown, ctx))
+    widgets.toggle(reveal.P_PREDICT, "Predict first", where=ctx.controls,
+                   help="Each step with a question asks it first and shows its lesson and chart on Reveal.")
+    reveal.downloads(STEPS, i, shown, ctx,
+                     st.expander("Export: slides and worksheet", icon=":material/download:"))
 
 
 run_page(title="Tour", icon=":material/tour:", params=PARAMS, body=body)

@@ -26,7 +26,7 @@ from attncore.budget import free_gpu_memory
 from attncore.device import DeviceUnavailableError, available_devices, describe_device, resolve_device
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.errors import AttnInputError, Cancelled
-from ui import admission, figures, state, widgets
+from ui import admission, export, figures, state, widgets
 from ui.margins import fit_margins
 from ui.nav import PAGES
 from ui.text import plain
@@ -214,6 +214,27 @@ st.page_link = functools.partial(DeltaGenerator.page_link, st._main)  # type: ig
 st.switch_page = _presented_switch_page(st.switch_page)
 
 
+IMAGE_KEY = "chart_image"  # the session's image format for every chart's camera button (not in the URL)
+_CHARTS = "_attnlab_charts"  # this run's charts (element key -> figure), for the page's offline HTML file
+MAX_CHARTS = 24
+
+
+def _charts_download(where: Any, title: str) -> None:
+    """The sidebar's export: the image format of every chart's camera button, and the page's charts as one
+    offline HTML file (built when clicked, from the charts this page drew last)."""
+    where.radio("Chart images", options=list(export.FORMATS), key=IMAGE_KEY, horizontal=True,
+                format_func=str.upper,
+                help=f"The camera button above each chart saves it as this, at "
+                     f"{export.PRESENTER_SIZE[0]}×{export.PRESENTER_SIZE[1]} px (made in the browser).")
+    charts = st.session_state.get(_CHARTS, {})
+    where.download_button("Charts as offline HTML",
+                          data=lambda: export.charts_html(list(charts.values()), title),
+                          file_name=f"{export.filename(go.Figure(), title)}-charts.html", mime="text/html",
+                          on_click="ignore", icon=":material/download:", key="attnlab_charts_html",
+                          help="This page's charts in one HTML file that opens with no network "
+                               "(Plotly inline).")
+
+
 def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
     """``plotly_chart`` that restyles the figure for presenter mode (:func:`ui.figures.present`) and
     asks for the margins the browser would widen it to (:func:`ui.margins.fit_margins`, so Plotly
@@ -232,6 +253,14 @@ def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:
             if st.session_state.get(PRESENT.key) is True:
                 figure_or_data = figures.present(go.Figure(figure_or_data))
             fit_margins(figure_or_data)
+            # issue 41: the modebar shown, its camera button at the presenter size in the session's format
+            name = export.filename(figure_or_data)
+            kwargs["config"] = {**export.chart_config(str(st.session_state.get(IMAGE_KEY, "png")), name),
+                                **(kwargs.get("config") or {})}
+            charts = st.session_state.setdefault(_CHARTS, {})
+            charts[str(kwargs.get("key") or f"{name}-{len(charts)}")] = figure_or_data
+            while len(charts) > MAX_CHARTS:
+                charts.pop(next(iter(charts)))
         return original(self, figure_or_data, *args, **kwargs)
 
     plotly_chart._attnlab_presenter = True  # type: ignore[attr-defined]
@@ -282,10 +311,13 @@ def run_page(
     def page() -> None:
         st.html(COMPACT_CSS)
         _nav(presenting)
+        st.session_state[_CHARTS] = {}
+        exports = st.sidebar.expander("Export charts", icon=":material/download:")
         ctx = _sidebar(bool(params), seed_note, title=title, params=all_params, oom_hint=oom_hint)
         for note in notices:
             st.warning(plain(note), icon=":material/link:")
         body(ctx)
+        _charts_download(exports, title)
 
     _guarded(page, title=title, params=all_params, oom_hint=oom_hint)
 
