@@ -134,7 +134,8 @@ def show_saturation(ctx: Any, where: Any) -> Shown:
     fig = sat_view.saturation_figure(sc, n, LEVEL, x_star, x_max).update_layout(meta={"view": "sat-curve"})
     return Shown((fig,), view.saturation_lesson(n, LEVEL, crossing, x_star, std_64),
                  {"sat_tab": "Saturation", "sat_sn": str(n), "sat_xmax": f"{x_max:g}"},
-                 f"softmax([x, 0, …, 0]) with {n} entries in float64 through attncore's softmax.",
+                 f"softmax([x, 0, …, 0]) with {n} entries in float64 through attncore's softmax; dashed: the "
+                 "closed forms, top weight 1/(1+(n−1)e^(−x)), each other weight 1/(eˣ+n−1).",
                  {"crossing": crossing, "x_star": x_star})
 
 
@@ -160,7 +161,8 @@ def jacobian_caption(n: int, trials: int) -> str:
         f"{trials * n * cached.SCALE_POINTS:,} softmax entries stay within the {MAX_SCALE_ENTRIES:,} one "
         "request may compute)")
     return (f"{trials:,} rows of {n} logits σ·z, z ~ N(0, 1), per σ{fewer}; J = diag(p) − ppᵀ is the softmax "
-            "Jacobian, the only path from the weights' gradient back to the scores.")
+            "Jacobian, the only path from the weights' gradient back to the scores; dashed: the small-σ "
+            "expansion, the large-σ limit f_G(0)/σ and a flat row's √(n−1)/n.")
 
 
 def show_jacobian(ctx: Any, where: Any) -> Shown:
@@ -223,7 +225,7 @@ def show_entropy(ctx: Any, where: Any) -> Shown:
     query = {"ent_lo": "4", "ent_hi": "14", "ent_q": str(ENT_QUERIES), "ent_vary": "none", "ent_tau": _s(tau)}
     return Shown((view.entropy_figure(df, th),), lesson, query,
                  f"{ENT_QUERIES} query rows of unit-variance q, k at d = {ENT_D}, scaled by 1/(τ√d), so the "
-                 "logits have std σ = 1/τ; dashed: the exact expectation.",
+                 "logits have std σ = 1/τ; dashed: the exact expectation E[H] and uniform attention's log n.",
                  {"entropy": df["entropy"].to_numpy(), "n": df["n"].to_numpy()})
 
 
