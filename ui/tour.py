@@ -94,7 +94,11 @@ def show_stages(ctx: Any, where: Any) -> Shown:
             "top_weight": top}
     lesson = view.stages_lesson(d_k, nums["raw_std"], nums["scaled_std"], nums["scale"], top)
     query = {"L": str(STAGES_SIDE), "S": str(STAGES_SIDE), "dk": str(d_k), "heads": "1", "kv": "1"}
-    return Shown((hm_view.stages_figure(st_, 0),), lesson, query,
+    fig = hm_view.stages_figure(st_, 0)
+    short = ("1 · raw q·k", f"2 · × {st_.scale:.3g}", "3 · masked", "4 · weights")  # four maps in ~540 px
+    for note in fig.layout.annotations:  # the page's titles ('1 · raw scores a(q, k) · ±26.8') ran together
+        note.text = next((s for s in short if note.text.startswith(s[:4])), note.text)
+    return Shown((fig,), lesson, query,
                  f"One head, {STAGES_SIDE} queries × {STAGES_SIDE} keys, q, k ~ N(0, 1) in {ctx.dtype}; "
                  "the three score maps share one colour range.", nums)
 
@@ -261,7 +265,10 @@ def show_learned(ctx: Any, where: Any) -> Shown:
     # 'A denominator bias (…) removes …' / 'No setting …'
     headline = cached_results.sink_claims()[0].fixes.headline
     over = "Over the Training lab's grid of settings, " + headline[:1].lower() + headline[1:]
-    return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD, over),
+    fig = ls_view.bos_curves_figure(summary)
+    for note in fig.layout.annotations:  # two panels in ~540 px: the page's titles ran into each other
+        note.text = note.text.replace(" (head not needed)", "").replace(" (head must copy)", " (must copy)")
+    return Shown((fig,), view.learned_lesson(rows, SINK_THRESHOLD, over),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "
                  "Bigram-Backcopy task, one curve per attention variant (mean over seeds, band: their "
