@@ -11,6 +11,7 @@ from ui.tour import STEPS, Shown, Step, step_params
 
 P_STEP = Param("tour", 1, lo=1, hi=len(STEPS))
 PARAMS = (P_STEP, reveal.P_PREDICT, *step_params())
+CHART_PX = 420  # the tallest a step's chart is drawn (presenter mode: 1.15 times): a 720 px screen holds it
 
 
 def _move(delta: int) -> None:
@@ -46,17 +47,21 @@ def body(ctx: PageContext) -> None:
     step = STEPS[i - 1]
     st.title(f"Tour · {step.title}")
     navigation(i)
-    lesson, controls = st.columns([3, 1]) if step.params else (st.container(), None)
-    shown = step.show(ctx, controls if controls is not None else st.container())
+    # one screen: the lesson, the controls and the caption beside the chart(s), never above them
+    text, charts = st.columns([1, 2], gap="medium")
+    lesson = text.container(key="tour_lesson")
+    controls = text.container(key="tour_controls")
+    shown = step.show(ctx, controls)
     if reveal.gate(step, shown, ctx, lesson):  # "Predict first": the question until Reveal is pressed
         lesson.markdown(shown.lesson)
-        slots = st.columns([3, 2]) if len(shown.figures) == 2 else [st.container() for _ in shown.figures]
+        slots = charts.columns(2) if len(shown.figures) == 2 else [charts for _ in shown.figures]
         for k, (slot, fig) in enumerate(zip(slots, shown.figures, strict=True)):  # side by side: one screen
+            if (fig.layout.height or 450) > CHART_PX:
+                fig.update_layout(height=CHART_PX)
             slot.plotly_chart(fig, key=f"chart_tour_{step.key}_{k}")
-    left, right = st.columns([3, 1], vertical_alignment="center")
-    left.caption(shown.caption)
-    right.page_link(step.page, label="Open this in full", icon=":material/open_in_new:",
-                    query_params=full_query(step, shown, ctx))
+    text.caption(shown.caption)
+    text.page_link(step.page, label="Open this in full", icon=":material/open_in_new:",
+                   query_params=full_query(step, shown, ctx))
     widgets.toggle(reveal.P_PREDICT, "Predict first", where=ctx.controls,
                    help="Each step with a question asks it first and shows its lesson and chart on Reveal.")
     reveal.downloads(STEPS, i, shown, ctx,

@@ -177,8 +177,8 @@ def nudge_times(page: Page, label: str, key: str = "ArrowRight", presses: int = 
     return elapsed, max(elapsed, settled)
 
 
-def screenshot(page: Page, name: str, *, height: int | None = None) -> Path:
-    """Save a screenshot to test-artifacts/ (and docs/ when ATTNLAB_UPDATE_SCREENSHOTS=1)."""
+def screenshot(page: Page, name: str, *, height: int | None = None, docs: bool = True) -> Path:
+    """Save a screenshot to test-artifacts/ (and docs/ when ATTNLAB_UPDATE_SCREENSHOTS=1 and ``docs``)."""
     ARTIFACTS.mkdir(exist_ok=True)
     if height is not None:
         page.set_viewport_size({"width": page.viewport_size["width"], "height": height})
@@ -186,7 +186,7 @@ def screenshot(page: Page, name: str, *, height: int | None = None) -> Path:
         time.sleep(0.5)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path))
-    if os.environ.get("ATTNLAB_UPDATE_SCREENSHOTS") == "1":
+    if docs and os.environ.get("ATTNLAB_UPDATE_SCREENSHOTS") == "1":
         DOCS.mkdir(exist_ok=True)
         page.screenshot(path=str(DOCS / f"{name}.png"))
     return path

@@ -6,6 +6,7 @@ import pytest
 from streamlit.proto.Metric_pb2 import Metric as MetricProto
 
 from tests.chart_data import figures, no_errors, run_app
+from tests.plot_area import assert_plot_areas
 
 VIEWS = [
     ("pages/1_Heatmaps.py", {}),
@@ -44,6 +45,7 @@ def test_presenter_mode_enlarges_every_chart(page: str, query: dict[str, str]) -
     assert at.session_state["present"] is True and at.toggle(key="present").value is True
     figs = figures(at)
     assert figs
+    assert_plot_areas(figs, f"{page}, presenter mode")  # issue 41: a legend never eats the plot
     for f in figs:
         lay = f["layout"]
         assert lay["meta"]["present"] is True, lay.get("meta")

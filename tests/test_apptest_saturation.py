@@ -128,8 +128,8 @@ def check_saturation(at: AppTest) -> None:
     fig = figure(at, "sat-curve")
     close(xy(trace(fig, "top weight (measured)"))[1], sc.top.numpy())
     close(xy(trace(fig, "each other weight (measured)"))[1], sc.other.numpy())
-    close(xy(trace(fig, "‖J‖_F (measured)"))[1], sc.jac_norm.numpy(), atol=1e-12)
-    x, y = xy(trace(fig, "top weight: 1/(1+(n−1)e^(−x))"))
+    close(xy(trace(fig, "Jacobian norm (measured)"))[1], sc.jac_norm.numpy(), atol=1e-12)
+    x, y = xy(trace(fig, "top weight, closed form"))
     close(y, theory.saturation_top_weight(x, n), rtol=1e-5)
     metrics = {m.label: m for m in at.metric}
     m = metrics[f"x where the top weight reaches {level:g}"]

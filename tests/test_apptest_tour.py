@@ -26,6 +26,7 @@ from attncore.training.io import load_result
 from attncore.training.sink_grid import load_grid
 from attncore.training.sink_verdicts import sink_claims
 from tests.chart_data import decode, figures, no_errors, page_device, run_app
+from tests.plot_area import assert_plot_areas
 from ui import tour
 from ui.views import learned_sinks as ls_view
 from ui.views import tour as view
@@ -259,6 +260,7 @@ def test_each_step_opens_from_its_url(key: str) -> None:
     assert not at.warning, [w.value for w in at.warning]
     CHECKS[key](at)
     assert at.selectbox(key="tour").value == step_number(key)
+    assert_plot_areas(figures(at), f"Tour step {key}")
 
 
 def test_default_is_step_one_and_previous_is_disabled() -> None:

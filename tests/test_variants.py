@@ -328,12 +328,14 @@ def test_weight_decay_does_not_change_the_memory_estimate() -> None:
         estimate_train_bytes(base, 30)}
 
 
-def test_readme_counts_the_variants_and_names_softpick() -> None:
+def test_the_docs_count_the_variants_and_name_softpick() -> None:
+    """docs/layout.md counts the variants, docs/pages.md names the normalisers (both were the README's)."""
     from pathlib import Path
 
     from attncore.training import VARIANTS
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert f"({len(VARIANTS)} attention variants" in readme
-    assert "normalisers (softmax, softmax1, SSMax, sigmoid, ReLU, softpick)" in readme
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    assert f"({len(VARIANTS)} attention variants" in (docs / "layout.md").read_text(encoding="utf-8")
+    assert "normalisers (softmax, softmax1, SSMax, sigmoid, ReLU, softpick)" in \
+        (docs / "pages.md").read_text(encoding="utf-8")
     assert len(NORMALIZER_NAMES) == 6

@@ -56,6 +56,7 @@ DEFAULT_HEIGHT = 450
 PLOTLY_MARGINS = {"l": 80, "r": 80, "t": 100, "b": 80}  # what Plotly uses where a layout sets none
 TITLE_BAND = 30.0  # a figure title's line above a legend that sits on the plot
 WIDE_PLOT = 470.0  # px a top legend spans on a full-width chart at 1280 px (Plotly caps it near 2/3)
+MIN_PLOT_SHARE = 0.5  # a chart with a legend keeps at least this share of its height for the plot
 _AXIS = re.compile(r"^([xy])axis(\d*)$")
 _SUPERSCRIPT = re.compile(r"<sup>|10\^")
 
@@ -313,23 +314,37 @@ def fit_margins(fig: go.Figure) -> go.Figure:
         if y is not None and y < 0 and leg.get("yref") in (None, "paper"):  # below the plot
             rows, row_h = _legend_rows(lay, entries, NARROWEST_PLOT)
             need["b"] = max(need["b"], x_band + LEGEND_GAP + rows * row_h + LEGEND_PAD)
+            height = _keep_plot(height, need, updates)
             plot_h = max(height - need["t"] - need["b"], 1.0)
             updates["legend"] = {"y": -(x_band + LEGEND_GAP) / plot_h, "yanchor": "top"}
         elif leg.get("yref") == "container":  # at the figure's top (small multiples): t has room for two rows
             rows, row_h = _legend_rows(lay, entries, WIDE_PLOT)
             need["t"] += max(0, rows - 2) * row_h
+            _keep_plot(height, need, updates)
         else:  # just above the plot (y = 1.02 of its height), under the title
             rows, row_h = _legend_rows(lay, entries, WIDE_PLOT)
             plot_h = max(height - need["t"] - need["b"], 1.0)
             lift = max(0.0, float(y if y is not None else 1.02) - 1.0) * plot_h
             titled = bool(_get(lay, "title", "text"))
             need["t"] = max(need["t"], rows * row_h + LEGEND_PAD + lift + (TITLE_BAND if titled else 0.0))
+            _keep_plot(height, need, updates)
     margin = {k: math.ceil(v) for k, v in need.items()}
     if margin != {k: m.get(k) for k in margin}:
         updates["margin"] = margin
     if updates:
         relayout(fig, **updates)
     return fig
+
+
+def _keep_plot(height: float, need: dict[str, float], updates: dict[str, Any]) -> float:
+    """A legend's margin never takes the plot below :data:`MIN_PLOT_SHARE` of the figure: a taller figure
+    (issue 41: a legend of many entries below a short chart left it a strip). Returns the height."""
+    used = math.ceil(need["t"]) + math.ceil(need["b"])  # the margins asked for are rounded up
+    if height - used >= MIN_PLOT_SHARE * height:
+        return height
+    height = float(math.ceil(used / (1.0 - MIN_PLOT_SHARE)))
+    updates["height"] = int(height)
+    return height
 
 
 def _is_number(labels: list[str]) -> bool:

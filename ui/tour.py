@@ -94,7 +94,11 @@ def show_stages(ctx: Any, where: Any) -> Shown:
             "top_weight": top}
     lesson = view.stages_lesson(d_k, nums["raw_std"], nums["scaled_std"], nums["scale"], top)
     query = {"L": str(STAGES_SIDE), "S": str(STAGES_SIDE), "dk": str(d_k), "heads": "1", "kv": "1"}
-    return Shown((hm_view.stages_figure(st_, 0),), lesson, query,
+    fig = hm_view.stages_figure(st_, 0)
+    short = ("1 · raw q·k", f"2 · × {st_.scale:.3g}", "3 · masked", "4 · weights")  # four maps in ~540 px
+    for note in fig.layout.annotations:  # the page's titles ('1 · raw scores a(q, k) · ±26.8') ran together
+        note.text = next((s for s in short if note.text.startswith(s[:4])), note.text)
+    return Shown((fig,), lesson, query,
                  f"One head, {STAGES_SIDE} queries × {STAGES_SIDE} keys, q, k ~ N(0, 1) in {ctx.dtype}; "
                  "the three score maps share one colour range.", nums)
 
@@ -134,7 +138,8 @@ def show_saturation(ctx: Any, where: Any) -> Shown:
     fig = sat_view.saturation_figure(sc, n, LEVEL, x_star, x_max).update_layout(meta={"view": "sat-curve"})
     return Shown((fig,), view.saturation_lesson(n, LEVEL, crossing, x_star, std_64),
                  {"sat_tab": "Saturation", "sat_sn": str(n), "sat_xmax": f"{x_max:g}"},
-                 f"softmax([x, 0, …, 0]) with {n} entries in float64 through attncore's softmax.",
+                 f"softmax([x, 0, …, 0]) with {n} entries in float64 through attncore's softmax; dashed: the "
+                 "closed forms, top weight 1/(1+(n−1)e^(−x)), each other weight 1/(eˣ+n−1).",
                  {"crossing": crossing, "x_star": x_star})
 
 
@@ -160,7 +165,8 @@ def jacobian_caption(n: int, trials: int) -> str:
         f"{trials * n * cached.SCALE_POINTS:,} softmax entries stay within the {MAX_SCALE_ENTRIES:,} one "
         "request may compute)")
     return (f"{trials:,} rows of {n} logits σ·z, z ~ N(0, 1), per σ{fewer}; J = diag(p) − ppᵀ is the softmax "
-            "Jacobian, the only path from the weights' gradient back to the scores.")
+            "Jacobian, the only path from the weights' gradient back to the scores; dashed: the small-σ "
+            "expansion, the large-σ limit f_G(0)/σ and a flat row's √(n−1)/n.")
 
 
 def show_jacobian(ctx: Any, where: Any) -> Shown:
@@ -223,7 +229,7 @@ def show_entropy(ctx: Any, where: Any) -> Shown:
     query = {"ent_lo": "4", "ent_hi": "14", "ent_q": str(ENT_QUERIES), "ent_vary": "none", "ent_tau": _s(tau)}
     return Shown((view.entropy_figure(df, th),), lesson, query,
                  f"{ENT_QUERIES} query rows of unit-variance q, k at d = {ENT_D}, scaled by 1/(τ√d), so the "
-                 "logits have std σ = 1/τ; dashed: the exact expectation.",
+                 "logits have std σ = 1/τ; dashed: the exact expectation E[H] and uniform attention's log n.",
                  {"entropy": df["entropy"].to_numpy(), "n": df["n"].to_numpy()})
 
 
@@ -259,7 +265,10 @@ def show_learned(ctx: Any, where: Any) -> Shown:
     # 'A denominator bias (…) removes …' / 'No setting …'
     headline = cached_results.sink_claims()[0].fixes.headline
     over = "Over the Training lab's grid of settings, " + headline[:1].lower() + headline[1:]
-    return Shown((ls_view.bos_curves_figure(summary),), view.learned_lesson(rows, SINK_THRESHOLD, over),
+    fig = ls_view.bos_curves_figure(summary)
+    for note in fig.layout.annotations:  # two panels in ~540 px: the page's titles ran into each other
+        note.text = note.text.replace(" (head not needed)", "").replace(" (head must copy)", " (must copy)")
+    return Shown((fig,), view.learned_lesson(rows, SINK_THRESHOLD, over),
                  {"tr_tab": tr_view.TAB_TITLES["null_attention"]},
                  "The Training lab's shipped null-attention experiment: small transformers trained on the "
                  "Bigram-Backcopy task, one curve per attention variant (mean over seeds, band: their "

@@ -224,13 +224,13 @@ def gu_inputs(model: Any, natural: Tensor, *, seed: int = 0, prefix_id: int | No
     return tuple(rows)
 
 
-# ---------------------------------------------------------------------------- the numbers the README quotes
+# ---------------------------------------------------------------------- the numbers docs/benchmarks.md quotes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print, for SmolLM2 on the shipped text, the numbers the README quotes: the deletion at 64 and 256
-    tokens, Gu et al.'s inputs at 64 (seed 0), the first-token ablations at the page's default (4 windows of
-    256 tokens) and the Tour's (4 of 128) with their 95% t intervals, and the eviction test of the shipped
+    """Print, for SmolLM2 on the shipped text, the numbers docs/benchmarks.md quotes: the deletion at 64 and
+    256 tokens, Gu et al.'s inputs at 64 (seed 0), the first-token ablations at the page's default (4 windows
+    of 256 tokens) and the Tour's (4 of 128) with their 95% t intervals, and the eviction test of the shipped
     StreamingLLM run."""
     import argparse
 

@@ -96,6 +96,7 @@ def sink_grid_figure(s: DecoderSinks, kv_heads: int) -> go.Figure:
     fig = labelled_heatmap(s.first_score.numpy(), head_labels(H, kv_heads), [str(n) for n in range(N)],
                            x_title="head · key/value group", y_title="layer", value_name="first-token score",
                            text_format=None, height=max(320, 16 * N + 80))
+    fig.update_xaxes(tickangle=-60)  # 'h0·kv0h1·kv0…' ran together on a narrow chart (the Tour's, issue 41)
     return _tag(fig, "dec_sink_grid")
 
 

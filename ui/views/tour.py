@@ -190,8 +190,9 @@ def entropy_figure(df: pd.DataFrame, th: pd.DataFrame) -> go.Figure:
     """One panel: the measured entropy (±2 s.e.), its exact expectation and log n."""
     n = df["n"].to_numpy(np.float64)
     curves = [
-        Curve("uniform: log n", n, np.log(n), theory=True, color=PALETTE[7]),
-        Curve("exact E[H]", th["n"].to_numpy(np.float64), th["entropy"].to_numpy(), theory=True,
+        Curve("uniform attention", n, np.log(n), theory=True, color=PALETTE[7],
+              hover="uniform: log n = %{y:.4f} nats at n = %{x:,.0f}"),
+        Curve("exact expectation", th["n"].to_numpy(np.float64), th["entropy"].to_numpy(), theory=True,
               color=PALETTE[1]),
         Curve("measured (±2 s.e.)", n, df["entropy"].to_numpy(), err=2 * df["entropy_sem"].to_numpy(),
               color=PALETTE[0], hover="n = %{x:,.0f}<br>H = %{y:.4f} nats<extra></extra>"),
