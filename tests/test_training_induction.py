@@ -32,6 +32,7 @@ from attncore.training.induction_model import (
     previous_token_score,
     repeated_batch,
     training_batch,
+    uniform_scores,
 )
 from attncore.training.io import RESULTS_DIR
 
@@ -181,3 +182,12 @@ def test_shipped_file_is_recomputed_at_its_first_points() -> None:
     assert again["induction"] == pytest.approx(rec["induction"][:3], abs=1e-5)
     assert again["previous"] == pytest.approx(rec["previous"][:3], abs=1e-5)
     assert [r["seed"] for r in runs] == [0, 1, 2] and summarize(runs)["n"] == 3
+
+
+def test_uniform_scores_are_those_of_an_even_causal_map() -> None:
+    T = 16
+    w = torch.ones(2 * T, 2 * T, dtype=torch.float64).tril()
+    w = w / w.sum(-1, keepdim=True)
+    ind, prev = uniform_scores(T)
+    assert float(induction_score(w, T)) == pytest.approx(ind, rel=1e-12)
+    assert float(previous_token_score(w)) == pytest.approx(prev, rel=1e-12)

@@ -56,6 +56,7 @@ __all__ = [
     "previous_token_score",
     "repeated_batch",
     "training_batch",
+    "uniform_scores",
 ]
 
 VOCAB = 64  # V: the random tokens' vocabulary (uniform guessing: ln 64 = 4.16 nats)
@@ -217,6 +218,14 @@ def induction_score(weights: Tensor, T: int) -> Tensor:
 def previous_token_score(weights: Tensor) -> Tensor:
     """(..., L, L) maps -> (...) the mean weight from queries ``i = 1 .. L-1`` on key ``i - 1``."""
     return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(dim=-1)
+
+
+def uniform_scores(T: int) -> tuple[float, float]:
+    """(induction score, previous-token score) of a head that spreads its weight evenly over the keys each
+    query sees (query ``i`` sees ``i + 1``): the means of ``1 / (i + 1)`` over the two scores' queries."""
+    ind = sum(1.0 / (i + 1) for i in range(T, 2 * T)) / T
+    prev = sum(1.0 / (i + 1) for i in range(1, 2 * T)) / (2 * T - 1)
+    return ind, prev
 
 
 def copy_losses(logits: Tensor, ids: Tensor) -> tuple[float, float]:
