@@ -55,3 +55,13 @@ def test_curves_figure_marks_each_seeds_phase_change_and_draws_the_means() -> No
     assert xs == [75.0, 125.0, 175.0]
     (mean,) = [t for t in fig["data"] if t["name"] == "loss, second copy, mean of 3 seeds"]
     np.testing.assert_allclose(decode(mean["y"]), np.mean([r["loss_second"] for r in runs], axis=0), rtol=1e-6)
+
+
+def test_tour_lesson_turns_with_the_numbers() -> None:
+    formed = view.tour_lesson(summarize([_rec(s, 0.9, 0.1, 2 + s) for s in range(3)]))
+    assert formed.startswith("In all 3 seeds a 2-layer attention-only model learned to copy a repeated random "
+                             "sequence: the second copy's loss fell from 4.20 to 0.100 nats, steepest at step 125")
+    assert "within 50 of its 200 steps" in formed and "went from 0.050 before to 0.900 after" in formed
+    failed = view.tour_lesson(summarize([_rec(s, 0.1, 4.2) for s in range(3)]))
+    assert failed.startswith("In none of 3 seeds did a 2-layer attention-only model learn, by the rule")
+    assert "within" not in failed  # no fall: no span said

@@ -31,6 +31,7 @@ __all__ = [
     "scale_sentence",
     "scores_sentence",
     "series",
+    "tour_lesson",
     "verdict_sentence",
 ]
 
@@ -211,3 +212,24 @@ def live_outcome(rec: dict[str, Any], s: dict[str, Any]) -> str:
             f"{s['loss_first_end']:.2f}), "
             f"the steepest fall at step {s['phase_step']:g}; the induction score {s['ind_before']:.3f} → "
             f"{s['ind_after']:.3f}.")
+
+
+def tour_lesson(summary: dict[str, Any]) -> str:
+    """The Tour step's lesson: the shipped run's phase change, losses and induction score, over its seeds."""
+    n, k = summary["n"], summary["n_formed"]
+    how = f"all {n}" if k == n else f"{k} of {n}"
+    ib, ia = summary["ind_before"]["mean"], summary["ind_after"]["mean"]
+    start = float(np.mean([s["loss_second_start"] for s in summary["seeds"]]))
+    first, end = summary["loss_first_end"]["mean"], summary["loss_second_end"]["mean"]
+    # from the last evaluation point before 10% of the fall to the first at 90%: the maps' two points
+    spans = [s["after_step"] - s["before_step"] for s in summary["seeds"] if s["ends"] is not None]
+    last = max(s["last_step"] for s in summary["seeds"])
+    head = (f"In {how} seeds a 2-layer attention-only model learned to copy a repeated random sequence" if k
+            else f"In none of {n} seeds did a 2-layer attention-only model learn, by the rule, to copy a "
+                 "repeated random sequence")
+    fast = (f" It made 10% to 90% of that fall within {max(spans)} of its {last} steps (the most of any "
+            "seed, between the evaluation points around it)." if spans else "")
+    return (f"{head}: the second copy's loss fell from {start:.2f} to {end:.3f} nats, steepest at step "
+            f"{_interval(summary['phase_step'])}, while the first copy's stayed at {first:.2f} "
+            f"(ln {VOCAB} = {LN_V:.2f}).{fast} The induction head's weight on the stripe went from {ib:.3f} "
+            f"before to {ia:.3f} after.")
