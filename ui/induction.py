@@ -28,7 +28,7 @@ __all__ = ["IND_PARAMS", "JOB_KEY", "P_IND", "live_config", "section"]
 
 P_IND = Param("tr_ind", False)
 P_ISEED = Param("tr_ind_seed", 0, options=SEEDS)
-P_ISTEPS = Param("tr_ind_steps", int(SIZE["steps"]), lo=100, hi=3000)
+P_ISTEPS = Param("tr_ind_steps", 800, lo=100, hi=3000)  # shipped: 1,000 steps, phase change by ~625
 P_IJOB = Param("tr_ind_job", "", pattern=JOB_ID_PATTERN)
 IND_PARAMS = (P_IND, P_ISEED, P_ISTEPS, P_IJOB)
 JOB_KEY = P_IJOB.key
