@@ -149,7 +149,8 @@ def _job_records(records: list[dict[str, Any]]) -> None:
     if not runs:
         return
     sums = [seed_summary(r) for r in runs]
-    st.plotly_chart(view.job_figure(runs, [x["phase_step"] for x in sums]), key="chart_tr_ind_job")
+    formed = [x["phase_step"] for x in sums if x["formed"]]  # a run with no head formed has no phase change
+    st.plotly_chart(view.job_figure(runs, formed), key="chart_tr_ind_job")
     for rec, s in zip(runs, sums, strict=True):
         st.markdown(view.live_outcome(rec, s))
     st.caption("An induction head formed by the rule: its score after the phase change at least "
