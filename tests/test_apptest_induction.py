@@ -20,7 +20,7 @@ import attncore.training.io as training_io
 from attncore.training.induction import FILE, load_runs, run_record, summarize, train_induction
 from attncore.training.induction_model import induction_config
 from tests import test_apptest_training as training_tests
-from tests.chart_data import decode, figure, figures, no_errors, run_app, traces_named
+from tests.chart_data import decode, figure, figures, no_errors, page_device, run_app, traces_named
 from ui import induction
 from ui.jobs import QUEUE
 from ui.views import induction as view
@@ -148,7 +148,7 @@ def test_live_run_equals_attncore_and_is_kept(shipped, cache) -> None:
     at.run()
     no_errors(at)
     (rec,) = job.records
-    direct = train_induction(induction.live_config(100, 0))
+    direct = train_induction(induction.live_config(100, 0), device=page_device())
     assert rec["config"] == direct.config.to_dict()
     fig = figure(at, "tr-ind-job")
     (t,) = traces_named(fig, f"{view.NAMES['loss_second']}")

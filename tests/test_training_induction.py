@@ -178,7 +178,7 @@ def test_shipped_file_is_recomputed_at_its_first_points() -> None:
     assert header["command"] == "python -m attncore.training.induction --out attncore/training/results"
     rec = next(r for r in runs if r["seed"] == 0)
     every = int(rec["config"]["eval_every"])
-    again = run_record(train_induction(induction_config(0, steps=2 * every)))
+    again = run_record(train_induction(induction_config(0, steps=2 * every), device="cpu"))  # made on a CPU
     for k in ("loss_first", "loss_second"):
         assert again[k] == pytest.approx(rec[k][:3], abs=1e-5)
     np.testing.assert_allclose(again["induction"], rec["induction"][:3], atol=1e-5)
