@@ -11,7 +11,7 @@ from attncore.errors import AttnInputError
 from attncore.training import RESULT_NAMES, VARIANT_INFO, VARIANTS, build_vocab
 from attncore.training.inspect import QKStatistics, init_qk_statistics
 from attncore.training.train import split_text
-from ui import cached_results, learned, sink_grid, widgets
+from ui import cached_results, induction, learned, sink_grid, widgets
 from ui import corpus as corpora
 from ui.job_cost import SIZES, job_tokens, make_configs
 from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
@@ -38,7 +38,7 @@ P_JOB = Param("tr_job", "", pattern=JOB_ID_PATTERN)  # this page's job: a reload
 P_TAB = Param("tr_tab", view.TAB_TITLES[RESULT_NAMES[0]],
               options=tuple(view.TAB_TITLES[n] for n in RESULT_NAMES))
 PARAMS = (P_TAB, P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS,
-          *sink_grid.GRID_PARAMS)
+          *sink_grid.GRID_PARAMS, *induction.IND_PARAMS)
 
 JOB_KEY = P_JOB.key  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
@@ -309,7 +309,7 @@ def live(ctx: PageContext) -> corpora.Corpus | None:
             st.caption(line)
     if problem:
         st.warning(plain(problem), icon=":material/block:")
-    other_job_caption(QUEUE, (JOB_KEY, learned.JOB_KEY), POLL_S)
+    other_job_caption(QUEUE, (JOB_KEY, learned.JOB_KEY, induction.JOB_KEY), POLL_S)
     run_button(QUEUE, job_key=JOB_KEY, label="Run", key="tr_run", disabled=bool(problem) or corpus is None,
                submit=lambda: QUEUE.submit(configs, corpus.text, corpus=corpus.name, device=ctx.device,
                                            upload=corpus.uploaded),
@@ -354,7 +354,8 @@ def compare(ctx: PageContext) -> None:
     recs = [by_id[i] for i in chosen]
     st.plotly_chart(runs_view.compare_figure(recs), key="chart_tr_compare")
     me = session_id()
-    own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in (JOB_KEY, learned.JOB_KEY)}
+    keys = (JOB_KEY, learned.JOB_KEY, induction.JOB_KEY)
+    own = {j.id for j in QUEUE.owned(me)} | {st.session_state.get(k) for k in keys}
     table = runs_view.runs_table(recs, own_jobs=own)  # another session's upload shows no name
     widgets.table(table)
     widgets.csv_download(table, "training_runs.csv", label="Download the runs (CSV)", key="dl_tr_runs")
@@ -377,6 +378,7 @@ def body(ctx: PageContext) -> None:
     st.title("Training lab")
     st.markdown(INTRO)
     sink_tab = shipped(ctx)
+    induction.section(ctx)
     corpus = live(ctx)
     compare(ctx)
     if sink_tab is not None:

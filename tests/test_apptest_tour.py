@@ -22,12 +22,14 @@ from attncore.overflow import overflow_sweep
 from attncore.sinks import SinkSpec, normaliser_zoo, zoo_theory
 from attncore.sweeps import SweepSpec, run_sweep
 from attncore.training.bbm import SINK_THRESHOLD
+from attncore.training.induction import load_runs, summarize
 from attncore.training.io import load_result
 from attncore.training.sink_grid import load_grid
 from attncore.training.sink_verdicts import sink_claims
 from tests.chart_data import decode, figures, no_errors, page_device, run_app
 from tests.plot_area import assert_plot_areas
 from ui import tour
+from ui.views import induction as ind_view
 from ui.views import learned_sinks as ls_view
 from ui.views import tour as view
 
@@ -182,6 +184,16 @@ def check_learned(at: AppTest) -> None:
     assert soft["n_sink"] > 0 and "softmax formed a sink" in lesson(at)
 
 
+def check_induction(at: AppTest) -> None:
+    fig = only_figure(at)
+    _, runs = load_runs()
+    s = summarize(runs)
+    assert lesson(at) == ind_view.tour_lesson(s)
+    assert s["n"] == s["n_formed"] == 3 and lesson(at).startswith("In all 3 seeds")
+    close(decode(named(fig, "loss, second copy, mean of 3 seeds")["y"]),
+          np.mean([r["loss_second"] for r in runs], axis=0), rtol=1e-5)
+
+
 def check_memory(at: AppTest, T: int = 4096) -> None:
     fig = only_figure(at)
     spec = tour.MEM_SPEC
@@ -242,7 +254,7 @@ def check_real_sink(at: AppTest) -> None:
 
 CHECKS = {"stages": check_stages, "histograms": check_histograms, "saturation": check_saturation,
           "jacobian": check_jacobian, "overflow": check_overflow, "entropy": check_entropy, "sink": check_sink,
-          "learned": check_learned, "real_sink": check_real_sink, "memory": check_memory,
+          "learned": check_learned, "induction": check_induction, "real_sink": check_real_sink, "memory": check_memory,
           "evidence": check_evidence}
 
 
@@ -340,6 +352,7 @@ def test_every_control_draws_at_every_option(key: str) -> None:
 
 def test_learned_step_has_no_control() -> None:
     assert tour.STEPS[step_number("learned") - 1].params == ()
+    assert tour.STEPS[step_number("induction") - 1].params == ()
     assert all(len(s.params) <= 2 for s in tour.STEPS)
 
 
@@ -365,7 +378,7 @@ def test_open_in_full_carries_the_steps_state_and_the_page_shows_the_same_number
     close(decode(page_fig["data"][0]["z"]), decode(tour_fig["data"][0]["z"]))
 
 
-@pytest.mark.parametrize("key", ["histograms", "saturation", "jacobian", "sink", "learned"])
+@pytest.mark.parametrize("key", ["histograms", "saturation", "jacobian", "sink", "learned", "induction"])
 def test_open_in_full_opens_the_view_the_step_shows(key: str) -> None:
     at = run(tour=str(step_number(key)))
     _, query = link(at)

@@ -145,11 +145,12 @@ def test_evidence_summary_agrees_in_number() -> None:
 
 
 def test_the_step_count_the_pages_state_is_the_registrys() -> None:
-    words = {10: "ten", 11: "eleven", 12: "twelve"}
+    words = {10: "ten", 11: "eleven", 12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen", 16: "sixteen"}
     n = words[len(tour.STEPS)]
     assert f"a lecture in {n} steps" in PAGES[0].summary
     assert "TOUR.summary" in (ROOT / "app.py").read_text(encoding="utf-8")  # the home page says the entry's words
-    assert f"a lecture in {n} steps" in (ROOT / "README.md").read_text(encoding="utf-8")
+    for doc in ("README.md", "docs/pages.md"):
+        assert f"a lecture in {n} steps" in (ROOT / doc).read_text(encoding="utf-8"), doc
 
 
 def test_real_sink_lesson_follows_the_deletion_the_interval_and_the_eviction() -> None:

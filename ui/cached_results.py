@@ -14,6 +14,7 @@ from attncore import evidence as _evidence
 from attncore import training as _training
 from attncore.errors import AttnInputError
 from attncore.training import bbm as _bbm
+from attncore.training import induction as _induction
 from attncore.training import io as _training_io
 from attncore.training import null_attention as _null
 from attncore.training import sink_grid as _sink_grid
@@ -25,6 +26,7 @@ __all__ = [
     "evidence_measurement",
     "EVIDENCE_SLOW_BYTES",
     "evidence_slow_measured",
+    "induction_runs",
     "EVIDENCE_SLOW_SECONDS",
     "learned_model",
     "learned_task",
@@ -46,6 +48,18 @@ def training_result(name: str) -> dict:
 @st.cache_data(max_entries=8, show_spinner=False)
 def _training_result(name: str, path: str, mtime: float) -> dict:
     return _training_io.load_result(name, Path(path).parent)
+
+
+def induction_runs() -> tuple[dict, list[dict]]:
+    """The shipped induction run (:mod:`attncore.training.induction`): (header, runs by seed), read again when
+    its file changes."""
+    path = Path(_training_io.RESULTS_DIR) / _induction.FILE
+    return _induction_runs(str(path), path.stat().st_mtime if path.is_file() else 0.0)
+
+
+@st.cache_data(max_entries=2, show_spinner=False)
+def _induction_runs(path: str, mtime: float) -> tuple[dict, list[dict]]:
+    return _induction.load_runs(path)
 
 
 # ------------------------------------------------- the models that learned the Bigram-Backcopy task (Sinks)

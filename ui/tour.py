@@ -37,6 +37,7 @@ from attncore.sweeps import SweepSpec
 from attncore.training.bbm import SINK_THRESHOLD
 from ui import cached, cached_decoder, cached_models, cached_results, widgets
 from ui.state import Param
+from ui.tour_induction import show_induction
 from ui.views import decoder as dec_view
 from ui.views import evidence as ev_view
 from ui.views import heatmaps as hm_view
@@ -361,6 +362,7 @@ STEPS: tuple[Step, ...] = (
     Step("entropy", "Entropy flattens as n grows", "pages/2_Entropy_vs_length.py", (P_TAU,), show_entropy),
     Step("sink", "A head that wants to write nothing", "pages/4_Attention_sinks.py", (P_S,), show_sink),
     Step("learned", "A sink forms in training", "pages/6_Training_lab.py", (), show_learned),
+    Step("induction", "An induction head forms", "pages/6_Training_lab.py", (), lambda c, w: Shown(*show_induction(c, w))),  # noqa: E501
     Step("real_sink", "The sink of a real decoder is a position", "pages/4_Attention_sinks.py", (),
          show_real_sink),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),
