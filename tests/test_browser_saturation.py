@@ -102,7 +102,7 @@ def test_real_model_tab_runs_the_intervention(page: Page, app_url: str) -> None:
     assert_clean(page)
     no_exception(page)
     page.get_by_role("button", name=re.compile(r"^Run 7 settings")).click()
-    expect(page.get_by_role("button", name="Stop")).to_be_visible(timeout=120_000)
+    expect(page.get_by_test_id("stButton").get_by_role("button", name="Stop")).to_be_visible(timeout=120_000)
     expect(page.get_by_text(re.compile(r"Perplexity is lowest at"))).to_be_visible(timeout=300_000)
     settled(page)
     assert_clean(page)
