@@ -39,7 +39,7 @@ GAUSS1 = {"above90": 0.02, "gap": 0.9, "jac": 0.3}
                                            (0.0201, "about as saturated as")])
 def test_spread_sentence_quotes_its_numbers(a90: float, word: str) -> None:
     s = words.spread_sentence(_spread([0.4, 1.0, 2.5, 9.0], a90, L=321), GAUSS1, "Model X")
-    assert "On 321 tokens, Model X's 4 heads" in s
+    assert "On 321 tokens, the 4 heads of Model X spread" in s
     assert "**0.40 to 9.00**" in s and "(median 1.00)" in s  # torch's median: the lower middle value
     assert "2 of 4 heads are wider than 2 and 1 narrower than 0.5" in s
     assert "against 2% for N(0, 1) logits" in s and "is 3.25 against 0.90" in s and "0.125 against 0.300" in s

@@ -38,7 +38,7 @@ def spread_sentence(sp: LogitSpread, gauss_at_1: dict[str, float], model: str) -
     gap, jac = float(sp["gap"].mean()), float(sp["jac"].mean())
     g90, ggap, gjac = gauss_at_1["above90"], gauss_at_1["gap"], gauss_at_1["jac"]
     return (
-        f"On {sp.length:,} tokens, {model}'s {n} heads spread their scaled logits q·k/√d with std "
+        f"On {sp.length:,} tokens, the {n} heads of {model} spread their scaled logits q·k/√d with std "
         f"**{float(std.min()):.2f} to {float(std.max()):.2f}** (median {float(std.median()):.2f}); the "
         f"seed's law says 1. {wide} of {n} heads are wider than 2 and {narrow} narrower than 0.5. "
         f"{_pct(a90)} of their rows put more than {LEVELS[0]:g} of the weight on one key ({_pct(a99)} more "
