@@ -23,6 +23,7 @@ from attncore.gradients import (
 from attncore.overflow import OVERFLOW_DTYPES
 from ui import cached, widgets
 from ui.page import PageContext, run_page
+from ui.saturation_real import REAL_PARAMS, real_model
 from ui.state import Param, value
 from ui.text import plain
 from ui.views import saturation as view
@@ -31,7 +32,7 @@ from ui.views import saturation_text as words
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-TABS = ("Why √d", "Saturation", "Gradients")
+TABS = ("Why √d", "Saturation", "Gradients", "Real model")
 SOURCE_SCORES = (9.2, -3.1, 8.8, -5.4, 1.2)  # the source's worked example (words.SOURCE), the default row
 DEFAULT_SCORES = ", ".join(f"{v:g}" for v in SOURCE_SCORES)
 ROW_KEYS = ("unscaled", "tau0.5", "tau1", "tau2")  # the rows of attncore.gradients.temperature_rows
@@ -64,7 +65,7 @@ P_STAT = Param("sat_stat", "median", options=("median", "mean"))
 P_OX = Param("sat_ox", 100.0, options=(1.0, 5.0, 10.0, 11.0, 12.0, 50.0, 88.0, 89.0, 100.0, 500.0,
                                        709.0, 710.0, 1000.0))
 PARAMS = (P_TAB, P_D, P_N, P_VQ, P_VK, P_BINS, P_SAMEX, P_NS, P_SN, P_XMAX, P_LEVEL, P_SCORES, P_DEX,
-          P_JROW, P_KEYS, P_TRIALS, P_SMAX, P_BATCH, P_DMAX, P_STAT, P_OX)
+          P_JROW, P_KEYS, P_TRIALS, P_SMAX, P_BATCH, P_DMAX, P_STAT, P_OX, *REAL_PARAMS)
 
 
 @contextmanager
@@ -350,7 +351,7 @@ def body(ctx: PageContext) -> None:
                "the softmax, and a saturated softmax passes almost no gradient back. Measured live, drawn "
                "against closed forms.")
     tabs = st.tabs(list(TABS), key=P_TAB.key, on_change="rerun")
-    for tab, render in zip(tabs, (why_sqrt_d, saturation, gradients), strict=True):
+    for tab, render in zip(tabs, (why_sqrt_d, saturation, gradients, real_model), strict=True):
         if tab.open:
             with tab:
                 render(ctx)

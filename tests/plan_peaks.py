@@ -31,7 +31,7 @@ from attncore.models import load_model
 from attncore.plan import Plan
 
 KINDS = ("maps", "entropy", "generation", "text", "stream", "qkv", "next", "deletion", "gu", "lens",
-         "induction_ablation")
+         "induction_ablation", "spread", "scaling")
 GEN_NEW = 64
 
 
@@ -59,6 +59,9 @@ def _plans(lm: Any, L: int) -> dict[str, Callable[[], Plan[Any]]]:
         # one random set per size: the passes run one at a time, so the peak does not depend on the count
         "induction_ablation": lambda: plans.induction_ablation_plan(
             lm.model, plans.induction_plan(lm.model, max(2, L // 2), 0).run(), sets=1, seed=0),
+        "spread": lambda: plans.spread_plan(lm.model, ids),
+        # two factors: the passes run one at a time, so the peak does not depend on the count
+        "scaling": lambda: plans.scaling_plan(lm.model, ids, (1.0, 8.0)),
     }
 
 

@@ -252,9 +252,30 @@ def check_real_sink(at: AppTest) -> None:
                                                L, ev)
 
 
+def check_real_scale(at: AppTest) -> None:
+    """SmolLM2's perplexity and saturated rows against the factor c at 64 tokens, against
+    attncore.decoder.scaling directly; the lesson from c = 1 and c = 8 and the Gaussian prediction."""
+    from attncore.decoder.scaling import FACTORS, gaussian_rows, scaled_runs
+    from attncore.decoder.text import shipped_text, text_tokens
+    from attncore.models import load_model
+    from ui.tour_scaling import TOUR_L
+    from ui.views import saturation_real_text as words
+
+    assert views(at) == ["sat-real-scale"]
+    lm = load_model("smollm2")
+    runs = scaled_runs(lm.model, text_tokens(lm.tokenizer, shipped_text(), TOUR_L, min_tokens=2).ids, FACTORS)
+    fig = only_figure(at)
+    ppl = [t for t in fig["data"] if t.get("name") == "SmolLM2" and t.get("xaxis", "x") in ("x", "x1")]
+    close(decode(ppl[0]["y"]), [r.perplexity for r in runs], rtol=1e-5)
+    g = gaussian_rows(FACTORS, TOUR_L, seed=0)
+    assert lesson(at) == words.tour_lesson(TOUR_L, runs[3], runs[6], float(g["above90"][3]),
+                                           float(g["above90"][6]))
+
+
 CHECKS = {"stages": check_stages, "histograms": check_histograms, "saturation": check_saturation,
           "jacobian": check_jacobian, "overflow": check_overflow, "entropy": check_entropy, "sink": check_sink,
-          "learned": check_learned, "induction": check_induction, "real_sink": check_real_sink, "memory": check_memory,
+          "learned": check_learned, "induction": check_induction, "real_sink": check_real_sink,
+          "real_scale": check_real_scale, "memory": check_memory,
           "evidence": check_evidence}
 
 
@@ -262,7 +283,7 @@ def test_every_step_is_checked() -> None:
     assert set(CHECKS) == set(KEYS)
 
 
-SLOW = {"real_sink"}  # loads SmolLM2 (and runs it on the shipped text)
+SLOW = {"real_sink", "real_scale"}  # load SmolLM2 (and run it on the shipped text)
 
 
 @pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k in SLOW else k for k in KEYS])

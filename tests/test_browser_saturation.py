@@ -89,3 +89,23 @@ def test_over_budget_request_is_refused_in_words(page: Page, app_url: str) -> No
     err = page.locator("[data-testid=stAlertContentError]")
     expect(err).to_have_count(1)
     assert "the limit is 33.6M" in err.inner_text() and "Reduce the samples or d" in err.inner_text()
+
+
+@pytest.mark.slow
+def test_real_model_tab_runs_the_intervention(page: Page, app_url: str) -> None:
+    """The tab 'Real model' on SmolLM2 at 64 tokens: the spread charts, then Run: the progress bar, the
+    partial table and Stop while it runs, then the intervention's four panels and its sentence."""
+    open_page(page, f"{app_url}{PATH}?sat_tab=Real%20model&sat_rl=64", timeout_s=300)
+    expect(page.get_by_role("tab", name="Real model")).to_have_attribute("aria-selected", "true")
+    page.wait_for_selector("[role=tabpanel]:visible .js-plotly-plot", timeout=300_000)
+    settled(page)
+    assert_clean(page)
+    no_exception(page)
+    page.get_by_role("button", name=re.compile(r"^Run 7 settings")).click()
+    expect(page.get_by_test_id("stButton").get_by_role("button", name="Stop")).to_be_visible(timeout=120_000)
+    expect(page.get_by_text(re.compile(r"Perplexity is lowest at"))).to_be_visible(timeout=300_000)
+    settled(page)
+    assert_clean(page)
+    no_exception(page)
+    assert page.locator("[role=tabpanel]:visible .js-plotly-plot").count() == 3
+    screenshot(page, "page-saturation-real", height=3000)

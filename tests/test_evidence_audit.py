@@ -612,6 +612,61 @@ def audit_llm_gqa(m: Measurement) -> None:
     assert float((kept["out"] - ref).abs().max()) <= 2e-5 and m.num("diff") <= 2e-5
 
 
+def audit_llm_real_scale(m: Measurement) -> None:
+    """The windows' scaled-logit std per head from the hidden states (own rotary, own float64 logits), and the
+    saturated rows at c = 1 and 8 from the eager weights with the scaling set by hand."""
+    if m.missing:
+        pytest.skip(m.missing)
+    from attncore.decoder.text import text_windows
+    from attncore.evidence.real_scale import LAW_BAND
+
+    model, ids = _smollm2(2048)
+    cfg = model.config
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    E, L = cfg.hidden_size // H, int(m.num("L"))
+    theta = float(cfg.rope_parameters["rope_theta"])
+    inv = 1.0 / theta ** (torch.arange(0, E, 2, dtype=torch.float64) / E)
+    ang = torch.arange(L, dtype=torch.float64)[:, None] * inv[None]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+
+    def rot(t: torch.Tensor) -> torch.Tensor:
+        return t * cos + torch.cat([-t[..., E // 2:], t[..., : E // 2]], -1) * sin
+
+    med, share, sat = [], [], {1.0: [], 8.0: []}
+    attns = [blk.self_attn for blk in model.model.layers]
+    for w in text_windows(ids, L, int(m.num("windows"))):
+        with torch.no_grad():
+            hs = model(input_ids=w, output_hidden_states=True).hidden_states
+            stds = []
+            for i, blk in enumerate(model.model.layers):
+                x = blk.input_layernorm(hs[i])[0].double()
+                q = rot((x @ blk.self_attn.q_proj.weight.double().T).view(L, H, E).transpose(0, 1))
+                k = rot((x @ blk.self_attn.k_proj.weight.double().T).view(L, Hkv, E).transpose(0, 1))
+                s = q @ k.repeat_interleave(H // Hkv, 0).transpose(1, 2) / math.sqrt(E)  # (H, L, L)
+                stds.append(torch.stack([s[h][causal].std(unbiased=False) for h in range(H)]))
+            std = torch.cat(stds)
+            med.append(float(std.median()))
+            share.append(float(((std >= LAW_BAND[0]) & (std <= LAW_BAND[1])).double().mean()))
+            for c in sat:
+                old = [a.scaling for a in attns]
+                try:
+                    for a in attns:
+                        a.scaling = c / math.sqrt(E)
+                    att = model(input_ids=w, output_attentions=True).attentions
+                finally:
+                    for a, o in zip(attns, old, strict=True):
+                        a.scaling = o
+                sat[c].append(float(torch.cat([(a[0, :, 1:].amax(-1) > 0.9).double().flatten() for a in att]).mean()))
+    close(m.num("med_std"), float(np.mean(med)), rel=1e-4)
+    close(m.num("law_share"), float(np.mean(share)), rel=1e-6, abs_=1e-9)
+    close(m.num("sat1"), float(np.mean(sat[1.0])), rel=1e-4, abs_=1e-6)
+    close(m.num("sat8"), float(np.mean(sat[8.0])), rel=1e-4, abs_=1e-6)
+    d = np.asarray(sat[8.0]) - np.asarray(sat[1.0])
+    half = T975[len(d) - 1] * d.std(ddof=1) / math.sqrt(len(d))
+    close(m.num("dsat_lo"), d.mean() - half, rel=1e-3, abs_=1e-5)
+
+
 AUDITS: dict[str, Callable[[Measurement], None]] = {
     "entropy_grows": audit_entropy,
     "sharp_needs_log_n": audit_margins,
@@ -659,6 +714,8 @@ AUDITS: dict[str, Callable[[Measurement], None]] = {
     "llm_value_drain": audit_llm_drain,
     "llm_window": audit_llm_window,
     "llm_gqa_same": audit_llm_gqa,
+    "llm_dot_spread": audit_llm_real_scale,
+    "llm_unscaled_saturates": audit_llm_real_scale,
 }
 
 

@@ -201,6 +201,14 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "llm_window_2048": [({"d_window": 0.0}, FAILS),
                         (lambda m: {"d_window": 1.0, "d_keep4": 0.0, "ppl_window": 3 * m.num("ppl_dense")}, HOLDS),
                         (lambda m: {"d_window": 1.0, "d_keep4": 0.9, "ppl_window": 3 * m.num("ppl_dense")}, CAVEAT)],
+    # SmolLM2's scaled logits against the unit-variance law, and its rows without 1/√d (attncore.evidence.real_scale)
+    "llm_dot_spread": [({"law_share_lo": 0.9}, HOLDS),
+                       ({"law_share_lo": 0.1, "law_share": 0.2, "med_std": 3.5, "med_std_lo": 3.0, "med_std_hi": 4.0},
+                        FAILS),
+                       ({"law_share_lo": 0.3, "law_share": 0.5, "med_std": 1.2, "med_std_lo": 1.0, "med_std_hi": 1.5},
+                        CAVEAT)],
+    "llm_unscaled_saturates": [({"dsat_lo": 0.3, "sat8": 0.8}, HOLDS), ({"dsat_lo": 0.1, "sat8": 0.3}, CAVEAT),
+                               ({"dsat_lo": -0.1, "dsat": 0.0}, FAILS)],
     # judged against the model's own attention output (diff) and K/V repeated per head (diff_repeat)
     "llm_gqa_same": [({"diff": 0.0, "diff_repeat": 0.0}, HOLDS), ({"diff": 1.0}, FAILS),
                      ({"diff_repeat": 1.0}, FAILS)],

@@ -38,6 +38,7 @@ from attncore.training.bbm import SINK_THRESHOLD
 from ui import cached, cached_decoder, cached_models, cached_results, widgets
 from ui.state import Param
 from ui.tour_induction import show_induction
+from ui.tour_scaling import show_real_scale
 from ui.views import decoder as dec_view
 from ui.views import evidence as ev_view
 from ui.views import heatmaps as hm_view
@@ -365,6 +366,8 @@ STEPS: tuple[Step, ...] = (
     Step("induction", "An induction head forms", "pages/6_Training_lab.py", (), lambda c, w: Shown(*show_induction(c, w))),  # noqa: E501
     Step("real_sink", "The sink of a real decoder is a position", "pages/4_Attention_sinks.py", (),
          show_real_sink),
+    Step("real_scale", "Without 1/√d a real model saturates", "pages/3_Saturation_and_gradients.py", (),
+         lambda ctx, where: Shown(**show_real_scale(ctx, where))),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),
     Step("evidence", "The evidence", "pages/7_Evidence.py", (P_SRC,), show_evidence),
 )

@@ -45,6 +45,7 @@ from attncore.decoder.probe import (
     decoder_shape,
     forward_bytes,
 )
+from attncore.decoder.scaling import FACTORS, LogitSpread, ScaledRun, logit_spread, scaled_runs, spread_bytes
 from attncore.decoder.sinks import DecoderSinks, SinkVariant, decoder_sinks, sink_variants
 from attncore.decoder.streaming import (
     Ablation,
@@ -73,7 +74,9 @@ __all__ = [
     "pass_plan",
     "pass_seconds",
     "qkv_plan",
+    "scaling_plan",
     "sinks_plan",
+    "spread_plan",
     "stream_plan",
     "text_plan",
     "variants_plan",
@@ -295,3 +298,29 @@ def lens_plan(model: Any, ids: Tensor, position: int | None = None) -> Plan[Lens
     return Plan(label="the logit lens", nbytes=int(lens_bytes(shape, L)),
                 seconds=pass_seconds(model, shape, L, False),
                 work=lambda: logit_lens(model, ids, position), model=model)
+
+
+def spread_plan(model: Any, ids: Tensor) -> Plan[LogitSpread]:
+    """Every head's scaled-logit statistics on ``ids`` (1, L)
+    (:func:`~attncore.decoder.scaling.logit_spread`): one pass without weights, each layer's logits
+    rebuilt and summarised in its hook
+    (:func:`~attncore.decoder.scaling.spread_bytes`)."""
+    ids = check_ids(ids, model)
+    shape = decoder_shape(model)
+    L = int(ids.shape[1])
+    return Plan(label="the logit statistics", nbytes=int(spread_bytes(shape, L)),
+                seconds=pass_seconds(model, shape, L), work=lambda: logit_spread(model, ids), model=model)
+
+
+def scaling_plan(model: Any, ids: Tensor, factors: Sequence[float] = FACTORS,
+                 progress: Callable[[int, int, ScaledRun], None] | None = None,
+                 cancel: Callable[[], bool] | None = None) -> Plan[tuple[ScaledRun, ...]]:
+    """The 1/sqrt(E) intervention (:func:`~attncore.decoder.scaling.scaled_runs`): one eager pass per
+    factor, in a row, each keeping only its (N, H) summaries and (L - 1,) losses (they peak like one pass
+    with weights)."""
+    ids = check_ids(ids, model)
+    shape = decoder_shape(model)
+    L = int(ids.shape[1])
+    return Plan(label=f"the scale intervention ({len(factors)} passes of {L:,} tokens)",
+                nbytes=int(forward_bytes(shape, L)), seconds=len(factors) * pass_seconds(model, shape, L),
+                work=lambda: scaled_runs(model, ids, factors, progress=progress, cancel=cancel), model=model)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from attncore.errors import AttnInputError
-from attncore.evidence import backends, decoder, length, masking, output_scale, scores, shipped
+from attncore.evidence import backends, decoder, length, masking, output_scale, real_scale, scores, shipped
 from attncore.evidence.records import (
     BASES,
     CAVEAT,
@@ -93,6 +93,7 @@ _ORDER = (
     "std_512",
     "saturation",
     "scaling_ablation",
+    "llm_dot_spread",
     # d2l
     "d2l_outputs",
     "dropout_mean",
@@ -109,6 +110,7 @@ _ORDER = (
     # the SDPA reference page
     "sqrt_growth",
     "prevents_saturation",
+    "llm_unscaled_saturates",
     "rows_sum_to_one",
     "causal_zero",
     "manual_equivalent",
@@ -122,7 +124,7 @@ _ORDER = (
     "flash_speed",
     "flash_memory",
 )
-_ALL = {c.key: c for mod in (scores, length, masking, output_scale, backends, shipped, decoder)
+_ALL = {c.key: c for mod in (scores, length, masking, output_scale, backends, shipped, decoder, real_scale)
         for c in mod.CLAIMS}
 if set(_ALL) != set(_ORDER) or len(_ORDER) != len(set(_ORDER)):
     raise RuntimeError(f"attncore.evidence: claims and their order differ: {sorted(set(_ALL) ^ set(_ORDER))}")

@@ -95,6 +95,8 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "llm_window": (_SNK, {"snk_view": "decoder"}),
     "llm_window_2048": (_SNK, {"snk_view": "decoder"}),
     "llm_gqa_same": (_SNK, {"snk_view": "decoder"}),
+    "llm_dot_spread": (_SAT, {"sat_tab": "Real model"}),
+    "llm_unscaled_saturates": (_SAT, {"sat_tab": "Real model"}),
     "xy_variance": (_SAT, {"sat_d": "1"}),
     "dot_variance": (_SAT, {"sat_d": "64"}),
     "std_64": (_SAT, {"sat_d": "64"}),
