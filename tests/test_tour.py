@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_registry_is_complete_and_points_at_real_pages() -> None:
     keys = [s.key for s in tour.STEPS]
-    assert len(keys) == len(set(keys)) and 8 <= len(keys) <= 12
+    assert len(keys) == len(set(keys)) and 8 <= len(keys) <= 16
     pages = {e.path for e in PAGES}
     params = [p.key for p in tour.step_params()]
     assert len(params) == len(set(params))
