@@ -161,8 +161,10 @@ def test_probes_resources_and_the_memory_budget(cpu: dict[str, Any], gpu: dict[s
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         port = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert port == {"http": 8501}  # the Dockerfile's EXPOSE and --server.port
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "livenessProbe"):
             assert c[probe]["httpGet"] == {"path": HEALTH, "port": "http"}, probe
+        # ready once warmed (issue 41 item 7a): serve.py writes the ready file (tests/test_warmup.py)
+        assert c["readinessProbe"]["exec"]["command"] == ["test", "-f", _env(c)["ATTNLAB_READY_FILE"]]
         res = c["resources"]
         budget = _quantity(_env(c)["ATTNCORE_MAX_BYTES"])
         req, lim = _quantity(res["requests"]["memory"]), _quantity(res["limits"]["memory"])
