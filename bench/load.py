@@ -157,6 +157,7 @@ class Run:
     redraw_s: float | None
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)  # info boxes (e.g. a waiting student's place in line)
     query: str | None = None  # the URL's query the page wrote during this run, if it changed it
 
 
@@ -282,6 +283,8 @@ class Session:
                             run.errors.append(f"error box: {el.alert.body[:160]}")
                         elif et == "alert" and el.alert.format == el.alert.WARNING:
                             run.warnings.append(el.alert.body[:200])
+                        elif et == "alert" and el.alert.format == el.alert.INFO:
+                            run.infos.append(el.alert.body[:300])
                         w = _widget(el)
                         if w is not None:
                             widgets[w.id] = w
