@@ -14,7 +14,10 @@ then ``--students`` at once (all sessions connected first, then every page opene
 each with a text no one else sent. The machine's 1-minute load average is printed before and after: on a
 shared machine this is not an idle measurement.
 
-Run:  python -m bench.klass [--view sinks|heatmaps] [--students 10] [--alone 3]
+``--before DIR`` measures an earlier commit's files (``git archive COMMIT | tar -x -C DIR``) the same way
+after, in the same run (it cannot warm itself: one session opens the view on the shipped text first).
+
+Run:  python -m bench.klass [--view sinks|heatmaps] [--students 10] [--alone 3] [--before DIR]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from bench.load import Run, Server, Session, _pct
+from bench.load import ROOT, Run, Server, Session, _pct
 
 PAGES = {"sinks": "Attention sinks", "heatmaps": "Heatmaps"}
 SUBJECTS = ("the river", "my grandmother", "the old lighthouse", "a tired student", "the orchestra",
@@ -87,19 +90,63 @@ async def _phase_class(port: int, view: str, n: int, first: int) -> tuple[list[R
     return [r for r, _ in got], sum(1 for _, told in got if told)
 
 
+def _measure(server: Server, view: str, n: int, alone: int, label: str) -> None:
+    server.reset_peak()
+    runs_alone = asyncio.run(_phase_alone(server.port, view, alone, 100))
+    print(_line(f"{label}: 1 alone", runs_alone) + f"   load avg {os.getloadavg()[0]:.1f}", flush=True)
+    server.reset_peak()
+    runs, told = asyncio.run(_phase_class(server.port, view, n, 0))
+    print(_line(f"{label}: {n} at once", runs) + f"   load avg {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"    {told} of {n} were shown their place in line while waiting; server peak RSS "
+          f"{server.peak / 2**30:.2f} GiB", flush=True)
+    for r in runs + runs_alone:
+        for e in r.errors[:2]:
+            print(f"    ! {e}")
+
+
+def _before(path: Path, view: str, n: int, alone: int) -> None:
+    """The same phases against ``path`` (an earlier commit's files, which cannot warm itself): primed by one
+    session opening the view on the shipped text, as the warm-up would have."""
+    server = Server(log=ROOT / "test-artifacts" / "bench-klass-before.log", cwd=path)
+    try:
+        server.start()
+        t0 = time.monotonic()
+        prime = {"sinks": "snk_view=decoder", "heatmaps": "rt_src=real&rt_model=smollm2"}[view]
+
+        async def once() -> Run:
+            async with Session(server.port, 999) as s:
+                await s.rerun("Home", "open")
+                s.page_hash = s.pages.get(PAGES[view], "")
+                return await s.rerun(PAGES[view], "open", query=prime)
+
+        run = asyncio.run(once())
+        print(f"before: primed by one session in {time.monotonic() - t0:.0f} s (errors {len(run.errors)})",
+              flush=True)
+        _measure(server, view, n, alone, "before")
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--view", choices=sorted(PAGES), default="sinks")
     ap.add_argument("--students", type=int, default=10)
     ap.add_argument("--alone", type=int, default=3, help="single-student opens before the class")
     ap.add_argument("--ready-timeout", type=float, default=900.0)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="OMP_NUM_THREADS for the servers (0: torch's default, the CPU count)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="then measure this checkout (an earlier commit's files, from git archive)")
     args = ap.parse_args()
     n = max(1, min(60, args.students))
     ready = Path(tempfile.mkdtemp(prefix="attnlab-klass-")) / "ready"
     os.environ.update({"ATTNLAB_WARM": "1", "ATTNLAB_READY_FILE": str(ready)})
+    if args.threads > 0:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     server = Server()
     print(f"bench.klass: view {args.view}, {n} students at once, {args.alone} alone; {os.cpu_count()} CPUs; "
-          f"load average {os.getloadavg()[0]:.1f} before start (a shared machine: not an idle measurement)",
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(default)')}; load average "
+          f"{os.getloadavg()[0]:.1f} before start (a shared machine: not an idle measurement)",
           flush=True)
     try:
         server.start()
@@ -110,19 +157,13 @@ def main() -> None:
             time.sleep(1.0)
         print(f"warm-up done in {time.monotonic() - t0:.0f} s after the server answered; ready file: "
               f"{ready.read_text().strip()}", flush=True)
-        server.reset_peak()
-        alone = asyncio.run(_phase_alone(server.port, args.view, args.alone, 100))
-        print(_line("1 student alone", alone) + f"   load avg {os.getloadavg()[0]:.1f}", flush=True)
-        server.reset_peak()
-        runs, told = asyncio.run(_phase_class(server.port, args.view, n, 0))
-        print(_line(f"{n} students at once", runs) + f"   load avg {os.getloadavg()[0]:.1f}", flush=True)
-        print(f"    {told} of {n} were shown their place in line while waiting; server peak RSS "
-              f"{server.peak / 2**30:.2f} GiB", flush=True)
-        for r in runs + alone:
-            for e in r.errors[:2]:
-                print(f"    ! {e}")
+        print(f"warmed server RSS {server.current / 2**30:.2f} GiB", flush=True)
+        _measure(server, args.view, n, args.alone, "now")
     finally:
         server.stop()
+    if args.before is not None:
+        _before(args.before, args.view, n, args.alone)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
 
 
 if __name__ == "__main__":
