@@ -109,9 +109,8 @@ def test_a_wait_that_raises_gives_up_its_place_and_nested_holding_passes_in():
     t = threading.Thread(target=holder)
     t.start()
     _wait_for(lambda: order == ["nested"])
-    with pytest.raises(RuntimeError):
-        with q.holding(model, lock, "k", 1.0, on_wait=stale, poll_s=0.01):
-            order.append("never")
+    with pytest.raises(RuntimeError), q.holding(model, lock, "k", 1.0, on_wait=stale, poll_s=0.01):
+        order.append("never")
     assert len(q) == 1  # only the holder
     release.set()
     t.join(10)
