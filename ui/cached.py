@@ -203,29 +203,23 @@ def _key_part(a: object) -> object:
     return text_key(a) if isinstance(a, str) and len(a) > 64 else a
 
 
-def _model_queue(plan: Plan[Any], kind: str, slot: Any) -> Any:
+@contextlib.contextmanager
+def _model_queue(plan: Plan[Any], kind: str, slot: Any) -> Iterator[None]:
     """Hold ``plan``'s model in its queue (:data:`ui.model_queue.QUEUE`), the wait's place and estimate
     shown in ``slot`` and cleared when the pass starts; nothing to wait for without a model."""
     if plan.model is None:
-        return contextlib.nullcontext()
+        yield
+        return
+    shown = [False]
 
-    def on_wait(p: model_queue.Place) -> None:
+    def show(p: model_queue.Place) -> None:
         slot.info(model_queue.waiting_message(p, plan.label), icon=":material/hourglass_top:")
+        shown[0] = True
 
-    @contextlib.contextmanager
-    def held() -> Iterator[None]:
-        shown = [False]
-
-        def show(p: model_queue.Place) -> None:
-            on_wait(p)
-            shown[0] = True
-
-        with model_queue.QUEUE.holding(plan.model, model_lock(plan.model), kind, plan.seconds, show):
-            if shown[0]:
-                slot.empty()
-            yield
-
-    return held()
+    with model_queue.QUEUE.holding(plan.model, model_lock(plan.model), kind, plan.seconds, show):
+        if shown[0]:
+            slot.empty()
+        yield
 
 
 class Planned(Generic[T]):
