@@ -60,3 +60,11 @@ def test_the_ready_file_is_the_manifests_and_the_readme_links_the_guide() -> Non
     ready = {e["name"]: e.get("value") for e in c["env"]}["ATTNLAB_READY_FILE"]
     assert f"`{ready}`" in DOC
     assert "(docs/teachers.md)" in (ROOT / "README.md").read_text()
+
+
+def test_the_quoted_waiting_message_is_the_apps() -> None:
+    from ui.model_queue import Place, waiting_message
+
+    msg = waiting_message(Place(place=4, ahead=3, wait_s=3.0, own_s=1.0, waited_s=2.0, measured=True),
+                          "the sink heads")
+    assert f"*\"{msg}\"*" in " ".join(DOC.split())
