@@ -63,7 +63,9 @@ def test_the_ready_file_is_the_manifests_and_the_readme_links_the_guide() -> Non
 
 
 def test_the_quoted_waiting_message_is_the_apps() -> None:
-    from ui.model_queue import Place, waiting_message
+    from ui.model_queue import WINDOW, Place, waiting_message
+
+    assert f"moving median of the last {WINDOW} of each kind" in " ".join(DOC.split())
 
     msg = waiting_message(Place(place=4, ahead=3, wait_s=3.0, own_s=1.0, waited_s=2.0, measured=True),
                           "the sink heads")
