@@ -101,6 +101,24 @@ def test_manifests_warm_and_probe_the_ready_file(variant: str) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/_stcore/health"  # alive while it warms
 
 
+def test_a_model_that_does_not_load_skips_the_steps_that_read_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ui import warmup
+
+    ran: list[str] = []
+
+    def broken() -> None:
+        raise OSError("no such file: the converted copy\nsecond line")
+
+    fake = [warmup.Step("model", broken), warmup.Step("tour", lambda: ran.append("tour")),
+            warmup.Step("sinks", lambda: ran.append("sinks"))]
+    monkeypatch.setattr(warmup, "steps", lambda device: fake)
+    reported: list[tuple[str, int, int]] = []
+    failed = warmup.run(lambda *a: reported.append(a), device="cpu")
+    assert ran == [] and reported == [("model", 0, 3), ("", 3, 3)]
+    assert failed == [("model", "OSError: no such file: the converted copy"),
+                      ("tour", "skipped: the model did not load"), ("sinks", "skipped: the model did not load")]
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_warm_up_makes_the_tours_real_step_a_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:

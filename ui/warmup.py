@@ -101,13 +101,17 @@ def run(report: Callable[[str, int, int], None], stop: Callable[[], bool] = lamb
         device: str | None = None) -> list[tuple[str, str]]:
     """Run every step in order, calling ``report(step, done, total)`` before each and once at the end
     (``step`` ""), until ``stop()``; a failing step is reported and skipped (the pages say why when a
-    student opens them). Returns the failures: (step, ``Type: first line``)."""
+    student opens them), and when the model itself does not load, every later step is skipped. Returns the
+    failures: (step, ``Type: first line`` or why skipped)."""
     dev = device if device is not None else str(resolve_device("auto"))
     todo = steps(dev)
     failed: list[tuple[str, str]] = []
     for i, s in enumerate(todo):
         if stop():
             break
+        if i > 0 and failed and failed[0][0] == todo[0].name:  # every later step reads the model
+            failed.append((s.name, "skipped: the model did not load"))
+            continue
         report(s.name, i, len(todo))
         try:
             s.work()
