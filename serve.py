@@ -13,14 +13,14 @@ inside the server's runtime. When the server stops, the training queue's worker 
 joined (:func:`stop_workers`) before the interpreter exits: a daemon thread still inside torch at
 exit can abort the process ("terminate called without an active exception").
 
-Warm-up for a class (issue 41 item 7a; ``ATTNLAB_WARM=1``, which the container, ``make run`` and the
-Kubernetes manifests set): once Streamlit's runtime exists, a background thread loads the real model and
-computes the Tour's real-decoder step and the real-model views at their defaults into the server's caches
-(:mod:`ui.warmup`, imported inside the runtime); the first page is not held up by it. The server is *ready*
-when that is done: the line "Attention Lab: ready" in its output, and, with ``ATTNLAB_READY_FILE`` set, that
-file written (a JSON line: seconds taken and any step that failed; removed at start, so a restarted
-container is not ready before its own warm-up), which the Kubernetes readinessProbe tests for. Without
-``ATTNLAB_WARM`` the server is ready as soon as it answers.
+Warm-up for a class (issue 41 item 7a; ``ATTNLAB_WARM=1``, which ``make run`` and the Kubernetes manifests
+set; ``docker run -e ATTNLAB_WARM=1`` for the image): once Streamlit's runtime exists, a background thread
+loads the real model and computes the Tour's real-decoder step and the real-model views at their defaults
+into the server's caches (:mod:`ui.warmup`, imported inside the runtime); the first page is not held up by
+it. The server is *ready* when that is done: the line "Attention Lab: ready" in its output, and, with
+``ATTNLAB_READY_FILE`` set, that file written (a JSON line: seconds taken and any step that failed; removed
+at start, so a restarted container is not ready before its own warm-up), which the Kubernetes
+readinessProbe tests for. Without ``ATTNLAB_WARM`` the server is ready as soon as it answers.
 """
 
 from __future__ import annotations
