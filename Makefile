@@ -8,6 +8,8 @@ PORT   ?= 8501
 # Interface `make run` listens on. 127.0.0.1: this computer only (the default). For a
 # classroom LAN say so explicitly: `make run ADDRESS=0.0.0.0` (every interface; see docs/deploy.md).
 ADDRESS ?= 127.0.0.1
+# 1: serve.py warms the real model and the default views at start (ui/warmup.py); `make run WARM=0`: off
+WARM   ?= 1
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint bench bench-load bench-ui gpu-check image-check image-check-gpu screenshot clean help
@@ -59,7 +61,7 @@ $(VENV)/.dev-ok: requirements.txt requirements-dev.txt $(VENV)/.app-ok
 	@touch $@
 
 run: $(VENV)/.app-ok
-	HF_HUB_OFFLINE=1 $(PY) serve.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
+	HF_HUB_OFFLINE=1 ATTNLAB_WARM=$(WARM) $(PY) serve.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
 
 test: $(VENV)/.dev-ok
 	@bash scripts/ensure-chromium

@@ -99,9 +99,11 @@ class Server:
     and then the server's next log line blocks the thread that writes it while it holds the logging
     lock, so every other script thread waits behind it and the server stops answering (issue 44,
     item 13: 40 sessions logging a traceback each render). ``command``: what follows the interpreter
-    (``serve.py``; a test passes a stand-in server)."""
+    (``serve.py``; a test passes a stand-in server); ``cwd``: the checkout it serves (bench.klass's
+    ``--before`` serves an earlier commit's files)."""
 
-    def __init__(self, command: Sequence[str] = ("serve.py",), log: Path | None = None) -> None:
+    def __init__(self, command: Sequence[str] = ("serve.py",), log: Path | None = None,
+                 cwd: Path = ROOT) -> None:
         self.port = _free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
         self.log = log if log is not None else ROOT / "test-artifacts" / "bench-load-streamlit.log"
@@ -110,7 +112,7 @@ class Server:
             self.proc = subprocess.Popen(
                 [sys.executable, *command, "--server.address", HOST,  # streamlit run app.py, warmed
                  "--server.port", str(self.port), "--server.headless", "true"],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             )
         self.peak = 0
         self.current = 0
@@ -157,6 +159,7 @@ class Run:
     redraw_s: float | None
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)  # info boxes (e.g. a waiting student's place in line)
     query: str | None = None  # the URL's query the page wrote during this run, if it changed it
 
 
@@ -282,6 +285,8 @@ class Session:
                             run.errors.append(f"error box: {el.alert.body[:160]}")
                         elif et == "alert" and el.alert.format == el.alert.WARNING:
                             run.warnings.append(el.alert.body[:200])
+                        elif et == "alert" and el.alert.format == el.alert.INFO:
+                            run.infos.append(el.alert.body[:300])
                         w = _widget(el)
                         if w is not None:
                             widgets[w.id] = w

@@ -13,8 +13,10 @@ import torch
 from attncore.decoder.sinks import GU_TOKENS, decoder_sinks, sink_variants
 from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME
 from attncore.models import LoadedModel, load_model
+from attncore.plan import Plan
 from tests.chart_data import decode, figure, no_errors, run_app
 from tests.test_text_injection import ALL, assert_plain
+from ui.decoder_lab import VARIANTS_OPEN
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 SINKS = "pages/4_Attention_sinks.py"
@@ -72,7 +74,12 @@ def test_own_text_charts_equal_attncore(lm: LoadedModel) -> None:
     assert SHIPPED_TEXT_NAME not in caps.split("This panel runs")[0]
     assert any(f"Your text gives {total} tokens, fewer than the {GU_TOKENS} of Gu et al.'s protocol" in i.value
                for i in at.info)
-    # does content matter: on the same text, at what is left after the shift of 2
+    # does content matter: on the same text, at what is left after the shift of 2, run when opened
+    assert not any("sink heads" in d.value.columns for d in at.dataframe)  # closed: not run
+    at.session_state[VARIANTS_OPEN] = True
+    at.run(timeout=900)
+    no_errors(at)
+    caps = _captions(at)
     other = int(lm.tokenizer(" the", add_special_tokens=False)["input_ids"][0])
     var = sink_variants(lm.model, ids, texts, other_first=other, other_text=" the", shift=2, length=total - 2,
                         eps=0.5)
@@ -125,3 +132,30 @@ def test_a_shift_past_a_short_text_says_so_plainly(lm: LoadedModel) -> None:
                     f"than the {MIN_TEXT_TOKENS} the variants need. Lower the shift to {total - MIN_TEXT_TOKENS} "
                     "or less, or use a longer text."], said
     assert not any("sink heads" in d.value.columns for d in at.dataframe)  # no variants table
+
+
+def test_a_short_own_text_first_view_is_one_pass(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 item 7c: a text of at most 64 tokens (and the length asked) reads the same tokens at Gu et al.'s
+    64 and at L, so the first view runs one pass of the sink heads, not two; the variants run when opened."""
+    from ui import cached
+
+    text = "Every student in the class typed a sentence of their own, and the model read each one of them."
+    total = lm.tokenizer(text, return_tensors="pt")["input_ids"].shape[1]
+    assert MIN_TEXT_TOKENS <= total <= 40
+    ran: list[str] = []
+    real = Plan.run
+    monkeypatch.setattr(Plan, "run", lambda self: ran.append(self.label) or real(self))
+    cached.result_cache().clear()
+    at = run_app(SINKS, timeout=900, **SHORT, dec_src="own", dec_text=text)
+    no_errors(at)
+    assert ran.count("the sink heads") == 1 and "the three variants" not in ran, ran
+    ids, texts = _tokens(lm, text)
+    s = decoder_sinks(lm.model, ids, texts, eps=0.5)
+    grid = np.asarray(decode(figure(at, "dec_sink_grid")["data"][0]["z"]), dtype=np.float64)
+    np.testing.assert_allclose(grid, s.first_score.numpy(), rtol=1e-4, atol=1e-6)
+    assert len(figure(at, "dec_sink_share")["data"]) == 1  # one length: one curve
+    at.session_state[VARIANTS_OPEN] = True
+    at.run(timeout=900)
+    no_errors(at)
+    assert ran.count("the sink heads") == 1 and ran.count("the three variants") == 1, ran
+    assert _variants(at)["sink heads"].tolist()

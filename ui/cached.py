@@ -8,12 +8,13 @@ small tables in ``st.cache_data``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -32,11 +33,13 @@ from attncore.budget import env_bytes
 from attncore.dropout import DropoutDraws
 from attncore.dtypes import DTYPES, sampling_dtype
 from attncore.explore import SyntheticSpec, draw_pool, synthetic_dropout, synthetic_stages
+from attncore.models.modules import model_lock
 from attncore.normalizers import peak_weight_sweep
 from attncore.plan import Plan
 from attncore.row_theory import check_sweep_theory, sweep_theory, sweep_theory_given_queries
 from attncore.sweeps import SweepSpec, query_norms, run_sweep
 from attncore.synthetic import QKV
+from ui import model_queue
 from ui.admission import heavy
 
 __all__ = [
@@ -200,6 +203,25 @@ def _key_part(a: object) -> object:
     return text_key(a) if isinstance(a, str) and len(a) > 64 else a
 
 
+@contextlib.contextmanager
+def _model_queue(plan: Plan[Any], kind: str, slot: Any) -> Iterator[None]:
+    """Hold ``plan``'s model in its queue (:data:`ui.model_queue.QUEUE`), the wait's place and estimate
+    shown in ``slot`` and cleared when the pass starts; nothing to wait for without a model."""
+    if plan.model is None:
+        yield
+        return
+    shown = [False]
+
+    def show(p: model_queue.Place) -> None:
+        slot.info(model_queue.waiting_message(p, plan.label), icon=":material/hourglass_top:")
+        shown[0] = True
+
+    with model_queue.QUEUE.holding(plan.model, model_lock(plan.model), kind, plan.seconds, show):
+        if shown[0]:
+            slot.empty()
+        yield
+
+
 class Planned(Generic[T]):
     """A cached real-model computation: ``make(*args)`` gives its plan; calling it returns the cached result
     or admits the plan (its model held first, then its place in ui.admission) and keeps the result in
@@ -226,13 +248,18 @@ class Planned(Generic[T]):
         hit = cache.get(key)
         if hit is None:
             plan = self.plan(*args)
-            with plan.holding():  # the model first: waiting for it holds no admission place
+            slot = (where or st).empty()  # the waiting messages (the model's queue, then admission) go here
+            # the model first: waiting for it holds no admission place; the wait shows its place in line
+            with _model_queue(plan, self.kind, slot):
                 hit = cache.get(key)  # another session may have computed it meanwhile
                 if hit is None:
-                    with heavy(plan.nbytes, plan.seconds, label=plan.label, where=where):
+                    with heavy(plan.nbytes, plan.seconds, label=plan.label, where=slot):
                         hit = timed(plan.run)
                     cache.put(key, hit)
+                    if plan.model is not None:
+                        model_queue.QUEUE.record(self.kind, plan.seconds, hit.seconds)
                     return hit
+            return hit
         # A cached result draws the one empty element heavy() draws for its waiting message, so the page
         # has the same elements whether it was computed or cached: a nested fragment's identity follows the
         # elements before it, and a fragment rerun after a computing full run (Heatmaps' head views after

@@ -43,7 +43,7 @@ from ui.views import sink_position as pos_view
 
 __all__ = ["DECODER_PARAMS", "ENTROPY_PARAMS", "SHIPPED_RUN_OPEN", "SHIPPED_RUN_TITLE", "ChosenText",
            "choose_text", "decoder_part", "entropy_part", "short_for_shift", "stream_store",
-           "variants_length"]
+           "VARIANTS_OPEN", "variants_length"]
 
 P_SRC = Param("dec_src", "shipped", options=("shipped", "own"))
 P_TEXT = Param("dec_text", "")  # at most MAX_TEXT_CHARS characters (ui.realtext.long_text_box)
@@ -229,11 +229,14 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
     text = chosen.text
     key = text_key(text)
     sinks = cached_decoder._decoder_sinks
-    got = run_or_wait("dec_sinks", f"The sink heads at {min(L, chosen.total):,} tokens",
-                      [(sinks, (GU_TOKENS, eps, ctx.device, key, text)),
-                       (sinks, (L, eps, ctx.device, key, text))],
-                      [(sinks, (GU_TOKENS, eps, ctx.device, key, text)),
-                       (sinks, (P_L.default, eps, ctx.device, key, text))])
+    # lengths cut to the text's tokens: a text of at most 64 tokens reads the same tokens at both, so the
+    # second call is the first's cached result (one pass, not two: issue 41 item 7c)
+    n64, nL, nd = (min(n, chosen.total) for n in (GU_TOKENS, L, P_L.default))
+    got = run_or_wait("dec_sinks", f"The sink heads at {nL:,} tokens",
+                      [(sinks, (n64, eps, ctx.device, key, text)),
+                       (sinks, (nL, eps, ctx.device, key, text))],
+                      [(sinks, (n64, eps, ctx.device, key, text)),
+                       (sinks, (nd, eps, ctx.device, key, text))])
     if got is None:
         return
     small, big = got
@@ -258,6 +261,9 @@ def sinks_section(ctx: PageContext, L: int, eps: float, kv: int, chosen: ChosenT
     st.plotly_chart(view.massive_figure(sL), key="chart_dec_massive")
     st.caption(view.massive_sentence(sL))
     widgets.csv_download(lambda: view.massive_frame(sL), "massive_activations.csv", key="dl_dec_massive")
+
+
+VARIANTS_OPEN = "dec_var_open"  # the own-text variants' expander (a view, not a setting: not in the URL)
 
 
 def variants_length(total: int, shift: int) -> int:
@@ -293,6 +299,18 @@ def variants_section(ctx: PageContext, where: Any, eps: float, chosen: ChosenTex
     if short is not None:
         st.info(short, icon=":material/short_text:")
         return
+    if chosen.text is not None:  # a student's own text: three more passes, run when opened (issue 41 7c)
+        box = st.expander(f"Run the three variants on your text ({n} tokens each)", key=VARIANTS_OPEN,
+                          on_change="rerun", icon=":material/compare_arrows:")
+        if not box.open:
+            return
+        with box:
+            _variants(ctx, eps, chosen, shift, n)
+        return
+    _variants(ctx, eps, chosen, shift, n)  # the shipped text: cached at the server's warm-up (ui.warmup)
+
+
+def _variants(ctx: PageContext, eps: float, chosen: ChosenText, shift: int, n: int) -> None:
     # at most 64 tokens: runs at once
     res = cached_decoder.decoder_variants(shift, eps, ctx.device, chosen.text, n)
     widgets.table(view.variants_frame(res.value))

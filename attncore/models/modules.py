@@ -12,7 +12,8 @@ from torch import nn
 
 from attncore.errors import AttnInputError
 
-__all__ = ["attention_implementation", "attention_modules", "exclusive", "first_line", "hooked_run"]
+__all__ = ["attention_implementation", "attention_modules", "exclusive", "first_line", "hooked_run",
+           "model_lock"]
 
 _LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -33,12 +34,18 @@ def exclusive(model: nn.Module) -> Iterator[None]:
     read the other's activations. Every pass of a shared model, hooked or not, runs inside this; the
     passes of one model queue, the passes of different models do not.
     """
+    with model_lock(model):
+        yield
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """The one re-entrant lock :func:`exclusive` holds for ``model`` (created on first use), for a caller that
+    waits for it with a timeout (``ui.model_queue``: a waiting student sees their place)."""
     with _LOCKS_GUARD:
         lock = _LOCKS.get(model)
         if lock is None:
             lock = _LOCKS[model] = threading.RLock()
-    with lock:
-        yield
+    return lock
 
 
 @contextlib.contextmanager
