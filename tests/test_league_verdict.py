@@ -60,7 +60,7 @@ def test_the_verdict_agrees_on_a_league_ordered_as_the_reference_and_flips_when_
 
 def test_too_few_seeds_missing_variants_diverged_runs_and_other_lrs() -> None:
     one = ordering_verdict(_league({0: AGREE[0]}), REF, 1e-3)
-    assert one.outcome == "too few seeds" and one.tau["n"] == 1 and "a verdict needs 2" in one.text
+    assert one.outcome == "too few seeds" and one.tau["n"] == 1 and "too few seeds for a verdict, which needs 2" in one.text
     runs = _league(AGREE)
     runs = [r for r in runs if not (r["config"]["seed"] == 2 and r["config"]["variant"] == "softpick")]
     assert ordering_verdict(runs, REF, 1e-3).seeds == [0, 1]  # seed 2 lacks a variant: left out

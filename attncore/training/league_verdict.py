@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from attncore.citations import REFERENCES
@@ -25,11 +26,15 @@ from attncore.training.sink_stats import t_interval
 
 __all__ = [
     "REFERENCE_ORDERINGS",
+    "SHIPPED_FILES",
     "OrderingVerdict",
     "ReferenceOrdering",
+    "cell_curves",
     "kendall_tau_b",
     "ordering_verdict",
     "ordering_verdicts",
+    "ordered_cells",
+    "shipped_league",
     "spearman_rho",
 ]
 
@@ -186,7 +191,7 @@ def ordering_verdict(runs: list[dict[str, Any]], reference: ReferenceOrdering, l
     per_seed = ", ".join(f"seed {s}: {_fmt(t)}" for s, t in zip(seeds, taus, strict=True)) or "none"
     if outcome == "too few seeds":
         text = (f"At learning rate {lr:g}, {n} seed(s) have a defined rank correlation with the ordering of "
-                f"{src} (Kendall's τ-b per seed: {per_seed}); a verdict needs 2.")
+                f"{src} (Kendall's τ-b per seed: {per_seed}): too few seeds for a verdict, which needs 2.")
     else:
         verb = {"agrees": "agrees with", "disagrees": "disagrees with", "undecided": "is undecided against"}
         text = (f"At learning rate {lr:g}, our sink-rate ordering {verb[outcome]} {src}'s: Kendall's "
@@ -201,3 +206,53 @@ def ordering_verdicts(runs: list[dict[str, Any]],
     ref = reference or REFERENCE_ORDERINGS["zuhri2025.t3"]
     lrs = sorted({float(r["config"]["lr"]) for r in runs})
     return [ordering_verdict(runs, ref, lr) for lr in lrs]
+
+
+# ---------------------------------------------------------------------------- the league's shipped file
+
+
+SHIPPED_FILES = ("league.jsonl", "league.partial.jsonl")
+"""The league's shipped result files, the complete one first."""
+
+
+def shipped_league(results_dir: str | Path | None = None) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """(file name, header, runs) of the shipped league: the complete file when it ships, else the partial
+    one; ("", {}, []) when neither does."""
+    from attncore.training.io import RESULTS_DIR
+    from attncore.training.league import load_league
+
+    base = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    for name in SHIPPED_FILES:
+        if (base / name).is_file():
+            header, runs = load_league(base / name)
+            return name, header, runs
+    return "", {}, []
+
+
+def ordered_cells(table: list[dict[str, Any]], lr: float) -> list[dict[str, Any]]:
+    """The league table's cells at learning rate ``lr`` (:func:`attncore.training.league.league_table`),
+    most sink first: by mean sink rate descending, cells without one last, ties in the table's order."""
+    cells = [c for c in table if float(c["lr"]) == float(lr)]
+    return sorted(cells, key=lambda c: (c["sink_rate"]["mean"] is None, -(c["sink_rate"]["mean"] or 0.0)))
+
+
+def cell_curves(runs: list[dict[str, Any]], variant: str, lr: float) -> list[dict[str, Any]]:
+    """One cell's evaluation series, per seed (ascending): ``steps``, ``bos`` (the mean over the N x H heads
+    of the weight on BOS from non-trigger positions), ``nowhere`` (the same mean of the weight sent nowhere)
+    and ``loss`` (held-out loss) at each evaluation point, and the run's ``sink_rate``."""
+    out = []
+    for r in sorted((r for r in runs if r["config"]["variant"] == variant and float(r["config"]["lr"]) == lr),
+                    key=lambda r: r["config"]["seed"]):
+        if any(o["seed"] == r["config"]["seed"] for o in out):
+            continue
+
+        def head_mean(p: dict[str, Any], key: str) -> float | None:
+            vals = [v for row in (p.get(key) or []) if row for v in row if v is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        curves = r.get("curves") or []
+        out.append({"seed": int(r["config"]["seed"]), "steps": list(r.get("steps") or [])[:len(curves)],
+                    "bos": [head_mean(p, "bos_other") for p in curves],
+                    "nowhere": [head_mean(p, "nowhere_other") for p in curves],
+                    "loss": [p.get("loss") for p in curves], "sink_rate": r.get("sink_rate")})
+    return out
