@@ -11,8 +11,7 @@ import pytest
 
 from attncore.training.league import league_table
 from attncore.training.league_verdict import cell_curves, ordered_cells, ordering_verdicts, shipped_league
-from attncore.training.wd_sweep import FILE as WD_FILE
-from attncore.training.wd_sweep import load_sweep, wd_table
+from attncore.training.wd_sweep import shipped_sweep, wd_table
 from tests.chart_data import decode, figure, no_errors, run_app, walk
 from ui import league as section
 from ui.views import training_league as view
@@ -54,7 +53,7 @@ def check(at: Any) -> None:
         np.testing.assert_allclose(bos, [np.nan if b is None else b for b in curves[0]["bos"]], rtol=1e-6)
     captions = "\n".join(c.value for c in at.caption)
     assert view.curves_text(curves, cell, lr) in captions.replace("\\", "")
-    _, wruns = load_sweep(__import__("attncore.training.io", fromlist=["RESULTS_DIR"]).RESULTS_DIR / WD_FILE)
+    _, _, wruns = shipped_sweep()
     wcells = wd_table(wruns)
     if wcells:
         wf = figure(at, "wd_sweep")
@@ -75,7 +74,7 @@ def test_league_section_every_control() -> None:
     changes = [("selectbox", section.P_LMEAS.key, m) for m in list(view.MEASURES)[1:]]
     changes += [("selectbox", section.P_LCELL.key, v) for v in section.VARIANTS[1:]]
     changes += [("selectbox", section.P_LLR.key, section.LRS[1])]
-    _, wruns = load_sweep(__import__("attncore.training.io", fromlist=["RESULTS_DIR"]).RESULTS_DIR / WD_FILE)
+    _, _, wruns = shipped_sweep()
     if wruns:
         changes += [("selectbox", section.P_WMEAS.key, m) for m in list(view.MEASURES)[1:]]
     walk(at, changes, check)

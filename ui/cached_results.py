@@ -166,10 +166,10 @@ def _league_results(stamps: tuple[float, ...]) -> tuple[str, dict, list[dict], l
 def wd_results() -> tuple[dict, list[dict], list[dict]]:
     """The shipped weight-decay sweep as (header, runs, table cells per weight decay); empty when it does not
     ship."""
-    return _wd_results(_stamp(_wd_sweep.FILE))
+    return _wd_results(tuple(_stamp(n) for n in _wd_sweep.SHIPPED_FILES))
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)
-def _wd_results(stamp: float) -> tuple[dict, list[dict], list[dict]]:
-    header, runs = _wd_sweep.load_sweep(Path(_training_io.RESULTS_DIR) / _wd_sweep.FILE)
+def _wd_results(stamps: tuple[float, ...]) -> tuple[dict, list[dict], list[dict]]:
+    _, header, runs = _wd_sweep.shipped_sweep()
     return header, runs, _wd_sweep.wd_table(runs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from attncore.errors import AttnInputError
@@ -26,7 +27,8 @@ from attncore.training.league import LEAGUE, TABLE_KEYS, load_league, run_key
 from attncore.training.league import main as league_main
 from attncore.training.sink_stats import t_interval
 
-__all__ = ["FILE", "WD_SWEEP", "WEIGHT_DECAYS", "load_sweep", "main", "sweep_key", "wd_table"]
+__all__ = ["FILE", "SHIPPED_FILES", "WD_SWEEP", "WEIGHT_DECAYS", "load_sweep", "main", "shipped_sweep",
+           "sweep_key", "wd_table"]
 
 FILE = "wd_sweep.jsonl"
 
@@ -54,6 +56,23 @@ def sweep_key(config: dict[str, Any]) -> str:
 def load_sweep(path: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, runs) of a sweep file (the league's reader, :func:`~attncore.training.league.load_league`)."""
     return load_league(path)
+
+
+SHIPPED_FILES = (FILE, "wd_sweep.partial.jsonl")
+"""The sweep's shipped result files, the complete one first."""
+
+
+def shipped_sweep(results_dir: str | Path | None = None) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """(file name, header, runs) of the shipped sweep: the complete file when it ships, else the partial one;
+    ("", {}, []) when neither does."""
+    from attncore.training.io import RESULTS_DIR
+
+    base = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    for name in SHIPPED_FILES:
+        if (base / name).is_file():
+            header, runs = load_league(base / name)
+            return name, header, runs
+    return "", {}, []
 
 
 def wd_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
