@@ -22,7 +22,10 @@ from ui.state import Param
 from ui.text import plain
 from ui.views import training_league as view
 
-__all__ = ["LEAGUE_PARAMS", "league_section"]
+__all__ = ["LEAGUE_OPEN", "LEAGUE_PARAMS", "TITLE", "league_section"]
+
+TITLE = "Which fix removes the sink? A league of normalisers and gates, and weight decay"
+LEAGUE_OPEN = "lg_open"  # the expander's open state (a view, not a setting: not in the URL)
 
 LRS = tuple(f"{lr:g}" for lr in LEAGUE["lrs"])
 VARIANTS = tuple(v["variant"] for v in LEAGUE["variants"])
@@ -35,29 +38,37 @@ PLANNED = len(league_configs())
 WD_PLANNED = len(league_configs(WD_SWEEP))
 
 
-def _controls(where: Any) -> tuple[float, str, str, str]:
-    where.markdown("#### Which fix removes the sink?")
-    lr = widgets.select(P_LLR, "League: learning rate", where=where,
+def _controls(where: list[Any]) -> tuple[float, str, str, str]:
+    lr = widgets.select(P_LLR, "League: learning rate", where=where[0],
                         help="The league's table, chart and verdict at this peak learning rate.")
-    measure = widgets.select(P_LMEAS, "League: chart measure", labels=view.MEASURES, where=where)
+    measure = widgets.select(P_LMEAS, "League: chart measure", labels=view.MEASURES, where=where[1])
     names = {v: view.variant_name(v) for v in VARIANTS}
     cell = widgets.select(P_LCELL, "League: cell's curves", labels=names,
-                          where=where,
+                          where=where[2],
                           help="The variant whose evaluation curves (one line per seed) are drawn.")
-    wd_measure = widgets.select(P_WMEAS, "Weight decay: chart measure", labels=view.MEASURES, where=where)
+    wd_measure = widgets.select(P_WMEAS, "Weight decay: chart measure", labels=view.MEASURES, where=where[3])
     return float(lr), str(measure), str(cell), str(wd_measure)
 
 
 def league_section(ctx: Any) -> None:
-    """The league, its verdict and a cell's curves; then the weight-decay sweep."""
-    lr, measure, cell, wd_measure = _controls(ctx.controls)
-    name, header, runs, table, verdicts = cached_results.league_results()
-    st.subheader("Which fix removes the sink? A league of normalisers and gates")
+    """A folded section (computed and sent only while open, issue 34): the league, its verdict and a cell's
+    curves; then the weight-decay sweep."""
+    box = widgets.lazy_expander(TITLE, LEAGUE_OPEN, icon=":material/leaderboard:")
+    if box is None:
+        return
+    with box:
+        _league_part()
+
+
+def _league_part() -> None:
     st.markdown("Eight ways to attend, trained side by side on Bigram-Backcopy (2 layers x 4 heads) at two "
                 "learning rates x 3 seeds: softmax, softmax1, the gpt-oss sink logit, ReLU attention, "
                 "Qiu et al.'s sigmoid output gate (elementwise, per head, and the non-sparse control "
                 "0.5 + 0.5σ) and softpick. A head is a sink when its mean weight on BOS from non-trigger "
                 "positions over the last evaluation points exceeds 0.3; the sink rate is the share of heads.")
+    cols = st.columns(4)
+    lr, measure, cell, wd_measure = _controls(cols)
+    name, header, runs, table, verdicts = cached_results.league_results()
     st.caption(plain(view.status_text(name, len(runs), PLANNED, header)))
     cells = ordered_cells(table, lr)
     if not cells:
