@@ -12,7 +12,7 @@ import pytest
 from attncore.training.league import league_table
 from attncore.training.league_verdict import cell_curves, ordered_cells, ordering_verdicts, shipped_league
 from attncore.training.wd_sweep import shipped_sweep, wd_table
-from tests.chart_data import decode, figure, no_errors, run_app, walk
+from tests.chart_data import decode, figure, figures, no_errors, run_app, set_widget
 from ui import league as section
 from ui.views import training_league as view
 
@@ -36,7 +36,7 @@ def check(at: Any) -> None:
     fig = figure(at, "league")
     assert fig["layout"]["meta"]["variants"] == [c["variant"] for c in cells]
     assert fig["layout"]["meta"]["measure"] == measure
-    y = decode(fig["data"][0]["y"])
+    y = decode(fig["data"][0]["x"])  # horizontal bars
     want = [0.0 if c[measure]["mean"] is None else c[measure]["mean"] for c in cells]
     np.testing.assert_allclose(y, want, rtol=1e-6)
     if measure == "sink_rate":  # ordered most sink first
@@ -66,8 +66,7 @@ def check(at: Any) -> None:
 
 def _opened(**query: str) -> Any:
     at = run_app(LAB, **query)
-    assert not [f for f in __import__("tests.chart_data", fromlist=["figures"]).figures(at)
-                if f["layout"].get("meta", {}).get("view") == "league"]  # folded: not computed (issue 34)
+    assert not [f for f in figures(at) if f["layout"].get("meta", {}).get("view") == "league"]  # folded: not computed (issue 34)
     at.session_state[section.LEAGUE_OPEN] = True
     return at.run()
 
@@ -85,9 +84,22 @@ def test_league_section_every_control() -> None:
     _, _, wruns = shipped_sweep()
     if wruns:
         changes += [("selectbox", section.P_WMEAS.key, m) for m in list(view.MEASURES)[1:]]
-    walk(at, changes, check)
-    assert at.query_params[section.P_LLR.key] == [section.LRS[1]] or at.query_params[section.P_LLR.key] == \
-        section.LRS[1]
+    before = _drawn(at)
+    for kind, key, value in changes:  # each control: the charts follow attncore (check) and change
+        set_widget(at, kind, key, value)
+        assert at.session_state[key] == value, key
+        check(at)
+        now = _drawn(at)
+        assert now != before, f"{key} changed nothing"
+        before = now
+    assert section.LRS[1] in str(at.query_params[section.P_LLR.key])
+
+
+def _drawn(at: Any) -> str:
+    """Every number the section's charts draw (the league's bars are horizontal: their numbers are x)."""
+    return repr([(f["layout"].get("meta", {}).get("view"), [list(decode(t[k])) for t in f["data"] for k in ("x", "y")
+                                                            if isinstance(t.get(k), dict | list)])
+                 for f in figures(at)])
 
 
 def test_league_url_bad_values_get_defaults() -> None:

@@ -29,8 +29,8 @@ def test_cells_are_ordered_by_sink_rate_and_drawn_as_given() -> None:
     cells = ordered_cells(CELLS, 1e-3)
     assert [c["variant"] for c in cells] == ["standard", "softmax1", "softpick", "gated"]
     fig = view.league_figure(cells)
-    assert list(fig.data[0].y) == [0.5, 0.125, 0.0, 0.0]
-    assert list(fig.data[0].error_y.array) == [0.25, 0.0, 0.0, 0.0]
+    assert list(fig.data[0].x) == [0.5, 0.125, 0.0, 0.0] and fig.data[0].orientation == "h"
+    assert list(fig.data[0].error_x.array) == [0.25, 0.0, 0.0, 0.0]
     assert fig.layout.meta["means"] == [0.5, 0.125, 0.0, None]
     frame = view.cells_frame(cells)
     assert list(frame["rank"]) == [1, 2, 3, 4] and list(frame["variant"])[0] == "softmax"

@@ -74,25 +74,28 @@ def cells_frame(cells: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def league_figure(cells: list[dict[str, Any]], measure: str = "sink_rate") -> go.Figure:
-    """Bars: each cell's mean ``measure`` over its seeds with the 95% t interval (none from one seed), in the
-    given order (most sink first). ``layout.meta``: ``variants``, ``means``, ``halves``."""
+    """Horizontal bars: each cell's mean ``measure`` over its seeds with the 95% t interval (none from one
+    seed), in the given order (most sink first, at the top). ``layout.meta``: ``variants``, ``means``,
+    ``halves``."""
     names = [variant_name(c["variant"]) for c in cells]
     means = [c[measure]["mean"] for c in cells]
     halves = [c[measure]["half"] for c in cells]
     ns = [c[measure]["n"] for c in cells]
+    # horizontal bars: the variants' names are long, and rank 1 (most sink) at the top
     fig = go.Figure(go.Bar(
-        x=[html.escape(n) for n in names], y=[0.0 if m is None else float(m) for m in means],
-        error_y={"type": "data", "array": [0.0 if h is None else float(h) for h in halves], "visible": True},
+        y=[html.escape(n) for n in names], x=[0.0 if m is None else float(m) for m in means], orientation="h",
+        error_x={"type": "data", "array": [0.0 if h is None else float(h) for h in halves], "visible": True},
         marker_color=PALETTE[0], customdata=ns,
-        hovertemplate="%{x}<br>mean %{y:.4g} over %{customdata} seed(s)<extra></extra>"))
+        hovertemplate="%{y}<br>mean %{x:.4g} over %{customdata} seed(s)<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
     if measure == "sink_rate":
-        fig.update_yaxes(range=[0, 1.05])
+        fig.update_xaxes(range=[0, 1.05])
     lr = cells[0]["lr"] if cells else None
     title = f"{MEASURES[measure]} per variant" + (f", lr {lr:g}" if lr is not None else "")
-    figures.style(fig, title=title, height=380)
-    fig.update_layout(yaxis_title=MEASURES[measure], meta={"view": "league", "measure": measure,
-                                                           "variants": [c["variant"] for c in cells],
-                                                           "means": means, "halves": halves})
+    figures.style(fig, title=title, height=110 + 34 * len(cells))
+    fig.update_layout(xaxis_title=MEASURES[measure] + " (mean, 95% t interval over seeds)",
+                      meta={"view": "league", "measure": measure, "variants": [c["variant"] for c in cells],
+                            "means": means, "halves": halves})
     return fig
 
 
