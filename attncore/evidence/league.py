@@ -87,8 +87,9 @@ def _league_judge(m: Measurement) -> Judgement:
     disagree = [k for k in _lrs(m) if m.num(f"hi:{k}") < 0]
     theirs = f"theirs: {ref.scale}; the order is {ref.note}"
     if agree and not disagree:
-        return Judgement(CAVEAT, f"the ordering agrees at lr {', '.join(agree)} of {len(_lrs(m))} (the "
-                                 f"interval of τ above 0), on a model far smaller than theirs ({theirs}).")
+        return Judgement(CAVEAT, f"the ordering agrees at lr {', '.join(agree)} ({len(agree)} of "
+                                 f"{len(_lrs(m))} learning rates; the interval of τ above 0), on a model far "
+                                 f"smaller than theirs ({theirs}).")
     if disagree and not agree:
         return Judgement(FAILS, f"the ordering disagrees at lr {', '.join(disagree)} (the interval of τ "
                                 f"below 0) and agrees nowhere ({theirs}).")
