@@ -16,6 +16,7 @@ from ui import corpus as corpora
 from ui.job_cost import SIZES, job_tokens, make_configs
 from ui.job_panel import job_panel, other_job_caption, run_button, time_estimate
 from ui.jobs import JOB_ID_PATTERN, QUEUE, list_runs, session_id
+from ui.league import LEAGUE_PARAMS, league_section
 from ui.nav import real_models
 from ui.page import PageContext, run_page
 from ui.state import Param
@@ -38,7 +39,7 @@ P_JOB = Param("tr_job", "", pattern=JOB_ID_PATTERN)  # this page's job: a reload
 P_TAB = Param("tr_tab", view.TAB_TITLES[RESULT_NAMES[0]],
               options=tuple(view.TAB_TITLES[n] for n in RESULT_NAMES))
 PARAMS = (P_TAB, P_VARS, P_LRS, P_SIZE, P_STEPS, P_CORPUS, P_FILE, P_CMP, P_JOB, *learned.TRAINING_PARAMS,
-          *sink_grid.GRID_PARAMS, *induction.IND_PARAMS)
+          *sink_grid.GRID_PARAMS, *induction.IND_PARAMS, *LEAGUE_PARAMS)
 
 JOB_KEY = P_JOB.key  # this session's job id
 INTRO = ("Most pages draw attention from random inputs; Heatmaps and Attention sinks also show trained "
@@ -378,6 +379,7 @@ def body(ctx: PageContext) -> None:
     st.title("Training lab")
     st.markdown(INTRO)
     sink_tab = shipped(ctx)
+    league_section(ctx)
     induction.section(ctx)
     corpus = live(ctx)
     compare(ctx)

@@ -40,6 +40,14 @@ PINNED = {
     ),
     # Gu et al. 2024: a sink head for key k when its score exceeds ε = 0.3
     "gu2024.eps": ("gu2024", "Section 3 (the sink metric)", "every model they probe", "ε", "0.3"),
+    # Zuhri et al. 2025, abstract: "Our experiments with 340M and 1.8B parameter models demonstrate that softpick
+    # achieves 0% sink rate consistently." (Table 3's numbers could not be read here and are not quoted.)
+    "zuhri2025.softpick0": ("zuhri2025", "Abstract", "340M and 1.8B parameter models",
+                            "softpick achieves 0% sink rate", "0"),
+    # Gu et al. 2024: "we sample 5B tokens from the Pile dataset"; the weight-decay configs in their repository
+    # (configs/decay/tinyllama_60m_decay*.yaml) train tinyllama_60M at lr 4e-4 for 20,000 steps, batch 512
+    "gu2024.tokens": ("gu2024", None, "LLaMA-style language models", "tokens sampled from the Pile", "5B"),
+    "gu2024.decay.model": ("gu2024", None, "tinyllama_60M", "model size of the weight-decay runs", "60M"),
     # Guo et al. 2024: BOS weight from non-trigger positions, from the figure's data file in their repository
     "guo2024.bos.100": ("guo2024", None, "1 layer, 1 head, width 256", "step 100", "0.03"),
     "guo2024.bos.300": ("guo2024", None, "1 layer, 1 head, width 256", "step 300", "0.56"),
@@ -54,8 +62,12 @@ def test_every_quoted_number_is_pinned_to_its_table() -> None:
         assert (q.paper, q.model, q.label, q.printed) == (paper, model, label, printed), q.key
         assert where is None or q.where == where, q.key
         assert q.paper in REFERENCES and q.data and q.setting
-        if printed[0].isdigit():
+        if re.fullmatch(r"\d+(\.\d+)?", printed):
             assert q.value == float(printed), q.key
+        elif re.fullmatch(r"\d+[BM]", printed):
+            assert q.value == float(printed[:-1]) * {"B": 1e9, "M": 1e6}[printed[-1]], q.key
+    setting = quoted("gu2024.decay.model").setting
+    assert all(s in setting for s in ("4e-4", "20,000 steps", "batch 512"))
 
 
 def test_streaming_llm_tables_as_printed() -> None:

@@ -100,6 +100,14 @@ def sink_cells(m: Measurement, variants: tuple[str, ...], **fields: Any) -> dict
                            if c.variant in variants and c.seeds else c for c in m["cells"])}
 
 
+def wd_all(m: Measurement, d: float, lo: float, hi: float) -> dict[str, Any]:
+    """The weight-decay row with every weight decay's paired change from 0 set to d [lo, hi] over 3 seeds."""
+    out: dict[str, Any] = {"wds": "0.1|0.5|1|5", "rate:0": 0.375}
+    for k in ("0.1", "0.5", "1", "5"):
+        out |= {f"d:{k}": d, f"dlo:{k}": lo, f"dhi:{k}": hi, f"dn:{k}": 3}
+    return out
+
+
 # Per claim: (the numbers to replace, the verdict they call for). Callables see the real measurement.
 COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "entropy_grows": [(lambda m: {"h_rises": m.num("steps")}, HOLDS), (lambda m: {"h_rises": 3}, FAILS),
@@ -118,6 +126,14 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
     "bias_removes_sinks": [({}, CAVEAT), (lambda m: sink_cells(m, DENOMINATOR, n_sink=0), HOLDS),
                            (lambda m: sink_cells(m, DENOMINATOR, n_sink=lambda c: c.n_usable), FAILS),
                            (lambda m: sink_cells(m, ("standard", *DENOMINATOR), n_sink=0), UNTESTABLE)],
+    "league_ordering": [({"lo:0.001": 0.2, "hi:0.001": 0.9, "lo:0.01": math.nan, "hi:0.01": math.nan}, CAVEAT),
+                        ({"lo:0.001": -0.9, "hi:0.001": -0.2, "lo:0.01": -0.5, "hi:0.01": 0.4}, FAILS),
+                        ({"lo:0.001": 0.2, "hi:0.001": 0.9, "lo:0.01": -0.9, "hi:0.01": -0.1}, CAVEAT),
+                        ({"lo:0.001": -0.2, "hi:0.001": 0.9, "lo:0.01": math.nan, "hi:0.01": math.nan},
+                         UNTESTABLE)],
+    "sinks_weight_decay": [(lambda m: wd_all(m, 0.2, 0.1, 0.3), HOLDS), (lambda m: wd_all(m, 0.0, -0.1, 0.1), FAILS),
+                           (lambda m: wd_all(m, 0.0, -0.4, 0.4), UNTESTABLE),
+                           (lambda m: wd_all(m, -0.3, -0.5, -0.1), HOLDS)],
     "xy_variance": [({"var": 1.0}, HOLDS), (se_off("var", 10), FAILS)],
     "dot_variance": [({"var": 64.0}, HOLDS), (lambda m: {"var": 64.0 + 10 * m.err("var")}, FAILS)],
     "std_64": [({"std": 8.0}, HOLDS), (lambda m: {"std": 8.0 - 5 * m.err("std")}, FAILS)],

@@ -16,9 +16,12 @@ from attncore.errors import AttnInputError
 from attncore.training import bbm as _bbm
 from attncore.training import induction as _induction
 from attncore.training import io as _training_io
+from attncore.training import league as _league
+from attncore.training import league_verdict as _league_verdict
 from attncore.training import null_attention as _null
 from attncore.training import sink_grid as _sink_grid
 from attncore.training import sink_verdicts as _sink_verdicts
+from attncore.training import wd_sweep as _wd_sweep
 from ui.admission import admit
 from ui.cached import Timed, timed
 
@@ -28,12 +31,14 @@ __all__ = [
     "evidence_slow_measured",
     "induction_runs",
     "EVIDENCE_SLOW_SECONDS",
+    "league_results",
     "learned_model",
     "learned_task",
     "learned_view",
     "results_stamp",
     "sink_claims",
     "training_result",
+    "wd_results",
 ]
 
 
@@ -152,3 +157,33 @@ def _sink_claims(grid: str, grid_mtime: float, null_mtime: float) -> tuple[_sink
 def results_stamp() -> float:
     """The latest modification time of the shipped result files (a rewritten file is measured again)."""
     return max((p.stat().st_mtime for p in Path(_training_io.RESULTS_DIR).glob("*.json")), default=0.0)
+
+
+def _stamp(name: str) -> float:
+    p = Path(_training_io.RESULTS_DIR) / name
+    return p.stat().st_mtime if p.is_file() else 0.0
+
+
+def league_results() -> tuple[str, dict, list[dict], list[dict], list[_league_verdict.OrderingVerdict]]:
+    """The shipped league (:func:`attncore.training.league_verdict.shipped_league`: the complete file, else
+    the partial one) as (file name, header, runs, table cells, ordering verdicts per learning rate), read
+    again when either file changes."""
+    return _league_results(tuple(_stamp(n) for n in _league_verdict.SHIPPED_FILES))
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _league_results(stamps: tuple[float, ...]) -> tuple[str, dict, list[dict], list[dict], list]:
+    name, header, runs = _league_verdict.shipped_league()
+    return name, header, runs, _league.league_table(runs), _league_verdict.ordering_verdicts(runs)
+
+
+def wd_results() -> tuple[dict, list[dict], list[dict]]:
+    """The shipped weight-decay sweep as (header, runs, table cells per weight decay); empty when it does not
+    ship."""
+    return _wd_results(tuple(_stamp(n) for n in _wd_sweep.SHIPPED_FILES))
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _wd_results(stamps: tuple[float, ...]) -> tuple[dict, list[dict], list[dict]]:
+    _, header, runs = _wd_sweep.shipped_sweep()
+    return header, runs, _wd_sweep.wd_table(runs)

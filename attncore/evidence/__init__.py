@@ -9,7 +9,8 @@ The tests live by concept: :mod:`~attncore.evidence.scores` (the spread of q·k,
 examples, saturation and gradients), :mod:`~attncore.evidence.length` (long rows, null attention),
 :mod:`~attncore.evidence.masking` (masks, row sums, dropout), :mod:`~attncore.evidence.output_scale`
 (the output's scale), :mod:`~attncore.evidence.backends` (SDPA's backends) and
-:mod:`~attncore.evidence.shipped` (the shipped training results) and :mod:`~attncore.evidence.decoder`
+:mod:`~attncore.evidence.shipped` (the shipped training results), :mod:`~attncore.evidence.league` (the
+league of normalisers and gates, the weight-decay sweep) and :mod:`~attncore.evidence.decoder`
 (SmolLM2, a real decoder LLM).
 """
 
@@ -19,7 +20,17 @@ import time
 from dataclasses import dataclass
 
 from attncore.errors import AttnInputError
-from attncore.evidence import backends, decoder, length, masking, output_scale, real_scale, scores, shipped
+from attncore.evidence import (
+    backends,
+    decoder,
+    league,
+    length,
+    masking,
+    output_scale,
+    real_scale,
+    scores,
+    shipped,
+)
 from attncore.evidence.records import (
     BASES,
     CAVEAT,
@@ -73,6 +84,8 @@ _ORDER = (
     "length_scaling",
     "denominator_bias",
     "bias_removes_sinks",
+    "league_ordering",
+    "sinks_weight_decay",
     "llm_sinks",
     "llm_value_drain",
     # "Why √d Matters"
@@ -124,7 +137,8 @@ _ORDER = (
     "flash_speed",
     "flash_memory",
 )
-_ALL = {c.key: c for mod in (scores, length, masking, output_scale, backends, shipped, decoder, real_scale)
+_ALL = {c.key: c for mod in (scores, length, masking, output_scale, backends, shipped, league, decoder,
+                                real_scale)
         for c in mod.CLAIMS}
 if set(_ALL) != set(_ORDER) or len(_ORDER) != len(set(_ORDER)):
     raise RuntimeError(f"attncore.evidence: claims and their order differ: {sorted(set(_ALL) ^ set(_ORDER))}")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from attncore.errors import AttnInputError
+from attncore.evidence.league import league_fix_text
 from attncore.evidence.records import (
     CAVEAT,
     FAILS,
@@ -468,6 +469,7 @@ def _sinks(d: dict[str, Any]) -> Measurement | str:
     se = {f"bos:{label}": s["bos_end"]["se"] or 0.0 for label, s in summary.items()}
     header, grid = load_grid()
     vals["cells"] = grid_cells(header, grid, d)  # every (variant, setting) cell, read whole by sink_verdict
+    vals["league"] = league_fix_text()  # the league's further ways to attend to nothing (a sentence)
     return Measurement(vals, se, basis=SHIPPED, scale=_scale(d) + " (the Bigram-Backcopy task)")
 
 
@@ -534,7 +536,7 @@ def _fix_judge(m: Measurement) -> Judgement:
     where = ", ".join(f"{lab}: weight {m.num(f'nowhere:{lab}'):.4f} on nothing" for lab in gone)
     tail = (f" At the shipped setting the head without a sink spends its weight on nothing instead ({where})."
             if where and kind in (HOLDS, CAVEAT) else "")
-    return Judgement(kind, v.text + tail)
+    return Judgement(kind, v.text + tail + str(m.values.get("league", "")))
 
 
 BIAS_REMOVES_SINKS = Claim(

@@ -32,6 +32,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -265,9 +266,9 @@ def _append(path: Path, record: dict[str, Any]) -> None:
         f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def _command(args: argparse.Namespace, corpus: Path) -> str:
+def _command(args: argparse.Namespace, corpus: Path, prog: str = "python -m attncore.training.league") -> str:
     """The command line that made the file, with paths reduced to their last part (no machine paths)."""
-    parts = ["python -m attncore.training.league", "--out", args.out.name or "."]
+    parts = [prog, "--out", args.out.name or "."]
     if args.corpus is not None:
         parts += ["--corpus", corpus.name]
     parts += ["--threads", str(args.threads)]
@@ -280,11 +281,24 @@ def _command(args: argparse.Namespace, corpus: Path) -> str:
     return " ".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point; returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m attncore.training.league",
-                                description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--out", required=True, type=Path, help=f"directory for {FILE} (appended to, resumed)")
+def _summary(runs: list[dict[str, Any]]) -> None:
+    """Print each cell's mean sink rate and its t interval (the command's last lines)."""
+    for c in league_table(runs):
+        r = c["sink_rate"]
+        half = "" if r["half"] is None else f" ± {r['half']:.3f}"
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.3f}{half}"
+        print(f"  {c['label']:>28} lr {c['lr']:g}: sink rate {mean} over {r['n']} seed(s)", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m attncore.training.league", file: str = FILE,
+         experiment: str = "league", settings: dict[str, Any] | None = None,
+         key: Callable[[dict[str, Any]], str] = run_key,
+         summary: Callable[[list[dict[str, Any]]], None] = _summary, description: str | None = None) -> int:
+    """Command line entry point; returns the exit status. The keyword arguments let another experiment on the
+    league's machinery (the weight-decay sweep, :mod:`attncore.training.wd_sweep`) reuse it: its program name,
+    file, experiment name, settings (the shape of :data:`LEAGUE`), run identity and closing summary."""
+    p = argparse.ArgumentParser(prog=prog, description=description or (__doc__ or "").split("\n")[0])
+    p.add_argument("--out", required=True, type=Path, help=f"directory for {file} (appended to, resumed)")
     p.add_argument("--corpus", type=Path, default=None,
                    help="text file (default: ../shared/data/tinyshakespeare.txt)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -302,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shard, shards, text = got
     corpus = args.corpus or default_corpus()
-    league = json.loads(json.dumps(LEAGUE))
+    league = json.loads(json.dumps(settings or LEAGUE))
     if args.steps:
         b = league["base"]
         b["steps"] = int(args.steps)
@@ -310,24 +324,24 @@ def main(argv: list[str] | None = None) -> int:
         b["warmup"] = min(b["warmup"], b["steps"] // 10)
     configs = league_configs(league)  # validates the settings before anything is written
     task = BigramBackcopy.from_text(text)
-    path = args.out / FILE
+    path = args.out / file
     args.out.mkdir(parents=True, exist_ok=True)
     header, runs = load_league(path)
     if header and header.get("league") != league:
-        print(f"{FILE} was made with other settings (its header's league differs); use another --out",
+        print(f"{file} was made with other settings (its header's league differs); use another --out",
               file=sys.stderr)
         return 2
-    done = {run_key(r["config"]) for r in runs}
+    done = {key(r["config"]) for r in runs}
     if not header and shard == 0:
-        header = {"kind": "header", "experiment": "league", "league": league,
-                  "command": _command(args, corpus),
+        header = {"kind": "header", "experiment": experiment, "league": league,
+                  "command": _command(args, corpus, prog),
                   "corpus": {"name": corpus.name, "sha256": _sha256(corpus), "chars": len(text)},
                   "task": task.to_dict(), "machine": machine(), "git_commit": git_commit(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                   "measures": {"sink_threshold": SINK_THRESHOLD, "end_points": LAST_POINTS}}
         _append(path, header)
-    todo = [c for i, c in enumerate(configs) if run_key(c.to_dict()) not in done and i % shards == shard]
-    print(f"league: {len(configs)} runs, {len(done)} already in {FILE}, {len(todo)} for shard "
+    todo = [c for i, c in enumerate(configs) if key(c.to_dict()) not in done and i % shards == shard]
+    print(f"{experiment}: {len(configs)} runs, {len(done)} already in {file}, {len(todo)} for shard "
           f"{shard}/{shards}", file=sys.stderr)
     for trained, cfg in enumerate(todo):
         if args.limit and trained >= args.limit:
@@ -336,14 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         rec = train_league_run(cfg, task)
         rec["machine_load"] = os.getloadavg()[0]
         _append(path, rec)
-        print(f"  {rec['name']} lr {cfg.lr:g}: sink rate {rec['sink_rate']}, nowhere {rec['nowhere_other']}, "
-              f"max |x| {rec['max_activation']}, loss {rec['loss']} ({time.perf_counter() - t0:.0f} s)",
+        print(f"  {rec['name']} lr {cfg.lr:g} wd {cfg.weight_decay:g}: sink rate {rec['sink_rate']}, "
+              f"nowhere {rec['nowhere_other']}, max |x| {rec['max_activation']}, loss {rec['loss']} "
+              f"({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
-    for c in league_table(load_league(path)[1]):
-        r = c["sink_rate"]
-        half = "" if r["half"] is None else f" ± {r['half']:.3f}"
-        mean = "n/a" if r["mean"] is None else f"{r['mean']:.3f}{half}"
-        print(f"  {c['label']:>28} lr {c['lr']:g}: sink rate {mean} over {r['n']} seed(s)", file=sys.stderr)
+    summary(load_league(path)[1])
     return 0
 
 

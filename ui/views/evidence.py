@@ -90,6 +90,8 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "length_scaling": (_ENT, {"ent_vary": "scale_rule"}),
     "denominator_bias": (_SNK, {"snk_sink": "0", "snk_c": "-10"}),
     "bias_removes_sinks": (_SNK, {"snk_view": "learned"}),
+    "league_ordering": (_TRL, {}),  # the Training lab's folded league section
+    "sinks_weight_decay": (_TRL, {}),
     "llm_sinks": (_SNK, {"snk_view": "decoder"}),
     "llm_value_drain": (_SNK, {"snk_view": "decoder"}),
     "llm_window": (_SNK, {"snk_view": "decoder"}),
