@@ -78,3 +78,10 @@ def test_the_makefile_still_has_the_readmes_commands() -> None:
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
     for target in ("run", "test", "test-fast", "clean", "bench"):
         assert re.search(rf"^{target}:", make, re.M), target
+
+
+def test_the_pages_doc_counts_the_claims_and_the_tour_steps() -> None:
+    from attncore.evidence import CLAIMS
+
+    text = (ROOT / "docs" / "pages.md").read_text(encoding="utf-8")
+    assert f"in one table ({len(CLAIMS)} claims)" in text
