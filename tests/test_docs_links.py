@@ -80,7 +80,7 @@ def test_the_makefile_still_has_the_readmes_commands() -> None:
         assert re.search(rf"^{target}:", make, re.M), target
 
 
-def test_the_pages_doc_counts_the_claims_and_the_tour_steps() -> None:
+def test_the_pages_doc_counts_the_claims() -> None:
     from attncore.evidence import CLAIMS
 
     text = (ROOT / "docs" / "pages.md").read_text(encoding="utf-8")
