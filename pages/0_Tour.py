@@ -1,4 +1,4 @@
-"""Tour: a lecture in eleven steps, each a live view of one page at a small size (registry: ui.tour.STEPS)."""
+"""Tour: a lecture in twelve steps, each a live view of one page at a small size (registry: ui.tour.STEPS)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from attncore.overflow import OVERFLOW_DTYPES
 from attncore.sinks import SinkSpec, zoo_theory
 from attncore.sweeps import SweepSpec
 from attncore.training.bbm import SINK_THRESHOLD
-from ui import cached, cached_decoder, cached_models, cached_results, widgets
+from ui import cached, cached_decoder, cached_models, cached_results, eviction_tour, widgets
 from ui.state import Param
 from ui.views import decoder as dec_view
 from ui.views import evidence as ev_view
@@ -354,6 +354,8 @@ STEPS: tuple[Step, ...] = (
     Step("learned", "A sink forms in training", "pages/6_Training_lab.py", (), show_learned),
     Step("real_sink", "The sink of a real decoder is a position", "pages/4_Attention_sinks.py", (),
          show_real_sink),
+    Step("keep", "What survives in the cache", "pages/4_Attention_sinks.py", (),
+         lambda c, w: Shown(*eviction_tour.keep_parts(c, w))),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),
     Step("evidence", "The evidence", "pages/7_Evidence.py", (P_SRC,), show_evidence),
 )
