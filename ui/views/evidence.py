@@ -94,6 +94,7 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "llm_value_drain": (_SNK, {"snk_view": "decoder"}),
     "llm_window": (_SNK, {"snk_view": "decoder"}),
     "llm_window_2048": (_SNK, {"snk_view": "decoder"}),
+    "llm_sink_recovers": (_SNK, {"snk_view": "decoder"}),
     "llm_gqa_same": (_SNK, {"snk_view": "decoder"}),
     "xy_variance": (_SAT, {"sat_d": "1"}),
     "dot_variance": (_SAT, {"sat_d": "64"}),
