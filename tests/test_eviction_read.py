@@ -77,6 +77,10 @@ def test_split_and_its_sentence() -> None:
     assert f"recovers {sp.sink.text()} ({sp.explained:.0%})" in text
     assert f"the remaining {sp.lacks.text()} is context the window lacks" in text
     assert f"the best policy, H2O, stays {sp.best.text()} above dense" in text
+    short = er.PolicyLosses("t", 100, pl.dense[:99], {k: v[:99] for k, v in pl.rows.items()}, {})
+    said = er.split_sentence(er.split(short, 64), "Prose")  # 35 tokens past the budget: no interval
+    assert "no interval: fewer than 2 blocks of 64 tokens" in said and "too few tokens past the budget" in said
+    assert "within noise" not in said and "nan" not in said
     flat = er.split(_pl({"window": 0.0, "streaming": 0.0}), 64)
     assert "within noise of dense" in er.split_sentence(flat, "Prose")
 

@@ -72,7 +72,9 @@ class Interval:
         return self.hi < 0
 
     def text(self, digits: int = 3) -> str:
-        """'0.123 nats/token [0.100, 0.146]'."""
+        """'0.123 nats/token [0.100, 0.146]' (with fewer than 2 blocks: no interval, said in words)."""
+        if math.isnan(self.lo):
+            return f"{self.mean:.{digits}f} nats/token (no interval: fewer than 2 blocks of {BLOCK} tokens)"
         return f"{self.mean:.{digits}f} nats/token [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
 
 
@@ -146,8 +148,8 @@ def _mean_share(per_layer: Sequence[float]) -> float:
 
 
 def from_run(run: EvictionRun, text: str) -> PolicyLosses:
-    """One text of the shipped run as :class:`PolicyLosses` (:class:`AttnInputError` without its dense "
-      "row)."""
+    """One text of the shipped run as :class:`PolicyLosses` (:class:`AttnInputError` without its dense
+    row)."""
     if (text, "dense", None) not in run.rows:
         raise AttnInputError(f"the run has no dense decode of the {text} text yet.")
     rows = {(p, int(b)): run.nll(t, p, b) for (t, p, b) in run.rows if t == text and b is not None}
@@ -263,7 +265,11 @@ def split(pl: PolicyLosses, budget: int) -> Split:
 
 
 def split_sentence(sp: Split, text: str) -> str:
-    """One text's split at one budget, in words from the numbers."""
+    """One text's split at one budget, in words from the numbers (no verdict words without an interval)."""
+    if math.isnan(sp.window.lo):
+        return (f"{text}, {sp.budget:,} keys: the window loses {sp.window.text()}; the first {SINKS} tokens "
+                f"recover {sp.sink.mean:.3f} of it, {sp.lacks.mean:.3f} stays above dense: too few tokens past "
+                "the budget to tell the sink from the context it lacks.")
     if not sp.window.above_zero:
         return (f"{text}, {sp.budget:,} keys: the window alone is within noise of dense "
                 f"({sp.window.text()}), so there is nothing for the first tokens to recover.")
