@@ -268,8 +268,8 @@ def split_sentence(sp: Split, text: str) -> str:
     """One text's split at one budget, in words from the numbers (no verdict words without an interval)."""
     if math.isnan(sp.window.lo):
         return (f"{text}, {sp.budget:,} keys: the window loses {sp.window.text()}; the first {SINKS} tokens "
-                f"recover {sp.sink.mean:.3f} of it, {sp.lacks.mean:.3f} stays above dense: too few tokens past "
-                "the budget to tell the sink from the context it lacks.")
+                f"recover {sp.sink.mean:.3f} of it, {sp.lacks.mean:.3f} stays above dense: too few tokens "
+                "past the budget to tell the sink from the context it lacks.")
     if not sp.window.above_zero:
         return (f"{text}, {sp.budget:,} keys: the window alone is within noise of dense "
                 f"({sp.window.text()}), so there is nothing for the first tokens to recover.")
