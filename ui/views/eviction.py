@@ -122,8 +122,8 @@ def occupancy_figure(grids: Sequence[tuple[str, list[list[float]]]], L: int, tag
 
 
 def first_figure(pl: PolicyLosses, tag: str = "keep_first") -> go.Figure:
-    """Share of the full cache's slots holding one of the first :data:`SINKS` tokens, per policy and "
-      "budget."""
+    """Share of the full cache's slots holding one of the first :data:`SINKS` tokens, per policy and
+    budget."""
     fig = go.Figure()
     bs = list(pl.budgets)
     for p in ("window", "streaming", "h2o", "tova"):
