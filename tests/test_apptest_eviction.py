@@ -117,6 +117,12 @@ def test_bad_budget_in_the_url_gets_a_plain_message(raw: str, said: str) -> None
 def test_shipped_run_view_reads_the_file_and_says_how_many_decodes_are_in() -> None:
     at = run_app(SINKS, timeout=900, **SHORT)
     no_errors(at)
+    # the length slider: another length waits for its own Run, with its own estimate (nothing decoded here)
+    at.slider(key="keep_L").set_value(48).run(timeout=900)
+    no_errors(at)
+    n = len(panel_settings(48, 32))
+    assert any(f"{n} of {n} decodes still to run (48 tokens each" in i.value for i in at.info)
+    assert at.query_params["keep_L"] == ["48"] or at.query_params["keep_L"] == "48"
     views = [(f["layout"].get("meta") or {}).get("view") for f in figures(at)]
     assert "keep_shipped_budget" not in views  # closed: not read, not sent
     at.session_state["keep_shipped_open"] = True
