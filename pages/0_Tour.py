@@ -1,4 +1,4 @@
-"""Tour: a lecture in thirteen steps, each a live view of one page at a small size (ui.tour.STEPS)."""
+"""Tour: a lecture in fourteen steps, each a live view of one page at a small size (ui.tour.STEPS)."""
 
 from __future__ import annotations
 

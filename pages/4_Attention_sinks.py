@@ -16,7 +16,7 @@ from attncore.sinks import (
     sink_report,
     zoo_theory,
 )
-from ui import cached, causal, decoder_lab, learned, realtext, widgets
+from ui import cached, causal, decoder_lab, eviction_panel, learned, realtext, widgets
 from ui.page import PageContext, in_fragment, run_page
 from ui.state import Param
 from ui.text import plain
@@ -38,7 +38,8 @@ MP = realtext.model_params("snk_", layer=2)
 MP_NEXT = causal.next_params("snk_")
 P_EPS = Param("snk_eps", 0.3, lo=0.05, hi=0.95)
 PARAMS = (P_VIEW, P_N, P_SINK, P_LOG, P_S, P_V, P_C, P_SD, P_B, P_GB, P_GATE, *MP.all(), P_EPS,
-          *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder_lab.DECODER_PARAMS)
+          *MP_NEXT.all(), *learned.SINKS_PARAMS, *decoder_lab.DECODER_PARAMS,
+          *eviction_panel.KEEP_PARAMS)
 
 
 

@@ -272,10 +272,27 @@ def check_real_scale(at: AppTest) -> None:
                                            float(g["above90"][6]))
 
 
+def check_keep(at: AppTest) -> None:
+    """The shipped eviction run, read (no live decode): the budget chart and the map, the lesson from the run."""
+    from attncore.decoder import eviction_read as er
+    from attncore.decoder.eviction_run import load_eviction_run
+    from attncore.evidence.eviction import shipped_run_path
+    from ui.eviction_tour import keep_lesson
+
+    assert views(at) == ["tour_keep_budget", "tour_keep_map"]
+    run = load_eviction_run(shipped_run_path())
+    pl = er.from_run(run, "prose")
+    budget = figures(at)[0]
+    for d in budget["data"][:-1]:
+        p = next(k for k, v in er.POLICY_NAMES.items() if v == d["name"])
+        close(decode(d["y"]), [pl.ratio(p, int(b)) for b in decode(d["x"])], rtol=1e-12)
+    assert lesson(at) == keep_lesson(er.run_progress(run), pl)
+
+
 CHECKS = {"stages": check_stages, "histograms": check_histograms, "saturation": check_saturation,
           "jacobian": check_jacobian, "overflow": check_overflow, "entropy": check_entropy, "sink": check_sink,
           "learned": check_learned, "induction": check_induction, "real_sink": check_real_sink,
-          "real_scale": check_real_scale, "memory": check_memory,
+          "keep": check_keep, "real_scale": check_real_scale, "memory": check_memory,
           "evidence": check_evidence}
 
 

@@ -724,7 +724,8 @@ def test_every_live_and_exact_row_has_an_audit(ours: dict[str, Measurement]) -> 
     assert measured_here == set(AUDITS), sorted(measured_here ^ set(AUDITS))
     assert {k for k, m in ours.items() if m.basis == SHIPPED} == {
         "sinks_learned", "bias_removes_sinks", "scaling_ablation", "fully_scaled_worse", "unstable_16",
-        "llm_window_2048", "league_ordering", "sinks_weight_decay"}
+        "llm_window_2048", "league_ordering", "sinks_weight_decay",
+        "llm_sink_recovers"}
 
 
 @pytest.mark.parametrize("key", sorted(AUDITS))

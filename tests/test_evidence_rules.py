@@ -51,6 +51,11 @@ def se_off(name: str, k: float) -> Callable[[Measurement], dict[str, Any]]:
     return lambda m: {name: m.num(name) + k * m.err(name)}
 
 
+def recovered(m: Measurement, most: tuple[float, float, float]) -> tuple[dict[str, Any], ...]:
+    """The eviction run's cells with a window that loses and the given "more than half recovered" interval."""
+    return tuple({**c, "window": (1.0, 0.5, 1.5), "most": most} for c in m["cells"])  # type: ignore[attr-defined]
+
+
 def per_text(m: Measurement, **values: object) -> dict[str, tuple[object, ...]]:
     """The same value for every text of a row measured once per text (SmolLM2's sinks row)."""
     n = len(m["text_names"])  # type: ignore[arg-type]
@@ -225,6 +230,11 @@ COUNTERFACTUALS: dict[str, list[tuple[Override, str]]] = {
                         CAVEAT)],
     "llm_unscaled_saturates": [({"dsat_lo": 0.3, "sat8": 0.8}, HOLDS), ({"dsat_lo": 0.1, "sat8": 0.3}, CAVEAT),
                                ({"dsat_lo": -0.1, "dsat": 0.0}, FAILS)],
+    # the shipped eviction run: the first 4 recover more than half of the window's loss in every cell, in none,
+    # or in every cell of a run still partial
+    "llm_sink_recovers": [(lambda m: {"decodes": 34, "cells": recovered(m, (0.3, 0.1, 0.5))}, HOLDS),
+                          (lambda m: {"decodes": 34, "cells": recovered(m, (-0.3, -0.5, -0.1))}, FAILS),
+                          (lambda m: {"decodes": 4, "cells": recovered(m, (0.3, 0.1, 0.5))}, CAVEAT)],
     # judged against the model's own attention output (diff) and K/V repeated per head (diff_repeat)
     "llm_gqa_same": [({"diff": 0.0, "diff_repeat": 0.0}, HOLDS), ({"diff": 1.0}, FAILS),
                      ({"diff_repeat": 1.0}, FAILS)],

@@ -29,7 +29,7 @@ from attncore.decoder.text import MIN_TEXT_TOKENS, SHIPPED_TEXT_NAME, SHIPPED_TE
 from attncore.errors import AttnInputError
 from attncore.evidence.decoder import MODEL_LABEL
 from attncore.models import load_bytes
-from ui import cached_decoder, cached_models, realtext, widgets
+from ui import cached_decoder, cached_models, eviction_panel, realtext, widgets
 from ui.admission import heavy
 from ui.cached import Planned, text_key
 from ui.page import PageContext
@@ -168,6 +168,7 @@ def decoder_part(ctx: PageContext, eps: float) -> None:
     sinks_section(ctx, L, eps, kv, chosen)
     variants_section(ctx, where, eps, chosen)
     stream_section(ctx, where)
+    eviction_panel.keep_section(ctx, where)
     ablation_section(ctx, where)
     induction_section(ctx, where, kv)
 

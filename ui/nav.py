@@ -19,7 +19,7 @@ class PageEntry:
 
 PAGES: tuple[PageEntry, ...] = (
     PageEntry("pages/0_Tour.py", "Tour", ":material/tour:",
-              "Start here: a lecture in thirteen steps, each a live view from the pages below with one "
+              "Start here: a lecture in fourteen steps, each a live view from the pages below with one "
               "sentence of lesson made from its numbers, Previous / Next, and a link that opens it in full."),
     PageEntry("pages/1_Heatmaps.py", "Heatmaps", ":material/grid_on:",
               "Attention weights and the stages that make them: raw, scaled and masked scores, "

@@ -35,7 +35,7 @@ from attncore.overflow import OVERFLOW_DTYPES
 from attncore.sinks import SinkSpec, zoo_theory
 from attncore.sweeps import SweepSpec
 from attncore.training.bbm import SINK_THRESHOLD
-from ui import cached, cached_decoder, cached_models, cached_results, widgets
+from ui import cached, cached_decoder, cached_models, cached_results, eviction_tour, widgets
 from ui.state import Param
 from ui.tour_induction import show_induction
 from ui.tour_scaling import show_real_scale
@@ -366,6 +366,8 @@ STEPS: tuple[Step, ...] = (
     Step("induction", "An induction head forms", "pages/6_Training_lab.py", (), lambda c, w: Shown(*show_induction(c, w))),  # noqa: E501
     Step("real_sink", "The sink of a real decoder is a position", "pages/4_Attention_sinks.py", (),
          show_real_sink),
+    Step("keep", "What survives in the cache", "pages/4_Attention_sinks.py", (),
+         lambda c, w: Shown(*eviction_tour.keep_parts(c, w))),
     Step("real_scale", "Without 1/√d a real model saturates", "pages/3_Saturation_and_gradients.py", (),
          lambda ctx, where: Shown(**show_real_scale(ctx, where))),
     Step("memory", "FlashAttention's memory", "pages/5_Kernels.py", (P_T,), show_memory),

@@ -26,6 +26,7 @@ from torch import Tensor
 from attncore import models as _models
 from attncore import qkv as _qkv
 from attncore.decoder.entropy import EntropyProfile, entropy_profile
+from attncore.decoder.eviction import EvictionResult, EvictionSetting, evict_losses, eviction_cost
 from attncore.decoder.induction import (
     ABLATION_SHARES,
     Induction,
@@ -65,6 +66,7 @@ __all__ = [
     "ablations_plan",
     "deletion_plan",
     "entropy_plan",
+    "eviction_plan",
     "generation_plan",
     "gu_plan",
     "induction_ablation_plan",
@@ -181,6 +183,21 @@ def stream_plan(model: Any, ids: Tensor, settings: Sequence[StreamSetting],
     return Plan(label="the StreamingLLM panel", nbytes=int(forward_bytes(shape, L, weights=False)),
                 seconds=len(settings) * pass_seconds(model, shape, L, weights=False),
                 work=lambda: stream_losses(model, ids, settings, progress=progress), model=model)
+
+
+def eviction_plan(model: Any, ids: Tensor, settings: Sequence[EvictionSetting], record: Sequence[int],
+                  progress: Callable[[int, int, EvictionSetting], None] | None = None,
+                  cancel: Callable[[], bool] | None = None) -> Plan[EvictionResult]:
+    """The eviction policies' token-by-token decodes of ``ids`` (1, L), one setting after another, the caches
+    of the ``record`` layers kept; memory and seconds from :func:`~attncore.decoder.eviction.eviction_cost`
+    (one setting's cache at a time plus every setting's kept positions)."""
+    ids = check_ids(ids, model)
+    cost = eviction_cost(decoder_shape(model), int(ids.shape[1]), settings, len(record))
+    return Plan(label=f"the eviction panel ({len(settings)} decodes of {int(ids.shape[1]):,} tokens)",
+                nbytes=int(cost.nbytes), seconds=cost.seconds,
+                work=lambda: evict_losses(model, ids, settings, record=record, progress=progress,
+                                          cancel=cancel),
+                model=model, advice="Use fewer settings or a shorter text.")
 
 
 def generation_plan(lm: LoadedModel, text: str, n_new: int, *, greedy: bool = True, temperature: float = 1.0,

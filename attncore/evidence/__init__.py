@@ -10,8 +10,8 @@ examples, saturation and gradients), :mod:`~attncore.evidence.length` (long rows
 :mod:`~attncore.evidence.masking` (masks, row sums, dropout), :mod:`~attncore.evidence.output_scale`
 (the output's scale), :mod:`~attncore.evidence.backends` (SDPA's backends) and
 :mod:`~attncore.evidence.shipped` (the shipped training results), :mod:`~attncore.evidence.league` (the
-league of normalisers and gates, the weight-decay sweep) and :mod:`~attncore.evidence.decoder`
-(SmolLM2, a real decoder LLM).
+league of normalisers and gates, the weight-decay sweep), :mod:`~attncore.evidence.decoder`
+(SmolLM2, a real decoder LLM) and :mod:`~attncore.evidence.eviction` (its shipped eviction run).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from attncore.errors import AttnInputError
 from attncore.evidence import (
     backends,
     decoder,
+    eviction,
     league,
     length,
     masking,
@@ -133,12 +134,13 @@ _ORDER = (
     "llm_gqa_same",
     "llm_window",
     "llm_window_2048",
+    "llm_sink_recovers",
     "flash_default",
     "flash_speed",
     "flash_memory",
 )
 _ALL = {c.key: c for mod in (scores, length, masking, output_scale, backends, shipped, league, decoder,
-                                real_scale)
+                                real_scale, eviction)
         for c in mod.CLAIMS}
 if set(_ALL) != set(_ORDER) or len(_ORDER) != len(set(_ORDER)):
     raise RuntimeError(f"attncore.evidence: claims and their order differ: {sorted(set(_ALL) ^ set(_ORDER))}")

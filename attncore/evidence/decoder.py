@@ -1,8 +1,10 @@
 """Claims measured on a real decoder LLM: SmolLM2-135M-Instruct (30 layers, 9 query heads, 3 key/value heads).
 
 The notes' attention-sink story (sinks are learned and land on meaningless tokens; the sink's value
-shrinks), the SDPA page's sliding-window trade-off (a window misses what lies outside it unless combined
-with global tokens: StreamingLLM's test) and its grouped-query claim on the model's own shapes. Each row
+shrinks), the SDPA page's sliding-window trade-off (a window misses what lies outside it "unless combined
+with global tokens": measured as StreamingLLM's first 4 tokens kept beside the window, which splits the
+window's loss into the lost sink and the context the window lacks; :mod:`attncore.evidence.eviction` splits
+it at four budgets on prose and code) and its grouped-query claim on the model's own shapes. Each row
 states the model, its quantisation, the text and the length. The measurements come from
 :mod:`attncore.decoder` on the shipped public-domain text (the sinks row also on the two texts written for the
 app, :data:`attncore.decoder.text.SINK_TEXTS`); the model is loaded by
@@ -477,8 +479,8 @@ LLM_WINDOW = Claim(
     test=f"{MODEL_LABEL} on {STREAM_LENGTH:,} tokens of the shipped text, one pass per mask at the true "
     f"positions: dense, a window of {STREAM_WINDOW} keys, the window + the first 4 tokens (StreamingLLM's "
     "attention sinks); loss past the window, standard errors over "
-    "blocks of 64 tokens. What the first tokens recover is the lost sink; what stays above dense is context "
-    "the window lacks.",
+    "blocks of 64 tokens. The quote's global tokens are measured as the first 4: what they recover is the "
+    "lost sink; what stays above dense is context the window lacks.",
     tolerance=f"the window fails: perplexity ≥ {WINDOW_FAIL_RATIO:g}× dense, the loss increase beyond "
               f"{K_SE:g} "
     f"standard errors; the first 4 tokens recover ≥ {RECOVER_MIN:.0%} of it",

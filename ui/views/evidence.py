@@ -96,6 +96,7 @@ LINKS: dict[str, tuple[str, dict[str, str]]] = {
     "llm_value_drain": (_SNK, {"snk_view": "decoder"}),
     "llm_window": (_SNK, {"snk_view": "decoder"}),
     "llm_window_2048": (_SNK, {"snk_view": "decoder"}),
+    "llm_sink_recovers": (_SNK, {"snk_view": "decoder"}),
     "llm_gqa_same": (_SNK, {"snk_view": "decoder"}),
     "llm_dot_spread": (_SAT, {"sat_tab": "Real model"}),
     "llm_unscaled_saturates": (_SAT, {"sat_tab": "Real model"}),
