@@ -22,7 +22,7 @@ import pytest
 
 from tests.plan_peaks import KINDS
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500),  # one subprocess runs every kind: ~13 passes at 1,024
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc peak marks")]
 ROOT = Path(__file__).resolve().parents[1]
 LENGTHS = (64, 394, 1024)
