@@ -5,7 +5,8 @@ peak resident set, reset before each call, after the allocator's free memory is 
 once (glibc's mmap threshold fixed: see there) and runs every kind at 64, 394 (the map limit) and 1,024 tokens (the token limit): the forward pass with
 maps, the entropy pass, generation (64 new tokens after the rest), the Heatmaps real-text pass, a StreamingLLM
 pass without weights, the q/k/v capture, the next-token logits, deleting the first token, Gu et al.'s inputs
-(at up to 256 tokens), the logit lens and the induction heads' ablation (one random set per size). The estimate is what the UI admits
+(at up to 256 tokens), the logit lens, the induction heads' ablation (one random set per size) and activation patching (a pair of
+at most 64 tokens, the residual part at 16). The estimate is what the UI admits
 (``ui.cached.Planned``) and what attncore checks against its budget.
 """
 
