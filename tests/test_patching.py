@@ -239,8 +239,9 @@ def test_built_in_pairs_on_smollm2(smollm2: LoadedModel) -> None:
     assert pair.clean[0].ne(pair.corrupted[0]).nonzero().flatten().tolist() == [3]
     assert float(r.resid[0, [0, 1, 2, 4]].abs().max()) < 1e-4
     assert float(r.resid[0, 3]) == pytest.approx(1.0, abs=1e-4)
-    # the last layer's input at the last position carries it all (later layers read only it there)
-    assert float(r.resid[-1, -1]) == pytest.approx(1.0, abs=1e-4)
+    # the last layer's input at the last position carries nearly all of it: that layer still reads the other
+    # positions (position 3 corrupted) through its attention, so not exactly 1 (measured 1.0003)
+    assert float(r.resid[-1, -1]) == pytest.approx(1.0, abs=0.01)
     assert all(math.isfinite(float(v)) for v in r.heads.flatten())
     # against single prompts: the head with the largest share, patched alone, gives the same number
     layer, head = divmod(int(r.heads.argmax()), r.heads.shape[1])
