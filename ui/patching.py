@@ -4,16 +4,15 @@ and each head's output give back when copied from the clean run into the corrupt
 
 Data flow: widgets -> :func:`attncore.decoder.plans.patching_plan` (admitted by its estimate, layer by layer
 with a progress bar and a Stop button) -> :mod:`ui.views.patching` -> text. Finished and stopped results are
-kept per prompt pair in a process-wide store, so a stopped run shows what it has and continues from there.
+kept per prompt pair in the real models' result cache (:func:`ui.cached.result_cache`), so a stopped run
+shows what it has and continues from there.
 The section is a lazy expander: nothing runs until it is opened. The pair's texts are typed in the section
 and kept in the session (not in the URL); the URL holds which pair.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import streamlit as st
@@ -27,7 +26,7 @@ from attncore.models import canonical_source
 from attncore.models.tokens import display_tokens, tokenizer_kind
 from ui import widgets
 from ui.admission import heavy
-from ui.cached import rerun_pending
+from ui.cached import Timed, rerun_pending, result_cache, text_key
 from ui.lens import is_lens_model
 from ui.page import PageContext
 from ui.realtext import Chosen
@@ -37,7 +36,7 @@ from ui.text import plain
 from ui.views import patching as view
 from ui.views.decoder import head_labels
 
-__all__ = ["OWN", "PARAMS", "P_PAIR", "TITLE", "patch_store", "section"]
+__all__ = ["KIND", "OWN", "PARAMS", "P_PAIR", "TITLE", "section"]
 
 TITLE = "Activation patching: which layers, positions and heads carry the answer"
 OWN = "own"
@@ -47,36 +46,7 @@ LABELS = {**{p.key: p.title for p in PAIRS}, OWN: "Your own pair"}
 OWN_FIELDS = (("clean", "Clean prompt"), ("corrupted", "Corrupted prompt (same number of tokens)"),
               ("answer", "Clean answer (one token, with its leading space)"),
               ("wrong", "Corrupted answer (one token)"))
-_STORE_SIZE = 32
-
-
-class _Store:
-    """Patching results (finished or stopped) per model, device and pair, shared by the sessions."""
-
-    def __init__(self, size: int) -> None:
-        self._d: OrderedDict[tuple[Any, ...], tuple[Patching, float]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._size = size
-
-    def get(self, key: tuple[Any, ...]) -> tuple[Patching, float] | None:
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
-
-    def put(self, key: tuple[Any, ...], value: tuple[Patching, float]) -> None:
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self._size:
-                self._d.popitem(last=False)
-
-
-@st.cache_resource
-def patch_store() -> _Store:
-    """The process-wide store of patching results."""
-    return _Store(_STORE_SIZE)
+KIND = "patching"  # the results' kind in ui.cached.result_cache (finished and stopped runs alike)
 
 
 def section(ch: Chosen, ctx: PageContext, *, key: str) -> None:
@@ -122,7 +92,8 @@ def _draw(ch: Chosen, ctx: PageContext, key: str) -> None:
     tokens = display_tokens(lm.tokenizer.convert_ids_to_tokens(pair.corrupted[0].tolist()), kind)
     st.caption(plain(f"Clean: “{clean}” → “{answer}”. Corrupted: “{corrupted}” → “{wrong}”. "
                      f"{pair.length} tokens each."))
-    k = (canonical_source(ch.source), ctx.device, clean, corrupted, answer, wrong)
+    texts = (clean, corrupted, answer, wrong)
+    k = (KIND, canonical_source(ch.source), ctx.device, *(text_key(t) for t in texts))
     try:
         got = _run(ch, ctx, pair, k, key)
     except AttnInputError as exc:
@@ -150,8 +121,9 @@ def _draw(ch: Chosen, ctx: PageContext, key: str) -> None:
 def _run(ch: Chosen, ctx: PageContext, pair: PairIds, k: tuple[Any, ...],
          key: str) -> tuple[Patching, float] | None:
     """The stored result, or a Run / Continue button, or the run itself with a progress bar and Stop."""
-    store = patch_store()
-    got = store.get(k)
+    store = result_cache()
+    hit: Timed[Patching] | None = store.get(k)
+    got = (hit.value, hit.seconds) if hit is not None else None
     if got is not None and got[0].complete:
         return got
     flag_stop, flag_run = f"{key}__stopped", f"{key}__run"
@@ -177,7 +149,7 @@ def _run(ch: Chosen, ctx: PageContext, pair: PairIds, k: tuple[Any, ...],
     t0 = time.perf_counter()
 
     def progress(done: int, total: int, r: Patching) -> None:
-        store.put(k, (r, before + time.perf_counter() - t0))  # kept first: the bar may end the run
+        store.put(k, Timed(r, before + time.perf_counter() - t0))  # kept first: the bar may end the run
         bar.progress(done / total, text=f"{done} of {total} layer steps")
 
     plan = patching_plan(ch.lm.model, pair, progress=progress, cancel=rerun_pending, resume=partial)
@@ -187,5 +159,6 @@ def _run(ch: Chosen, ctx: PageContext, pair: PairIds, k: tuple[Any, ...],
     finally:
         bar.empty()
         stop.empty()
-    store.put(k, (r, before + time.perf_counter() - t0))
-    return store.get(k)
+    seconds = before + time.perf_counter() - t0
+    store.put(k, Timed(r, seconds))
+    return r, seconds
