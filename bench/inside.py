@@ -13,7 +13,8 @@ Prints, in one run, with the machine's load average at the start and the end:
   patches it (timed on one layer's heads and scaled to all 270, said so); the residual part (every layer x
   position) is timed too.
 
-Run: python -m bench.inside  (``--repeats N``: medians of N, default 3)
+Run: python -m bench.inside  (``--repeats N``: medians of N, default 3; ``--threads T``: torch threads,
+e.g. 1 on a machine shared with other work, where two spinning threads per process cost more than they give)
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def _cpu(fn: Callable[[], object]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"load average (1/5/15 min) at the start: {_load()}; {os.cpu_count()} CPUs, "
           f"{torch.get_num_threads()} torch threads")
     lm = load_model("smollm2")
