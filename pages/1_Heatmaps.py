@@ -13,7 +13,7 @@ from attncore.masks import MASK_KINDS
 from attncore.models import summary_of
 from attncore.normalizers import NORMALIZER_NAMES, get_normalizer
 from attncore.scoring import SCORING_NAMES
-from ui import causal, decoder, realtext, widgets
+from ui import causal, decoder, patching, realtext, widgets
 from ui import why as why_section
 from ui.admission import heavy
 from ui.cached import heatmap_dropout, heatmap_stages
@@ -62,7 +62,7 @@ RT_NEXT = causal.next_params("rt_")
 RT_DEC = decoder.decoder_params("rt_")
 PARAMS = (P_L, P_S, P_DK, P_HEADS, P_KV, P_HEAD, P_SCORING, P_TEMP, P_MASK, P_VLEN, P_VLENS, P_WIN,
           P_BLOCK, P_NORM, P_SS, P_STD, P_DROP, P_CMP, P_OWN, P_LOG, P_CMP_SCORING, P_CMP_TEMP,
-          P_CMP_NORM, P_SOURCE, *RT.all(), *RT_NEXT.all(), *RT_DEC.all())
+          P_CMP_NORM, P_SOURCE, *RT.all(), *RT_NEXT.all(), *RT_DEC.all(), *patching.PARAMS)
 
 
 def controls(where) -> SyntheticSpec:
@@ -288,6 +288,7 @@ def token_part(ctx: PageContext, chosen: realtext.Chosen) -> None:
     realtext.token_section(chosen, ctx, key="rt-token")
     why_section.section(chosen, ctx, key="rt-why")
     lens_section(chosen, ctx, key="rt-lens")  # decoders only: the logit lens of this query token
+    patching.section(chosen, ctx, key="rt-patch")  # decoders only: a prompt pair of its own
 
 
 def overview(att, lm, layer: int) -> None:

@@ -25,13 +25,14 @@ from collections.abc import Callable
 from typing import Any
 
 from attncore.decoder import plans
+from attncore.decoder.patching import MAX_PATCH_TOKENS, PARTS, PairIds
 from attncore.decoder.text import shipped_text, text_tokens
 from attncore.kernels.memory import proc_status_kib, reset_peak_rss
 from attncore.models import load_model
 from attncore.plan import Plan
 
 KINDS = ("maps", "entropy", "generation", "text", "stream", "qkv", "next", "deletion", "gu", "lens",
-         "induction_ablation", "spread", "scaling")
+         "induction_ablation", "spread", "scaling", "patching")
 GEN_NEW = 64
 
 
@@ -62,7 +63,18 @@ def _plans(lm: Any, L: int) -> dict[str, Callable[[], Plan[Any]]]:
         "spread": lambda: plans.spread_plan(lm.model, ids),
         # two factors: the passes run one at a time, so the peak does not depend on the count
         "scaling": lambda: plans.scaling_plan(lm.model, ids, (1.0, 8.0)),
+        # a pair is at most MAX_PATCH_TOKENS (64) tokens: the text's first min(L, 64) and the same with its
+        # token 1 changed, the heads' part only past 16 tokens (its widest pass has L rows either way; the
+        # residual part's N passes of L rows of L tokens take minutes at 64)
+        "patching": lambda: plans.patching_plan(lm.model, _pair(ids[:, :min(L, MAX_PATCH_TOKENS)]),
+                                                parts=PARTS if L <= 16 else ("heads",)),
     }
+
+
+def _pair(ids: Any) -> PairIds:
+    other = ids.clone()
+    other[0, 1] = (int(ids[0, 1]) + 1) % 1000 + 1000  # another token, so the logit differences differ
+    return PairIds(clean=ids, corrupted=other, answer=int(ids[0, -1]), wrong=int(other[0, 1]))
 
 
 def _measure(plan: Plan[Any], libc: Any) -> tuple[int, int, float]:

@@ -6,7 +6,8 @@ once (glibc's mmap threshold fixed: see there) and runs every kind at 64, 394 (t
 maps, the entropy pass, generation (64 new tokens after the rest), the Heatmaps real-text pass, a StreamingLLM
 pass without weights, the q/k/v capture, the next-token logits, deleting the first token, Gu et al.'s inputs
 (at up to 256 tokens), the logit lens, the induction heads' ablation (one random set per size), the scaled-logit
-statistics and the 1/sqrt(E) intervention (two factors). The estimate is what the UI admits
+statistics, the 1/sqrt(E) intervention (two factors) and activation patching (a pair of at most 64 tokens, the
+heads' part). The estimate is what the UI admits
 (``ui.cached.Planned``) and what attncore checks against its budget.
 """
 

@@ -36,6 +36,7 @@ from attncore.decoder.induction import (
     repeated_tokens,
 )
 from attncore.decoder.lens import LensPass, lens_bytes, logit_lens
+from attncore.decoder.patching import PARTS, PairIds, Patching, activation_patching, patch_bytes
 from attncore.decoder.position import FirstTokenDeletion, GuRow, delete_first_token, gu_inputs
 from attncore.decoder.probe import (
     DecoderPass,
@@ -74,6 +75,7 @@ __all__ = [
     "lens_plan",
     "next_logits_plan",
     "pass_plan",
+    "patching_plan",
     "pass_seconds",
     "qkv_plan",
     "scaling_plan",
@@ -341,3 +343,19 @@ def scaling_plan(model: Any, ids: Tensor, factors: Sequence[float] = FACTORS,
     return Plan(label=f"the scale intervention ({len(factors)} passes of {L:,} tokens)",
                 nbytes=int(forward_bytes(shape, L)), seconds=len(factors) * pass_seconds(model, shape, L),
                 work=lambda: scaled_runs(model, ids, factors, progress=progress, cancel=cancel), model=model)
+
+
+def patching_plan(model: Any, pair: PairIds, *, parts: tuple[str, ...] = PARTS,
+                  progress: Callable[[int, int, Patching], None] | None = None,
+                  cancel: Callable[[], bool] | None = None, resume: Patching | None = None) -> Plan[Patching]:
+    """Activation patching of ``pair`` (:func:`~attncore.decoder.patching.activation_patching`): two passes of
+    one row, then per layer one batched pass of L rows (the residual) and one of H rows (the heads), one at a
+    time, estimated by :func:`~attncore.decoder.patching.patch_bytes`; seconds count each row as a pass."""
+    shape = decoder_shape(model)
+    L = pair.length
+    rows = 2 + shape.layers * ((L if "resid" in parts else 0) + (shape.heads if "heads" in parts else 0))
+    return Plan(label=f"patching a pair of {L} tokens", nbytes=int(patch_bytes(shape, L)),
+                seconds=rows * pass_seconds(model, shape, L, False),
+                work=lambda: activation_patching(model, pair, parts=parts, progress=progress, cancel=cancel,
+                                                 resume=resume),
+                model=model, advice="Use shorter prompts.")
