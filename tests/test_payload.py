@@ -38,8 +38,9 @@ BUDGETS: dict[str, tuple[int, int, int, int, int, int, float]] = {
     "Kernels": (2, 25, 1, 0, 0, 1, 4.0),  # the backend table is the page's second lesson
     "Training lab": (2, 20, 0, 0, 0, 1, 5.0),
     # the table of claims is the page; its text includes the References list the rows link to (issue 44
-    # item 10: every source in full, ~1.4 KB; 4.4 KB of text in all when it was added)
-    "Evidence": (1, 10, 0, 1, 60, 0, 5.0),
+    # item 10: every source in full, ~1.4 KB; 4.4 KB of text in all when it was added); the table ~1.2 KB a
+    # claim (66 KB at 57 claims; 60 KB was set at 52)
+    "Evidence": (1, 10, 0, 1, 72, 0, 5.0),
 }
 
 

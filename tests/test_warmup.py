@@ -96,7 +96,10 @@ def test_manifests_warm_and_probe_the_ready_file(variant: str) -> None:
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env[serve.WARM_ENV] == "1"
     path = env[serve.READY_FILE_ENV]
-    assert path.startswith("/tmp/")  # a writable volume (the root filesystem is read-only)
+    mounts = [m["mountPath"] for m in c["volumeMounts"]]
+    # on a writable volume (the root filesystem is read-only), and not on the cache's
+    assert any(path.startswith(m.rstrip("/") + "/") and path.count("/") == m.rstrip("/").count("/") + 1
+               for m in mounts), (path, mounts)
     assert c["readinessProbe"]["exec"]["command"] == ["test", "-f", path]
     assert c["livenessProbe"]["httpGet"]["path"] == "/_stcore/health"  # alive while it warms
 

@@ -227,12 +227,10 @@ def _charts_download(where: Any, title: str) -> None:
                 help=f"The camera button above each chart saves it as this, at "
                      f"{export.PRESENTER_SIZE[0]}×{export.PRESENTER_SIZE[1]} px (made in the browser).")
     charts = st.session_state.get(_CHARTS, {})
-    where.download_button("Charts as offline HTML",
-                          data=lambda: export.charts_html(list(charts.values()), title),
-                          file_name=f"{export.filename(go.Figure(), title)}-charts.html", mime="text/html",
-                          on_click="ignore", icon=":material/download:", key="attnlab_charts_html",
+    widgets.html_download("Charts as offline HTML", lambda: export.charts_html(list(charts.values()), title),
+                          f"{export.filename(go.Figure(), title)}-charts.html", key="attnlab_charts_html",
                           help="This page's charts in one HTML file that opens with no network "
-                               "(Plotly inline).")
+                               "(Plotly inline).", where=where)
 
 
 def _presented_plotly_chart(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -169,15 +169,14 @@ def downloads(steps: Sequence[Any], number: int, shown: Any, ctx: Any, where: An
     step = steps[number - 1]
     slide = export.Slide(f"{number} · {step.title}", shown.lesson, shown.caption, tuple(shown.figures))
     row = where.container(horizontal=True, gap="small", key="tour_exports")
-    row.download_button("Step as slide (HTML)", data=lambda: export.deck_html([slide]),
-                        file_name=f"tour-{number:02d}-{step.key}.html", mime="text/html", on_click="ignore",
-                        icon=":material/slideshow:", key="tour_dl_step")
+    widgets.html_download("Step as slide (HTML)", lambda: export.deck_html([slide]),
+                          f"tour-{number:02d}-{step.key}.html", key="tour_dl_step",
+                          icon=":material/slideshow:", where=row)
     sheet = worksheet_items(steps)  # in the script run: the server's URL is known here, not at the click
-    row.download_button("Worksheet (HTML)", data=lambda: export.worksheet_html(sheet),
-                        file_name="tour-worksheet.html", mime="text/html", on_click="ignore",
-                        icon=":material/assignment:", key="tour_dl_sheet",
-                        help="The Tour's questions with links and space for answers; the browser's Print → "
-                             "Save as PDF makes a PDF of it.")
+    widgets.html_download("Worksheet (HTML)", lambda: export.worksheet_html(sheet), "tour-worksheet.html",
+                          key="tour_dl_sheet", icon=":material/assignment:",
+                          help="The Tour's questions with links and space for answers; the browser's Print → "
+                               "Save as PDF makes a PDF of it.", where=row)
     if row.button("Whole Tour as slides…", key="tour_deck_make", icon=":material/playlist_play:",
                   help="Computes every step once (the real-decoder step loads SmolLM2), then offers the "
                        "deck."):
@@ -186,6 +185,5 @@ def downloads(steps: Sequence[Any], number: int, shown: Any, ctx: Any, where: An
         for i, s in enumerate(steps, start=1):
             got = shown if i == number else s.show(ctx, Silent())
             slides.append(export.Slide(f"{i} · {s.title}", got.lesson, got.caption, tuple(got.figures)))
-        row.download_button("Download the Tour deck (HTML)", data=lambda: export.deck_html(slides),
-                            file_name="tour.html", mime="text/html", on_click="ignore",
-                            icon=":material/download:", key="tour_dl_deck")
+        widgets.html_download("Download the Tour deck (HTML)", lambda: export.deck_html(slides), "tour.html",
+                              key="tour_dl_deck", where=row)

@@ -163,6 +163,14 @@ def csv_download(data: pd.DataFrame | Callable[[], pd.DataFrame], filename: str,
                           icon=":material/download:")
 
 
+def html_download(label: str, data: Callable[[], str], filename: str, *, key: str,
+                  icon: str = ":material/download:", help: str | None = None, where: Any = st) -> None:
+    """A download button for an HTML file built only when clicked (an offline chart page, deck or worksheet:
+    its text is escaped where it is built, in ``ui.export``)."""
+    where.download_button(label, data=lambda: data().encode("utf-8"), file_name=filename, mime="text/html",
+                          key=key, on_click="ignore", icon=icon, help=help)
+
+
 def lazy_expander(label: str, key: str, *, icon: str | None = None, expanded: bool = False,
                   where: Any = st) -> Any | None:
     """An expander whose content is computed and sent only while it is open: the container to draw into,
