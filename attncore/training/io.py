@@ -19,6 +19,7 @@ from attncore.training.config import TrainConfig
 from attncore.training.model import CharTransformer
 
 __all__ = [
+    "read_runs",
     "MAX_MODEL_BYTES",
     "RESULTS_DIR",
     "RESULT_NAMES",
@@ -124,3 +125,27 @@ def load_result(name: str, directory: str | Path | None = None) -> dict[str, Any
     if not isinstance(data, dict) or data.get("experiment") != name:
         raise AttnInputError(f"{path.name} is not a result of the {name} experiment.")
     return data
+
+
+def read_runs(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, runs) of a resumable result file, one JSON object a line: the line whose ``kind`` is
+    ``"header"``, and every line with a ``config`` object, in file order. A missing file gives an empty header
+    and no runs; a line that is not a JSON object (a run cut off mid-write) is skipped. The sink grid, the
+    league, the weight-decay sweep and the induction run read their files through it."""
+    p = Path(path)
+    header: dict[str, Any] = {}
+    runs: list[dict[str, Any]] = []
+    if not p.is_file():
+        return header, runs
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("kind") == "header":
+            header = rec
+        elif isinstance(rec.get("config"), dict):
+            runs.append(rec)
+    return header, runs

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from attncore.errors import AttnInputError
 from attncore.provenance import git_commit
+from attncore.training import io as _io
 from attncore.training.bbm import SINK_THRESHOLD, BigramBackcopy, bbm_label, eval_sequences
 from attncore.training.bbm_train import BBMResult, train_bbm
 from attncore.training.config import TrainConfig
@@ -97,22 +98,7 @@ def load_league(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     """(header, runs) of a league file; a missing file gives an empty header and no runs, and a line that is
     not a JSON object (a run cut off mid-write) is skipped."""
     p = Path(path)
-    header: dict[str, Any] = {}
-    runs: list[dict[str, Any]] = []
-    if not p.is_file():
-        return header, runs
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("kind") == "header":
-            header = rec
-        elif isinstance(rec.get("config"), dict):
-            runs.append(rec)
-    return header, runs
+    return _io.read_runs(p)
 
 
 # ---------------------------------------------------------------------------- measures

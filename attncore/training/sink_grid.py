@@ -70,22 +70,7 @@ def load_grid(path: str | Path | None = None) -> tuple[dict[str, Any], list[dict
     """(header, runs) of a grid file (default: the one shipped in this package). A missing file gives
     an empty header and no runs; a line that is not JSON (a run cut off mid-write) is skipped."""
     p = Path(path) if path is not None else Path(_io.RESULTS_DIR) / FILE
-    header: dict[str, Any] = {}
-    runs: list[dict[str, Any]] = []
-    if not p.is_file():
-        return header, runs
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("kind") == "header":
-            header = rec
-        elif isinstance(rec.get("config"), dict):
-            runs.append(rec)
-    return header, runs
+    return _io.read_runs(p)
 
 
 def machine() -> str:
