@@ -301,6 +301,8 @@ def body(ctx: PageContext) -> None:
             return
         done = [s.measured(EMPTY_SWEEP if p is None else p) for s, p in zip(series, parts, strict=True)]
         n_done = max((int(f["n"].max()) for f in done if len(f)), default=0)
+        if n_done < 1:  # a report with no length finished yet (one long length only): nothing to draw
+            return
         th_now = [s.in_range(t) for s, (t, _) in zip(series, th, strict=True)]
         with chart_slot.container():
             st.caption(partial_note(n_done))

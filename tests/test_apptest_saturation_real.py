@@ -25,6 +25,15 @@ def lm() -> LoadedModel:
     return load_model("smollm2")
 
 
+@pytest.fixture(autouse=True)
+def empty_store() -> None:
+    """The intervention's store is process-wide: the Tour's step (another test in this process) may have filled
+    it at 64 tokens; each test here starts with it empty."""
+    from ui.saturation_real import scale_store
+
+    scale_store.clear()
+
+
 def _ids(lm: LoadedModel, L: int) -> torch.Tensor:
     return text_tokens(lm.tokenizer, shipped_text(), L, min_tokens=2).ids
 

@@ -190,7 +190,7 @@ def check_induction(at: AppTest) -> None:
     s = summarize(runs)
     assert lesson(at) == ind_view.tour_lesson(s)
     assert s["n"] == s["n_formed"] == 3 and lesson(at).startswith("In all 3 seeds")
-    close(decode(named(fig, "loss, second copy, mean of 3 seeds")["y"]),
+    close(decode(named(fig, "loss, second copy")["y"]),
           np.mean([r["loss_second"] for r in runs], axis=0), rtol=1e-5)
 
 

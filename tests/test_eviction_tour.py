@@ -52,5 +52,6 @@ def test_step_is_registered_and_reads_the_shipped_run() -> None:
     want = np.array(run.rows[("prose", "window", pl.budgets[0])]["occupancy"], dtype=np.float64)
     want[want < 0] = np.nan
     np.testing.assert_array_equal(np.asarray(decode(grid), dtype=np.float64), want)
+    assert len(shown.figures[1].to_plotly_json()["data"]) == 2  # the window and the window + first 4 only
     assert "/work" not in shown.lesson and "/work" not in shown.caption
     assert keep_parts(None, None)[1] == shown.lesson

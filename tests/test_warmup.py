@@ -76,7 +76,7 @@ def test_main_removes_a_stale_ready_file_and_warms_only_when_asked(tmp_path: Pat
 
     def fake_main() -> None:
         state["ready_at_start"] = ready.exists()
-        state["threads"] = sorted(t.name for t in threading.enumerate() if t.name.startswith("attnlab-"))
+        state["threads"] = sorted(t.name for t in threading.enumerate() if t.name in ("attnlab-warmup", "attnlab-ready"))  # not other tests' job threads
         raise SystemExit(0)
 
     monkeypatch.setattr(cli, "main", fake_main)

@@ -21,11 +21,12 @@ __all__ = ["keep_lesson", "keep_parts"]
 
 
 def keep_lesson(progress: str, pl: er.PolicyLosses | None) -> str:
-    """The step's lesson from the run's numbers: how many decodes are in, who wins at each budget, and how
-    much of the window's loss the first tokens recover at the smallest budget."""
+    """The step's lesson from the run's numbers: how many decodes are in, who wins at the smallest budget (the
+    one the map shows; the page has the others: one screen holds one), and how much of the window's loss the
+    first tokens recover there."""
     if pl is None:
         return f"The shipped eviction run holds {progress} None of the prose is decoded yet."
-    out = [f"The shipped eviction run holds {progress}", er.winner_sentence(pl)]
+    out = [f"The shipped eviction run holds {progress}", er.winner_sentence(pl, pl.budgets[:1])]
     for b in pl.budgets:
         if ("window", b) in pl.rows and ("streaming", b) in pl.rows:
             out.append(er.split_sentence(er.split(pl, b), "On the prose"))
@@ -49,12 +50,15 @@ def keep_parts(ctx: Any, where: Any) -> Parts:
     except AttnInputError:
         return (), keep_lesson(progress, None), query, "", {"decodes": len(run.rows)}
     b0 = pl.budgets[0]
-    grids = [(p, run.rows[("prose", p, b0)]["occupancy"]) for p in pl.policies(b0)]
+    # one screen: the map beside the chart holds two policies, the window and the window + first 4 (the
+    # lesson's point); the page draws all four
+    grids = [(p, run.rows[("prose", p, b0)]["occupancy"]) for p in pl.policies(b0)
+             if p in ("window", "streaming")]
     figs = (view.budget_figure(pl, tag="tour_keep_budget"),
             view.occupancy_figure(grids, pl.length, "tour_keep_map"))
     caption = (f"SmolLM2-135M decoding {pl.length:,} tokens of the shipped text token by token with a cache "
-               f"of B keys: perplexity past B over dense's, per policy (left); what each policy keeps at "
-               f"{b0:,} "
-               "keys in the middle layer, steps down, positions across (right).")
+               "of B keys: perplexity past B over dense's, per policy (left); what the window and the "
+               f"window + first 4 keep at {b0:,} keys in the middle layer, steps down, positions across "
+               "(right).")
     numbers = {"decodes": len(run.rows), "budgets": pl.budgets}
     return figs, keep_lesson(progress, pl), query, caption, numbers

@@ -7,6 +7,7 @@ nothing from :mod:`ui.tour`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import plotly.graph_objects as go
@@ -28,6 +29,10 @@ def show_induction(ctx: Any, where: Any) -> Parts:
         return ((), "The shipped induction run is not in this app yet.", {"tr_ind": "1"}, "", {})
     s = summarize(runs)
     fig = view.curves_figure(runs, [x["phase_step"] for x in s["seeds"]])
+    for t in fig.data:  # one screen: the legend in short words (the caption says thick lines are the mean)
+        if t.name:
+            t.name = re.sub(r" \(an induction head, by the rule\)", ": the rule's line", t.name)
+            t.name = re.sub(r" \(.*\)|, mean of \d+ seeds", "", t.name)
     c = header.get("config") or runs[0]["config"]
     caption = (f"The Training lab's shipped run: 2 layers × {c['n_head']} head, attention only, width "
                f"{c['d_model']}, {c['context'] // 2} random tokens twice, {s['n']} seeds (thick: their mean; "

@@ -201,11 +201,11 @@ def winner(pl: PolicyLosses, budget: int) -> Winner:
     return Winner(budget, best, pl.ratio(best, budget), second, gap)
 
 
-def winner_sentence(pl: PolicyLosses) -> str:
-    """Which policy wins at which budget and by how much, from the numbers; a lead whose t interval includes
-    0 is called a tie within noise."""
+def winner_sentence(pl: PolicyLosses, budgets: Sequence[int] | None = None) -> str:
+    """Which policy wins at which budget (every budget of ``pl``, or ``budgets``) and by how much, from the
+    numbers; a lead whose t interval includes 0 is called a tie within noise."""
     parts = []
-    for b in pl.budgets:
+    for b in pl.budgets if budgets is None else budgets:
         w = winner(pl, b)
         head = f"at {b:,} keys {POLICY_NAMES[w.best]} is lowest ({w.ratio:.3f}× dense perplexity)"
         if w.second is None or w.gap is None:
