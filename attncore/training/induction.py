@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from attncore.device import cpu_model, resolve_device
+from attncore.device import resolve_device
 from attncore.errors import AttnInputError
 from attncore.provenance import git_commit, portable_command
 from attncore.synthetic import make_generator
@@ -43,6 +43,7 @@ from attncore.training.induction_model import (
     repeated_batch,
     training_batch,
 )
+from attncore.training.sink_grid import machine  # the result headers' one machine line
 from attncore.training.sink_stats import t_interval
 
 __all__ = ["FILE", "SEEDS", "InductionRun", "formed", "load_runs", "main", "run_record", "seed_summary",
@@ -270,12 +271,6 @@ def load_runs(path: str | Path | None = None) -> tuple[dict[str, Any], list[dict
     p = Path(path) if path is not None else Path(_io.RESULTS_DIR) / FILE
     header, runs = _io.read_runs(p)
     return header, sorted(runs, key=lambda r: int(r.get("seed", 0)))
-
-
-def machine() -> str:
-    """The CPU, its logical CPUs, torch and its threads, for the header."""
-    return (f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s)")
 
 
 def main(argv: list[str] | None = None) -> int:
