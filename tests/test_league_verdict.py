@@ -48,7 +48,7 @@ def test_the_verdict_agrees_on_a_league_ordered_as_the_reference_and_flips_when_
     assert v.outcome == "agrees" and v.seeds == [0, 1, 2]
     assert v.taus[0] == pytest.approx(1.0) and v.tau["lo"] > 0
     assert v.tau["mean"] == pytest.approx(sum(v.taus) / 3)
-    assert f"{v.tau['mean']:+.2f}" in v.text and "agrees with Zuhri et al. 2025, Table 3's" in v.text
+    assert f"{v.tau['mean']:+.2f}" in v.text and "agrees with the order read from Zuhri et al. 2025, Table 3 (issue 43's reading" in v.text
     # counterfactual: the same rates in reverse order -> disagrees, τ negated seed by seed
     rev = ordering_verdict(_league({s: r[::-1] for s, r in AGREE.items()}), REF, 1e-3)
     assert rev.outcome == "disagrees" and rev.taus == pytest.approx([-t for t in v.taus]) and rev.tau["hi"] < 0

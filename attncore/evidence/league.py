@@ -78,7 +78,8 @@ def _league_describe(m: Measurement) -> str:
             parts.append(f"lr {k}: Kendall's τ-b {m.num(f'tau:{k}'):+.2f} [{m.num(f'lo:{k}'):+.2f}, "
                          f"{m.num(f'hi:{k}'):+.2f}] over {int(m.num(f'n:{k}'))} seeds")
     return (f"{int(m.num('runs'))} of the league's {int(m.num('planned'))} runs; against "
-            f"{REFERENCES['zuhri2025'].short}, Table 3's order: " + "; ".join(parts) + ".")
+            f"the order read from {REFERENCES['zuhri2025'].short}, Table 3 (issue 43's reading; the table "
+            "itself not checked here): " + "; ".join(parts) + ".")
 
 
 def _league_judge(m: Measurement) -> Judgement:

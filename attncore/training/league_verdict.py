@@ -194,7 +194,8 @@ def ordering_verdict(runs: list[dict[str, Any]], reference: ReferenceOrdering, l
                 f"{src} (Kendall's τ-b per seed: {per_seed}): too few seeds for a verdict, which needs 2.")
     else:
         verb = {"agrees": "agrees with", "disagrees": "disagrees with", "undecided": "is undecided against"}
-        text = (f"At learning rate {lr:g}, our sink-rate ordering {verb[outcome]} {src}'s: Kendall's "
+        text = (f"At learning rate {lr:g}, our sink-rate ordering {verb[outcome]} the order read from {src} "
+                f"(issue 43's reading; the table itself not checked here): Kendall's "
                 f"τ-b {tau['mean']:+.2f} over {n} seeds, 95% t interval [{tau['lo']:+.2f}, {tau['hi']:+.2f}] "
                 f"({per_seed}); the rule: agrees when the interval lies above 0, disagrees when below.")
     return OrderingVerdict(reference, float(lr), taus, rhos, seeds, tau, outcome, text)
