@@ -279,7 +279,7 @@ def check_keep(at: AppTest) -> None:
     from attncore.evidence.eviction import shipped_run_path
     from ui.eviction_tour import keep_lesson
 
-    assert views(at) == ["tour_keep_budget", "tour_keep_map"]
+    assert views(at) == ["tour_keep_budget"]
     run = load_eviction_run(shipped_run_path())
     pl = er.from_run(run, "prose")
     budget = figures(at)[0]

@@ -48,10 +48,6 @@ def test_step_is_registered_and_reads_the_shipped_run() -> None:
     for d in budget["data"][:-1]:
         p = next(k for k, v in er.POLICY_NAMES.items() if v == d["name"])
         np.testing.assert_allclose(decode(d["y"]), [pl.ratio(p, int(b)) for b in decode(d["x"])], rtol=1e-12)
-    grid = shown.figures[1].to_plotly_json()["data"][0]["z"]
-    want = np.array(run.rows[("prose", "window", pl.budgets[0])]["occupancy"], dtype=np.float64)
-    want[want < 0] = np.nan
-    np.testing.assert_array_equal(np.asarray(decode(grid), dtype=np.float64), want)
-    assert len(shown.figures[1].to_plotly_json()["data"]) == 2  # the window and the window + first 4 only
+    assert len(shown.figures) == 1  # one screen: the map of what is kept is on the page
     assert "/work" not in shown.lesson and "/work" not in shown.caption
     assert keep_parts(None, None)[1] == shown.lesson

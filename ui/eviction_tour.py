@@ -49,16 +49,10 @@ def keep_parts(ctx: Any, where: Any) -> Parts:
         pl = er.from_run(run, "prose")
     except AttnInputError:
         return (), keep_lesson(progress, None), query, "", {"decodes": len(run.rows)}
-    b0 = pl.budgets[0]
-    # one screen: the map beside the chart holds two policies, the window and the window + first 4 (the
-    # lesson's point); the page draws all four
-    grids = [(p, run.rows[("prose", p, b0)]["occupancy"]) for p in pl.policies(b0)
-             if p in ("window", "streaming")]
-    figs = (view.budget_figure(pl, tag="tour_keep_budget"),
-            view.occupancy_figure(grids, pl.length, "tour_keep_map"))
+    # one screen: the budget chart alone (a map of what each policy keeps needs the page's width: "Open this
+    # in full" shows it)
+    figs = (view.budget_figure(pl, tag="tour_keep_budget"),)
     caption = (f"SmolLM2-135M decoding {pl.length:,} tokens of the shipped text token by token with a cache "
-               "of B keys: perplexity past B over dense's, per policy (left); what the window and the "
-               f"window + first 4 keep at {b0:,} keys in the middle layer, steps down, positions across "
-               "(right).")
+               "of B keys: perplexity past B over dense's, per policy (the page shows what each keeps).")
     numbers = {"decodes": len(run.rows), "budgets": pl.budgets}
     return figs, keep_lesson(progress, pl), query, caption, numbers
